@@ -1,0 +1,40 @@
+"""Error types raised by residualsim.
+
+Every error the package raises on purpose derives from :class:`ResidualSimError`, and
+also from the matching built-in exception, so ``except ValueError`` keeps working for
+callers that do not know about residualsim.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ResidualSimError",
+    "DataError",
+    "ParameterError",
+    "SceneError",
+    "PredictionError",
+]
+
+
+class ResidualSimError(Exception):
+    """Base class of every error residualsim raises deliberately."""
+
+
+class DataError(ResidualSimError, ValueError):
+    """A recording or data set is missing, truncated or malformed.
+
+    The message always names the offending file and the problem, for example
+    ``tosses/12.pt: column 3:7 (quaternion) has norm 0.41 at sample 17, expected 1``.
+    """
+
+
+class ParameterError(ResidualSimError, ValueError):
+    """An engine parameter is unknown, not a finite number, or outside its valid range."""
+
+
+class SceneError(ResidualSimError, ValueError):
+    """An unknown scene, a missing or invalid URDF, or a state of the wrong layout."""
+
+
+class PredictionError(ResidualSimError, ValueError):
+    """A prediction file does not match the recorded data it is scored against."""
