@@ -34,7 +34,9 @@ class ContactPoint:
     ``position_world`` (3,) m on the static body's surface; ``normal_world`` (3,) unit,
     from the static body into the moving body; ``distance_m`` signed (negative =
     penetration); ``normal_force_n`` and ``friction_force_n`` (2,) along
-    ``friction_dirs_world`` (2, 3), for the last internal substep.
+    ``friction_dirs_world`` (2, 3) are the forces ON THE MOVING BODY (N) during the last
+    internal substep (PyBullet reports friction as the force on the other body; the sign
+    is flipped here).
     """
 
     position_world: np.ndarray
@@ -316,7 +318,7 @@ def _contact_point(point: tuple) -> ContactPoint:
     return ContactPoint(
         position_world=np.array(point[6]), normal_world=np.array(point[7]),
         distance_m=float(point[8]), normal_force_n=float(point[9]),
-        friction_force_n=np.array([point[10], point[12]]),
+        friction_force_n=-np.array([point[10], point[12]]),
         friction_dirs_world=np.array([point[11], point[13]]),
     )
 

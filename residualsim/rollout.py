@@ -19,7 +19,8 @@ from .errors import DataError
 from .scenes import EngineParams, EngineSettings, make_scene, parse_params
 from .workers import ShardedWorkers
 
-__all__ = ["SimulatedTrajectory", "simulate_trajectories", "simulation_items", "recording_settings"]
+__all__ = ["SimulatedTrajectory", "simulate_trajectories", "simulation_items",
+           "recording_settings", "simulate_impacts"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,3 +114,43 @@ def simulation_items(scene: str, trajectories: Mapping[str, Trajectory]) -> list
     layout = make_scene(scene)
     return [(traj_id, layout.state_from_trajectory(traj, 0), traj.n_samples)
             for traj_id, traj in trajectories.items()]
+
+
+#: Longest simulated contact of a planar impact, in recording periods (4 ms each).
+IMPACT_MAX_STEPS = 10
+
+
+def _simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.ndarray:
+    from .scenes.planar import IMPACT_START_OVERLAP_M
+
+    _, pre_state = item
+    if engine.params != params:
+        engine.set_params(params)
+    x, _, theta, dx, dy, dtheta = pre_state
+    height = engine.scene.resting_height(theta) - IMPACT_START_OVERLAP_M
+    result = engine.rollout(np.array([x, height, theta, dx, dy, dtheta]), IMPACT_MAX_STEPS)
+    if not result.events:
+        return np.asarray(pre_state[3:6], dtype=np.float64)
+    end = result.events[0].end_index
+    velocity = result.states[end, 3:6].copy()
+    # Remove what gravity added since the start: the impulsive post-contact velocity.
+    velocity[:2] -= np.asarray(engine.scene.settings.gravity_mps2[:2]) * end * engine.dt_s
+    return velocity
+
+
+def simulate_impacts(scene: str, impacts, params=None, n_workers: int = 1) -> np.ndarray:
+    """Post-contact velocities (N, 3) (dx m/s, dy m/s, dtheta rad/s) of planar impacts.
+
+    Each impact starts from its pre-contact state placed at contact (the centre at the
+    resting height for its angle, 0.1 mm into the floor: see
+    :mod:`residualsim.scenes.planar`) and runs until its contact event ends (at most
+    :data:`IMPACT_MAX_STEPS` periods); gravity's share over that time is removed, as in
+    the analytic models' impulsive predictions. ``impacts`` must be in the ``"corrected"``
+    (right-handed) convention of the scenes; the result is in the same convention.
+    """
+    if impacts.convention != "corrected":
+        raise DataError(f"{impacts.source}: simulate impacts in the 'corrected' convention")
+    params = parse_params(params)
+    items = list(zip(impacts.rows.tolist(), impacts.pre_state))
+    with ShardedWorkers(scene, items, n_workers) as pool:
+        return np.array(pool.map(_simulate_impact, params)).reshape(-1, 3)

@@ -101,8 +101,12 @@ class EngineParams:
         return EngineParams(**{**self.as_dict(), **changes})
 
     def as_dict(self) -> dict[str, float]:
-        """Plain dict of parameter name to value (JSON writes inf as Infinity)."""
+        """Plain dict of parameter name to value."""
         return {spec.name: getattr(self, spec.name) for spec in ENGINE_PARAMS}
+
+    def as_json(self) -> dict[str, float | str]:
+        """Like :meth:`as_dict` but strict-JSON safe: an infinite value becomes ``"inf"``."""
+        return {k: (v if math.isfinite(v) else "inf") for k, v in self.as_dict().items()}
 
 
 def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,

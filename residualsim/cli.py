@@ -1,0 +1,282 @@
+"""The ``residualsim`` command: thin wrappers over the library.
+
+Every long command ends by printing one JSON line with its figures, for scripts. Errors
+that residualsim raises on purpose print ``residualsim: error: ...`` and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import DataError, ResidualSimError
+
+__all__ = ["main", "resolve_data"]
+
+#: Where each scene's real set lives below ``$RESIDUALSIM_DATA``.
+DEFAULT_SETS = {"cube": "contactnets-cube", "planar-ellipse": "planar-impact-ellipse"}
+#: The bundled synthetic tosses the README's first command runs on.
+BUNDLED_SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
+
+
+def resolve_data(path: str | None, scene: str = "cube") -> Path:
+    """A data directory from ``--data``, else ``$RESIDUALSIM_DATA/<the scene's set>``.
+
+    A relative ``--data`` that does not exist is also tried below ``$RESIDUALSIM_DATA``.
+    """
+    root = os.environ.get("RESIDUALSIM_DATA")
+    if path:
+        candidate = Path(path)
+        if not candidate.exists() and root and (Path(root) / path).exists():
+            candidate = Path(root) / path
+        if not candidate.exists():
+            raise DataError(f"{candidate}: no such data directory")
+        return candidate
+    if root and scene in DEFAULT_SETS and (Path(root) / DEFAULT_SETS[scene]).exists():
+        return Path(root) / DEFAULT_SETS[scene]
+    raise DataError("no data given: pass --data DIR or set RESIDUALSIM_DATA to the folder "
+                    "holding contactnets-cube/ and planar-impact-ellipse/")
+
+
+def _json_line(record: dict) -> None:
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None if math.isnan(value) else str(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+    print(json.dumps(clean(record), sort_keys=False))
+
+
+def _simulate(scene: str, data: Path, out: Path, params: str | None, workers: int,
+              substeps: int | None, limit: int | None) -> dict:
+    """Simulate the engine on a data set and write the prediction file; returns figures."""
+    from .data import detect_format, load_impacts, load_trajectories
+    from .predictions import ImpactPredictions, TrajectoryPredictions, save_predictions
+    from .rollout import simulate_impacts, simulate_trajectories
+    from .scenes import make_scene, parse_params
+
+    make_scene(scene)
+    engine_params = parse_params(params)
+    meta = {"scene": scene, "params": engine_params.as_json(), "data": str(data),
+            "command": "simulate"}
+    start = time.perf_counter()
+    if detect_format(data) == "mcube":
+        impacts = load_impacts(data, convention="corrected")
+        velocity = simulate_impacts(scene, impacts, engine_params, workers)
+        velocity[:, 0] *= -1.0  # back to the upstream files' x-axis convention
+        predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
+                                        meta={**meta, "convention": "upstream"})
+        count = impacts.n_impacts
+    else:
+        trajectories = load_trajectories(data)
+        if limit is not None:
+            trajectories = dict(list(trajectories.items())[:limit])
+        results = simulate_trajectories(scene, trajectories, engine_params, workers, substeps)
+        predictions = TrajectoryPredictions(
+            {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()}, meta)
+        count = len(results)
+    save_predictions(out, predictions)
+    return {"command": "simulate", "scene": scene, "count": count, "out": str(out),
+            "workers": workers, "seconds": time.perf_counter() - start}
+
+
+def _score(pred: Path, data: Path, scene: str | None) -> tuple[str, dict]:
+    """Score a prediction file against a data set: (table text, figures)."""
+    from .data import load_impacts, load_trajectories
+    from .metrics import format_table, score_impacts, score_trajectories
+    from .predictions import ImpactPredictions, load_predictions
+    from .scenes import make_scene
+
+    predictions = load_predictions(pred)
+    if isinstance(predictions, ImpactPredictions):
+        convention = predictions.meta.get("convention", "upstream")
+        score = score_impacts(predictions, load_impacts(data, convention=convention))
+    else:
+        scene = scene or predictions.meta.get("scene", "cube")
+        side = getattr(make_scene(scene), "side_m", None)
+        score = score_trajectories(predictions, load_trajectories(data), side_m=side)
+    return format_table(score), score.aggregate()
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    data = resolve_data(args.data, args.scene)
+    _json_line(_simulate(args.scene, data, Path(args.out), args.params, args.workers,
+                         args.substeps, args.limit))
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    table, figures = _score(Path(args.pred), resolve_data(args.data, args.scene or "cube"),
+                            args.scene)
+    print(table)
+    _json_line({"command": "score", **figures})
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    import tempfile
+
+    data = Path(args.data) if args.data else BUNDLED_SAMPLES
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "predictions.npz"
+        figures = _simulate("cube", data, out, args.params, args.workers, None, None)
+        print(f"simulated {figures['count']} tosses from {data} with the engine's "
+              f"{'given' if args.params else 'default'} parameters in "
+              f"{figures['seconds']:.2f} s")
+        table, score = _score(out, data, "cube")
+    print(table)
+    _json_line({"command": "demo", "data": str(data), **score})
+
+
+def cmd_data_info(args: argparse.Namespace) -> None:
+    from .data import describe, format_description
+
+    description = describe(resolve_data(args.path))
+    print(format_description(description))
+    _json_line(description)
+
+
+def cmd_data_synthesize(args: argparse.Namespace) -> None:
+    from .data import load_trajectories
+    from .scenes import parse_params
+    from .synthesize import synthesize_tosses, write_toss_set
+
+    if args.scene != "cube":
+        raise DataError(f"synthesize writes ContactNets-format tosses: scene must be 'cube', "
+                        f"got {args.scene!r}")
+    params = parse_params(args.params)
+    like = None
+    if args.like:
+        like = load_trajectories(resolve_data(args.like))
+        if args.limit is not None:
+            like = dict(list(like.items())[: args.limit])
+    start = time.perf_counter()
+    tosses = synthesize_tosses(params, like=like, n_tosses=args.count, n_samples=args.samples,
+                               noise_m=args.noise_m, noise_rad=args.noise_rad, rng=args.seed,
+                               n_workers=args.workers)
+    truth = {"scene": args.scene, "params": params.as_json(), "noise_m": args.noise_m,
+             "noise_rad": args.noise_rad, "seed": args.seed,
+             "like": str(args.like) if args.like else None, "count": len(tosses),
+             "note": "synthetic recordings made by residualsim's engine; velocities are "
+                     "the simulated ones, without noise"}
+    out = write_toss_set(args.out, tosses, truth, overwrite=args.force)
+    _json_line({"command": "data synthesize", "out": str(out), "count": len(tosses),
+                "params": params.as_json(), "seconds": time.perf_counter() - start})
+
+
+def cmd_bench_engine(args: argparse.Namespace) -> None:
+    from .bench import bench_engine_overhead, bench_workers
+    from .data import load_trajectories
+
+    overhead = bench_engine_overhead(n_tosses=args.tosses, repeats=args.repeats)
+    for key, row in overhead.items():
+        print(f"{key:>12}: rollout {row['rollout_wrapper_us_per_step']:7.2f} us/step vs raw "
+              f"{row['rollout_raw_us_per_step']:7.2f} -> ratio {row['rollout_ratio']:.3f};  "
+              f"step {row['step_wrapper_us']:7.2f} vs {row['step_raw_us']:7.2f} -> ratio "
+              f"{row['step_ratio']:.3f}")
+    record = {"command": "bench engine", "overhead": overhead}
+    try:
+        data = resolve_data(args.data, "cube")
+    except DataError as exc:
+        print(f"worker speed-up skipped: {exc}")
+    else:
+        trajectories = load_trajectories(data)
+        workers = bench_workers(trajectories)
+        print(f"{workers['n_trajectories']} tosses ({workers['n_samples']} samples): 1 worker "
+              f"{workers['workers_1']['map_s']:.2f} s, 2 workers "
+              f"{workers['workers_2']['map_s']:.2f} s -> speed-up "
+              f"{workers['speedup_2_over_1']:.2f}x (results identical: "
+              f"{workers['workers_2']['identical_to_first']})")
+        record["workers"] = workers
+    _json_line(record)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``residualsim`` command."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="residualsim", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"residualsim {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def add_workers(sub):
+        sub.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+
+    demo = commands.add_parser("demo", help="simulate the bundled sample tosses and score them")
+    demo.add_argument("--data", help=f"tosses to use (default: {BUNDLED_SAMPLES.name} bundled)")
+    demo.add_argument("--params", help="engine parameters: k=v,... or a JSON file")
+    add_workers(demo)
+    demo.set_defaults(run=cmd_demo)
+
+    sim = commands.add_parser("simulate", help="roll the plain engine from recorded states")
+    sim.add_argument("--scene", default="cube")
+    sim.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    sim.add_argument("--out", required=True, help="prediction file to write (.npz)")
+    sim.add_argument("--params", help="engine parameters: k=v,... or a JSON file")
+    sim.add_argument("--substeps", type=int, help="internal steps per sample")
+    sim.add_argument("--limit", type=int, help="only the first N recordings")
+    add_workers(sim)
+    sim.set_defaults(run=cmd_simulate)
+
+    score = commands.add_parser("score", help="score a prediction file against recordings")
+    score.add_argument("--pred", required=True)
+    score.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    score.add_argument("--scene", help="scene (default: the one in the prediction file)")
+    score.set_defaults(run=cmd_score)
+
+    data = commands.add_parser("data", help="inspect and make data sets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    info = data_commands.add_parser("info", help="counts, durations, rates, first contacts")
+    info.add_argument("path")
+    info.set_defaults(run=cmd_data_info)
+    synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
+    synth.add_argument("--scene", default="cube")
+    synth.add_argument("--params", required=True, help="true parameters: k=v,... or JSON")
+    synth.add_argument("--like", help="start from this set's initial states and lengths")
+    synth.add_argument("--limit", type=int, help="with --like: only the first N recordings")
+    synth.add_argument("--count", type=int, default=8, help="sampled tosses without --like")
+    synth.add_argument("--samples", type=int, default=110, help="samples per sampled toss")
+    synth.add_argument("--out", required=True)
+    synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
+    synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--force", action="store_true", help="replace an existing --out")
+    add_workers(synth)
+    synth.set_defaults(run=cmd_data_synthesize)
+
+    bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True)
+    engine = bench_commands.add_parser("engine", help="wrapper overhead and worker speed-up")
+    engine.add_argument("--data", help="real tosses for the worker speed-up")
+    engine.add_argument("--tosses", type=int, default=20)
+    engine.add_argument("--repeats", type=int, default=5)
+    engine.set_defaults(run=cmd_bench_engine)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``residualsim`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.run(args)
+    except ResidualSimError as exc:
+        print(f"residualsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("residualsim: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Recorded data: readers, writers, splits and summaries.
+
+* :mod:`~residualsim.data.contactnets`: the ContactNets cube tosses (``tosses/<id>.pt``).
+* :mod:`~residualsim.data.mcube`: the MCube planar ellipse impacts.
+* :mod:`~residualsim.data.npz`: residualsim's own ``<id>.npz`` trajectory files.
+* :mod:`~residualsim.data.splits`: stable train/validation/test splits of ids.
+* :mod:`~residualsim.data.datasets`: format detection and ``data info`` summaries.
+
+torch and scipy are imported only inside the functions that need them, so importing this
+package stays fast.
+"""
+
+from __future__ import annotations
+
+from .contactnets import load_toss, load_tosses, write_toss
+from .datasets import describe, detect_format, format_description, load_trajectories
+from .impacts import PlanarImpacts
+from .mcube import load_impacts
+from .npz import load_trajectory, save_trajectories, save_trajectory
+from .splits import split_ids
+from .trajectory import Trajectory
+
+__all__ = [
+    "Trajectory",
+    "PlanarImpacts",
+    "load_toss",
+    "write_toss",
+    "load_tosses",
+    "load_impacts",
+    "save_trajectory",
+    "load_trajectory",
+    "load_trajectories",
+    "save_trajectories",
+    "split_ids",
+    "detect_format",
+    "describe",
+    "format_description",
+]
