@@ -24,6 +24,9 @@ __all__ = ["Engine", "ContactEvent", "Rollout", "ContactPoint"]
 
 #: Contact points farther apart than this (m) are not in contact unless a force acts.
 CONTACT_DISTANCE_M = 1e-4
+#: A step whose linear velocity change differs from gravity's by more than this (m/s) had
+#: a contact impulse (free flight differs by ~1e-15).
+VELOCITY_JUMP_MPS = 1e-7
 _FAR_AWAY_M = 1.0e3
 
 
@@ -240,32 +243,55 @@ class Engine:
 
     def _events(self, states: np.ndarray, contacts: list[tuple[int, tuple]]
                 ) -> tuple[ContactEvent, ...]:
-        runs: list[list[tuple[int, tuple]]] = []
-        for index, raw in contacts:
-            touching = [p for p in raw if _touching(p)]
-            if not touching:
-                continue
-            if runs and runs[-1][-1][0] == index - 1:
-                runs[-1].append((index, touching))
-            else:
-                runs.append([(index, touching)])
-        return tuple(self._event(states, run) for run in runs)
+        """Group contact steps into events.
 
-    def _event(self, states: np.ndarray, run: list[tuple[int, list]]) -> ContactEvent:
+        A step is in contact when PyBullet reports a touching point after it, or when the
+        linear velocity jumped away from free flight during it (a bounce can begin and end
+        inside one step's substeps, leaving no point behind). Geometry then comes from the
+        nearest manifold points reported just before or after that step.
+        """
+        _, _, velocity, _ = self.scene.rigid_motion(states)
+        gravity_step = np.asarray(self.scene.settings.gravity_mps2) * self.dt_s
+        jump = np.linalg.norm(np.diff(velocity, axis=0) - gravity_step, axis=1)
+        steps = set((np.flatnonzero(jump > VELOCITY_JUMP_MPS) + 1).tolist())
+        reported = dict(contacts)
+        touching = {k: [p for p in pts if _touching(p)] for k, pts in contacts}
+        steps.update(k for k, pts in touching.items() if pts)
+        runs: list[list[int]] = []
+        for index in sorted(steps):
+            if runs and runs[-1][-1] == index - 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        return tuple(self._event(states, run, touching, reported) for run in runs)
+
+    def _event(self, states: np.ndarray, run: list[int], touching: dict, reported: dict
+               ) -> ContactEvent:
         scene = self.scene
-        start, end = run[0][0], run[-1][0]
-        points = np.array([p[6] for _, pts in run for p in pts])
-        normals = np.array([p[7] for _, pts in run for p in pts])
-        weights = np.array([max(p[9], 0.0) for _, pts in run for p in pts])
-        if weights.sum() <= 0:
-            weights = np.ones(len(points))
-        point = weights @ points / weights.sum()
-        normal = weights @ normals
-        normal /= np.linalg.norm(normal)
+        start, end = run[0], run[-1]
+        points = [p for k in run for p in touching.get(k, [])]
+        if not points:  # contact within the substeps: the nearest reported manifold points
+            nearby = reported.get(start) or reported.get(start - 1) or reported.get(end + 1)
+            nearby = list(nearby or [])
+            if nearby:
+                closest = min(p[8] for p in nearby)
+                points = [p for p in nearby if p[8] <= closest + 1e-3]
         centre, _, velocity, omega = scene.rigid_motion(states[[start - 1, end]])
         duration = (end - start + 1) * self.dt_s
         gravity = np.asarray(scene.settings.gravity_mps2)
         impulse = scene.mass_kg * (velocity[1] - velocity[0] - gravity * duration)
+        if points:
+            positions = np.array([p[6] for p in points])
+            normals = np.array([p[7] for p in points])
+            weights = np.array([max(p[9], 0.0) for p in points])
+            if weights.sum() <= 0:
+                weights = np.ones(len(points))
+            point = weights @ positions / weights.sum()
+            normal = weights @ normals
+            normal /= np.linalg.norm(normal)
+        else:  # no geometry reported at all: below the centre, along -gravity
+            normal = -gravity / np.linalg.norm(gravity)
+            point = centre[0] - normal * (centre[0] @ normal)
         point_velocity = velocity[0] + np.cross(omega[0], point - centre[0])
         frame = contact_frame(normal, point_velocity, planar=scene.planar)
         return ContactEvent(start_index=start, end_index=end, point_world=point,

@@ -151,6 +151,9 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
 
     Examples
     --------
+    >>> import numpy as np
+    >>> positions = np.zeros((120, 3))
+    >>> quaternions = np.tile([1.0, 0.0, 0.0, 0.0], (120, 1))
     >>> preds = TrajectoryPredictions.from_arrays(["465"], [positions], [quaternions])
     >>> preds["465"].position.shape
     (1, 120, 3)

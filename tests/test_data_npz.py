@@ -116,7 +116,7 @@ def test_overwrite_replaces_atomically(tmp_path, monkeypatch):
 
 
 def test_detect_and_describe_npz_sets(tmp_path, make_toss):
-    trajs = {str(i): toss_from_array(make_toss(20 + i, seed=i), str(i), f"{i}.pt") for i in range(3)}
+    trajs = {str(i): toss_from_array(make_toss(40 + i, seed=i), str(i), f"{i}.pt") for i in range(3)}
     save_trajectories(tmp_path / "cubes", trajs)
     save_trajectories(tmp_path / "planar", [_planar("p1")])
     assert detect_format(tmp_path / "cubes") == detect_format(tmp_path / "cubes" / "1.npz") == "npz"
@@ -124,9 +124,9 @@ def test_detect_and_describe_npz_sets(tmp_path, make_toss):
     summary = describe(tmp_path / "cubes")
     assert json.loads(json.dumps(summary)) == summary
     assert summary["format"] == "npz" and summary["count"] == 3
-    assert summary["samples"] == {"min": 20, "median": 21, "max": 22}
+    assert summary["samples"] == {"min": 40, "median": 41, "max": 42}
     assert summary["rate_hz"]["all_equal"] and summary["rate_hz"]["median"] == pytest.approx(148)
-    assert summary["duration_s"]["total"] == pytest.approx((19 + 20 + 21) / 148)
+    assert summary["duration_s"]["total"] == pytest.approx((39 + 40 + 41) / 148)
     # synthetic tosses start 4 half-widths up and fall: every one reaches the table
     assert summary["first_contact_s"]["count"] == 3
     planar = describe(tmp_path / "planar")

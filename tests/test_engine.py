@@ -180,3 +180,17 @@ def test_wrong_state_shape():
     with pytest.raises(SceneError, match=r"shape \(13,\)"):
         engine.reset(np.zeros(6))
     engine.close()
+
+
+def test_a_bounce_inside_one_step_is_still_an_event():
+    """A fast impact can touch and leave within one step's substeps: no point remains after."""
+    engine = Engine("planar-ellipse", params={"restitution": 0.5})
+    rollout = engine.rollout(np.array([0.0, 0.025 - 1e-4, 0.0, 0.2, -2.6, 0.0]), 5)
+    assert len(rollout.events) == 1
+    event = rollout.events[0]
+    assert event.start_index == event.end_index == 1
+    np.testing.assert_allclose(event.normal_world, [0, 1, 0], atol=1e-6)
+    assert event.point_world[1] == pytest.approx(0.0, abs=2e-3)
+    # Normal impulse m (1 + e) v_n, up to gravity's share within the step.
+    assert event.impulse_contact[0] == pytest.approx(0.0364 * 1.5 * 2.6, rel=0.03)
+    engine.close()

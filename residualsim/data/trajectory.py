@@ -77,7 +77,10 @@ class Trajectory:
         }
         n_samples = None
         for name, (value, shape) in arrays.items():
-            array = np.asarray(value, dtype=np.float64)
+            try:  # a copy: never freeze the caller's array
+                array = np.array(value, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise DataError(f"{where}: {name} is not numeric ({exc})") from None
             if array.ndim != len(shape) or any(
                 want is not None and got != want for got, want in zip(array.shape, shape)
             ):
