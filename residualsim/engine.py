@@ -281,18 +281,19 @@ class Engine:
         gravity = np.asarray(scene.settings.gravity_mps2)
         impulse = scene.mass_kg * (velocity[1] - velocity[0] - gravity * duration)
         if points:
-            positions = np.array([p[6] for p in points])
-            normals = np.array([p[7] for p in points])
-            weights = np.array([max(p[9], 0.0) for p in points])
+            table = np.array([(*p[6], *p[7], p[9]) for p in points])
+            weights = np.maximum(table[:, 6], 0.0)
             if weights.sum() <= 0:
                 weights = np.ones(len(points))
-            point = weights @ positions / weights.sum()
-            normal = weights @ normals
+            point = weights @ table[:, 0:3] / weights.sum()
+            normal = weights @ table[:, 3:6]
             normal /= np.linalg.norm(normal)
         else:  # no geometry reported at all: below the centre, along -gravity
             normal = -gravity / np.linalg.norm(gravity)
             point = centre[0] - normal * (centre[0] @ normal)
-        point_velocity = velocity[0] + np.cross(omega[0], point - centre[0])
+        (wx, wy, wz), (rx, ry, rz) = omega[0], point - centre[0]
+        point_velocity = velocity[0] + np.array([wy * rz - wz * ry, wz * rx - wx * rz,
+                                                 wx * ry - wy * rx])
         frame = contact_frame(normal, point_velocity, planar=scene.planar)
         return ContactEvent(start_index=start, end_index=end, point_world=point,
                             normal_world=normal, frame=frame, impulse_world=impulse,
