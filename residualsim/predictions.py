@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
+from .atomic import atomic_open
 from .errors import PredictionError
 
 __all__ = [
@@ -469,18 +469,8 @@ def save_predictions(
     meta = {**predictions.meta, "format": FORMAT_NAME, "format_version": FORMAT_VERSION}
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     arrays.update(predictions._arrays())
-    temporary = directory / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    # os.open applies the umask to 0o666, so the final file gets the usual permissions.
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            _write_archive(file, arrays, compress)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as file:
+        _write_archive(file, arrays, compress)
     return path
 
 

@@ -130,8 +130,7 @@ def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth:
         for traj_id, traj in tosses.items():
             write_toss(staging / "tosses" / f"{traj_id}.pt", traj)
         (staging / "synthetic.json").write_text(json.dumps(truth, indent=2) + "\n")
-        for path in [staging, *staging.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)  # temp files are created private
+        staging.chmod(0o755)  # mkdtemp makes it private
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)

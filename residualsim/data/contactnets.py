@@ -31,13 +31,13 @@ trajectories can be fed to upstream tools.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_open
 from ..errors import DataError, ParameterError
 from .trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 
@@ -333,15 +333,5 @@ def write_toss(path: str | os.PathLike[str], traj: Trajectory) -> None:
     array = toss_to_array(traj)
     if not path.parent.is_dir():
         raise DataError(f"{path}: directory {path.parent} does not exist")
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
-    try:
-        with handle:
-            torch.save(torch.from_numpy(array), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as handle:
+        torch.save(torch.from_numpy(array), handle)

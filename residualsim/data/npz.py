@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_open
 from ..errors import DataError, ParameterError
 from .trajectory import Trajectory
 
@@ -99,18 +99,8 @@ def save_trajectory(path: str | os.PathLike[str], traj: Trajectory) -> None:
     if not path.parent.is_dir():
         raise DataError(f"{path}: directory {path.parent} does not exist")
     arrays = {name: np.asarray(getattr(traj, name), dtype=np.float64) for name in ARRAY_NAMES}
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
-    try:
-        with handle:
-            np.savez(handle, meta=np.array(meta_json), **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    with atomic_open(path) as handle:
+        np.savez(handle, meta=np.array(meta_json), **arrays)
 
 
 def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
