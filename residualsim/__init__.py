@@ -1,5 +1,39 @@
-"""residualsim: residual contact learning for PyBullet scenes."""
+"""residualsim: residual contact learning for PyBullet.
+
+The main classes are importable from here (loaded on first use, so ``import residualsim``
+stays light): :class:`Engine`, :class:`Trajectory`, :class:`PlanarImpacts`,
+:class:`EngineParams`, :func:`make_scene`, :func:`simulate_trajectories`,
+:func:`load_predictions`, :func:`score_trajectories`.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Engine": "residualsim.engine",
+    "ContactEvent": "residualsim.engine",
+    "Trajectory": "residualsim.data",
+    "PlanarImpacts": "residualsim.data",
+    "EngineParams": "residualsim.scenes",
+    "EngineSettings": "residualsim.scenes",
+    "make_scene": "residualsim.scenes",
+    "simulate_trajectories": "residualsim.rollout",
+    "TrajectoryPredictions": "residualsim.predictions",
+    "ImpactPredictions": "residualsim.predictions",
+    "load_predictions": "residualsim.predictions",
+    "save_predictions": "residualsim.predictions",
+    "score_trajectories": "residualsim.metrics",
+    "score_impacts": "residualsim.metrics",
+    "ResidualSimError": "residualsim.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'residualsim' has no attribute {name!r}")

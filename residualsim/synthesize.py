@@ -77,7 +77,8 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         The ground-truth effective contact parameters.
     like : mapping of id -> Trajectory, optional
         Start from these recordings' first samples, over their lengths, keeping their ids.
-        Otherwise ``n_tosses`` sampled states of ``n_samples`` samples, ids ``"0"``, ``"1"``...
+        Otherwise ``n_tosses`` sampled states of ``n_samples`` samples, ids ``"synthetic-0"``,
+        ``"synthetic-1"``... (never mistaken for a real recording).
     noise_m, noise_rad : float
         Standard deviations of the position (m) and orientation (rad) noise.
     rng : int, Generator or None
@@ -94,7 +95,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         if n_tosses < 1 or n_samples < 2:
             raise ParameterError("need n_tosses >= 1 and n_samples >= 2")
         states = sample_toss_states(n_tosses, rng)
-        items = [(str(i), state, n_samples) for i, state in enumerate(states)]
+        items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         settings = dataclasses.replace(make_scene("cube").settings, dt_s=SAMPLE_PERIOD_S)
     with ShardedWorkers("cube", items, n_workers, settings) as pool:
         results = pool.map(_simulate_one, params)

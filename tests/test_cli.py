@@ -93,11 +93,11 @@ def test_bad_input_exits_2_with_a_clear_message(capsys, tmp_path, monkeypatch, a
 def test_truncated_recording_names_the_file(capsys, tmp_path):
     data = tmp_path / "set"
     shutil.copytree(BUNDLED, data)
-    broken = data / "tosses" / "3.pt"
+    broken = data / "tosses" / "synthetic-3.pt"
     broken.write_bytes(broken.read_bytes()[:500])
     code, _, err = _run(capsys, "simulate", "--data", str(data), "--out",
                         str(tmp_path / "p.npz"))
-    assert code == 2 and "3.pt" in err
+    assert code == 2 and "synthetic-3.pt" in err
     assert not (tmp_path / "p.npz").exists()
 
 
@@ -105,12 +105,12 @@ def test_score_refuses_a_prediction_of_the_wrong_length(capsys, tmp_path):
     pred = tmp_path / "pred.npz"
     _run(capsys, "simulate", "--data", str(BUNDLED), "--out", str(pred), "--limit", "2")
     arrays = dict(np.load(pred))
-    arrays["0/position"] = arrays["0/position"][:, :-5]
-    arrays["0/quaternion"] = arrays["0/quaternion"][:, :-5]
+    arrays["synthetic-0/position"] = arrays["synthetic-0/position"][:, :-5]
+    arrays["synthetic-0/quaternion"] = arrays["synthetic-0/quaternion"][:, :-5]
     np.savez(tmp_path / "short.npz", **arrays)
     code, _, err = _run(capsys, "score", "--pred", str(tmp_path / "short.npz"),
                         "--data", str(BUNDLED))
-    assert code == 2 and "'0'" in err
+    assert code == 2 and "'synthetic-0'" in err
 
 
 def test_data_info_on_the_real_sets(capsys, shared_data):
