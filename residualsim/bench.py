@@ -20,7 +20,7 @@ import pybullet as pb
 
 from .data.trajectory import Trajectory
 from .engine import Engine
-from .rollout import _simulate_one, recording_settings, simulation_items
+from .rollout import simulate_one, recording_settings, simulation_items
 from .scenes import parse_params
 from .synthesize import sample_toss_states
 from .workers import ShardedWorkers
@@ -117,8 +117,8 @@ def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
         start = time.perf_counter()
         with ShardedWorkers("cube", items, count, settings) as pool:
             startup = time.perf_counter() - start
-            results = pool.map(_simulate_one, params)  # warm-up, and the check below
-            seconds = _best_of(lambda: pool.map(_simulate_one, params), repeats)
+            results = pool.map(simulate_one, params)  # warm-up, and the check below
+            seconds = _best_of(lambda: pool.map(simulate_one, params), repeats)
         states = [r.states for r in results]
         if reference is None:
             reference = states

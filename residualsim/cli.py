@@ -44,6 +44,19 @@ def resolve_data(path: str | None, scene: str = "cube") -> Path:
                     "holding contactnets-cube/ and planar-impact-ellipse/")
 
 
+def _count(minimum: int):
+    """argparse type: an int >= minimum, with a clear message otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
 def _json_line(record: dict) -> None:
     def clean(value):
         if isinstance(value, float) and not math.isfinite(value):
@@ -208,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def add_workers(sub):
-        sub.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+        sub.add_argument("--workers", type=_count(1), default=1, help="worker processes (default 1)")
 
     demo = commands.add_parser("demo", help="simulate the bundled sample tosses and score them")
     demo.add_argument("--data", help=f"tosses to use (default: {BUNDLED_SAMPLES.name} bundled)")
@@ -221,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     sim.add_argument("--out", required=True, help="prediction file to write (.npz)")
     sim.add_argument("--params", help="engine parameters: k=v,... or a JSON file")
-    sim.add_argument("--substeps", type=int, help="internal steps per sample")
-    sim.add_argument("--limit", type=int, help="only the first N recordings")
+    sim.add_argument("--substeps", type=_count(1), help="internal steps per sample")
+    sim.add_argument("--limit", type=_count(1), help="only the first N recordings")
     add_workers(sim)
     sim.set_defaults(run=cmd_simulate)
 
@@ -241,9 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--scene", default="cube")
     synth.add_argument("--params", required=True, help="true parameters: k=v,... or JSON")
     synth.add_argument("--like", help="start from this set's initial states and lengths")
-    synth.add_argument("--limit", type=int, help="with --like: only the first N recordings")
-    synth.add_argument("--count", type=int, default=8, help="sampled tosses without --like")
-    synth.add_argument("--samples", type=int, default=110, help="samples per sampled toss")
+    synth.add_argument("--limit", type=_count(1), help="with --like: only the first N recordings")
+    synth.add_argument("--count", type=_count(1), default=8, help="sampled tosses without --like")
+    synth.add_argument("--samples", type=_count(2), default=110, help="samples per sampled toss")
     synth.add_argument("--out", required=True)
     synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
     synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
@@ -256,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)
     engine = bench_commands.add_parser("engine", help="wrapper overhead and worker speed-up")
     engine.add_argument("--data", help="real tosses for the worker speed-up")
-    engine.add_argument("--tosses", type=int, default=20)
-    engine.add_argument("--repeats", type=int, default=5)
+    engine.add_argument("--tosses", type=_count(1), default=20)
+    engine.add_argument("--repeats", type=_count(1), default=5)
     engine.set_defaults(run=cmd_bench_engine)
     return parser
 

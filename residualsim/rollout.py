@@ -19,7 +19,7 @@ from .errors import DataError
 from .scenes import EngineParams, EngineSettings, make_scene, parse_params
 from .workers import ShardedWorkers
 
-__all__ = ["SimulatedTrajectory", "simulate_trajectories", "simulation_items",
+__all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simulation_items",
            "recording_settings", "simulate_impacts"]
 
 
@@ -62,7 +62,8 @@ def recording_settings(scene: str, trajectories: Mapping[str, Trajectory],
     return dataclasses.replace(base, **changes)
 
 
-def _simulate_one(engine: Engine, item: tuple, params: EngineParams) -> SimulatedTrajectory:
+def simulate_one(engine: Engine, item: tuple, params: EngineParams) -> SimulatedTrajectory:
+    """Worker function: one item of :func:`simulation_items` rolled out with ``params``."""
     traj_id, initial_state, n_samples = item
     if engine.params != params:
         engine.set_params(params)
@@ -103,9 +104,9 @@ def simulate_trajectories(scene: str, trajectories: Mapping[str, Trajectory],
         settings = recording_settings(scene, trajectories, substeps)
         with ShardedWorkers(scene, simulation_items(scene, trajectories), n_workers,
                             settings) as pool:
-            results = pool.map(_simulate_one, params)
+            results = pool.map(simulate_one, params)
     else:
-        results = workers.map(_simulate_one, params)
+        results = workers.map(simulate_one, params)
     return {result.traj_id: result for result in results}
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from .data.contactnets import SAMPLE_PERIOD_S, write_toss
 from .data.trajectory import Trajectory
 from .errors import DataError, ParameterError
-from .rollout import _simulate_one, recording_settings, simulation_items
+from .rollout import simulate_one, recording_settings, simulation_items
 from .scenes import make_scene, parse_params
 from .workers import ShardedWorkers
 
@@ -98,7 +98,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         settings = dataclasses.replace(make_scene("cube").settings, dt_s=SAMPLE_PERIOD_S)
     with ShardedWorkers("cube", items, n_workers, settings) as pool:
-        results = pool.map(_simulate_one, params)
+        results = pool.map(simulate_one, params)
     out: dict[str, Trajectory] = {}
     for result in results:
         n = len(result.positions_m)

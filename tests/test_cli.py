@@ -137,3 +137,12 @@ def test_simulate_planar_impacts_writes_upstream_rows(capsys, tmp_path, shared_d
     code, out, _ = _run(capsys, "score", "--pred", str(pred), "--data",
                         str(shared_data / "planar-impact-ellipse"))
     assert code == 0 and _last_json(out)["velocity_rmse_mps"] < 1.0
+
+
+@pytest.mark.parametrize("flag", [["--workers", "0"], ["--limit", "-3"], ["--workers", "two"]])
+def test_bad_counts_are_usage_errors_not_tracebacks(capsys, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "--data", str(BUNDLED), "--out", "x.npz", *flag])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert flag[0] in err and "Traceback" not in err
