@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "atomic_write_text"]
 
 
 @contextlib.contextmanager
@@ -33,3 +33,9 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_open(path) as handle:
+        handle.write(text.encode("utf-8"))

@@ -21,6 +21,8 @@ __all__ = ["main", "resolve_data"]
 
 #: Where each scene's real set lives below ``$RESIDUALSIM_DATA``.
 DEFAULT_SETS = {"cube": "contactnets-cube", "planar-ellipse": "planar-impact-ellipse"}
+#: Choices of ``--split``: the hash-based splits of :func:`residualsim.data.split_ids`.
+SPLITS = ("all", "train", "validation", "test")
 #: The bundled synthetic tosses the README's first command runs on.
 BUNDLED_SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 
@@ -69,28 +71,71 @@ def _json_line(record: dict) -> None:
     print(json.dumps(clean(record), sort_keys=False))
 
 
+def engine_from_option(params: str | None, substeps: int | None, scene: str
+                       ) -> tuple[object, int | None, dict]:
+    """(EngineParams, substeps, provenance) from ``--params`` and ``--substeps``.
+
+    ``--params`` may name a calibration output (directory or its summary.json): its point
+    parameters are used at the substep count they were calibrated at, unless ``--substeps``
+    says otherwise (a warning then: parameters do not transfer across substep counts).
+    """
+    from .calibrate import SUMMARY_FORMAT, load_calibration
+    from .scenes import parse_params
+
+    engine_params = parse_params(params)
+    provenance: dict = {"params": engine_params.as_json()}
+    if params:
+        path = Path(params)
+        summary = path / "summary.json" if path.is_dir() else path
+        try:
+            is_calibration = SUMMARY_FORMAT in summary.read_text()[:2000]
+        except OSError:
+            is_calibration = False
+        if is_calibration:
+            calibration = load_calibration(summary)
+            if calibration.scene != scene:
+                raise DataError(f"{summary}: calibrated for scene {calibration.scene!r}, "
+                                f"not {scene!r}")
+            if substeps is not None and substeps != calibration.substeps:
+                logging.getLogger(__name__).warning(
+                    "%s was calibrated at %d substeps; running at %d", summary,
+                    calibration.substeps, substeps)
+            substeps = substeps or calibration.substeps
+            provenance["calibration"] = str(calibration.path)
+    provenance["substeps"] = substeps
+    return engine_params, substeps, provenance
+
+
 def _simulate(scene: str, data: Path, out: Path, params: str | None, workers: int,
-              substeps: int | None, limit: int | None) -> dict:
+              substeps: int | None, limit: int | None, split: str = "all") -> dict:
     """Simulate the engine on a data set and write the prediction file; returns figures."""
     from .data import detect_format, load_impacts, load_trajectories
+    from .data.splits import split_ids
     from .predictions import ImpactPredictions, TrajectoryPredictions, save_predictions
     from .rollout import simulate_impacts, simulate_trajectories
-    from .scenes import make_scene, parse_params
+    from .scenes import make_scene
 
     make_scene(scene)
-    engine_params = parse_params(params)
-    meta = {"scene": scene, "params": engine_params.as_json(), "data": str(data),
+    engine_params, substeps, provenance = engine_from_option(params, substeps, scene)
+    meta = {"scene": scene, **provenance, "data": str(data), "split": split,
             "command": "simulate"}
     start = time.perf_counter()
     if detect_format(data) == "mcube":
         impacts = load_impacts(data, convention="corrected")
-        velocity = simulate_impacts(scene, impacts, engine_params, workers)
+        if split != "all":
+            impacts = impacts.subset(split_ids(impacts.rows.tolist())[split])
+        if limit is not None:
+            impacts = impacts.subset(impacts.rows[:limit])
+        velocity = simulate_impacts(scene, impacts, engine_params, workers, substeps)
         velocity[:, 0] *= -1.0  # back to the upstream files' x-axis convention
         predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
                                         meta={**meta, "convention": "upstream"})
         count = impacts.n_impacts
     else:
         trajectories = load_trajectories(data)
+        if split != "all":
+            keep = split_ids(list(trajectories))[split]
+            trajectories = {k: trajectories[k] for k in keep}
         if limit is not None:
             trajectories = dict(list(trajectories.items())[:limit])
         results = simulate_trajectories(scene, trajectories, engine_params, workers, substeps)
@@ -123,7 +168,7 @@ def _score(pred: Path, data: Path, scene: str | None) -> tuple[str, dict]:
 def cmd_simulate(args: argparse.Namespace) -> None:
     data = resolve_data(args.data, args.scene)
     _json_line(_simulate(args.scene, data, Path(args.out), args.params, args.workers,
-                         args.substeps, args.limit))
+                         args.substeps, args.limit, args.split))
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -158,7 +203,7 @@ def cmd_data_info(args: argparse.Namespace) -> None:
 
 def cmd_data_synthesize(args: argparse.Namespace) -> None:
     from .data import load_trajectories
-    from .scenes import parse_params
+    from .scenes import make_scene, parse_params
     from .synthesize import synthesize_tosses, write_toss_set
 
     if args.scene != "cube":
@@ -173,15 +218,64 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     tosses = synthesize_tosses(params, like=like, n_tosses=args.count, n_samples=args.samples,
                                noise_m=args.noise_m, noise_rad=args.noise_rad, rng=args.seed,
-                               n_workers=args.workers)
+                               n_workers=args.workers, substeps=args.substeps)
     truth = {"scene": args.scene, "params": params.as_json(), "noise_m": args.noise_m,
              "noise_rad": args.noise_rad, "seed": args.seed,
+             "substeps": args.substeps or make_scene(args.scene).settings.substeps,
              "like": str(args.like) if args.like else None, "count": len(tosses),
              "note": "synthetic recordings made by residualsim's engine; velocities are "
                      "the simulated ones, without noise"}
     out = write_toss_set(args.out, tosses, truth, overwrite=args.force)
     _json_line({"command": "data synthesize", "out": str(out), "count": len(tosses),
                 "params": params.as_json(), "seconds": time.perf_counter() - start})
+
+
+def _mapping_option(text: str | None, flag: str) -> dict[str, str]:
+    """``name=value,name=value`` into a dict (values kept as text)."""
+    from .errors import ParameterError
+
+    result: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ParameterError(f"{flag}: expected name=value, got {item!r}")
+        result[name.strip()] = value.strip()
+    return result
+
+
+def _bounds_option(text: str | None) -> dict[str, tuple[float, float]]:
+    from .errors import ParameterError
+
+    bounds = {}
+    for name, value in _mapping_option(text, "--bounds").items():
+        try:
+            low, high = (float(v) for v in value.split(":"))
+        except ValueError:
+            raise ParameterError(f"--bounds: expected {name}=LOW:HIGH, got {value!r}") from None
+        bounds[name] = (low, high)
+    return bounds
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from .calibrate import calibrate
+
+    data = resolve_data(args.data, args.scene)
+    summary = calibrate(
+        args.scene, data, args.params.split(","), args.out, method=args.method,
+        samples=args.samples, burn_in=args.burn_in, chains=args.chains,
+        proposal_scale=args.proposal_scale, adapt=not args.no_adapt,
+        bounds=_bounds_option(args.bounds), priors=_mapping_option(args.prior, "--prior"),
+        noise=args.noise, substeps=args.substeps, split=args.split,
+        max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
+        budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, plots=not args.no_plots, progress=not args.quiet)
+    for label, figures in (summary.get("validation") or {}).items():
+        rmse = figures.get("position_rmse_m", figures.get("rmse_mps"))
+        print(f"validation ({label} parameters): {rmse:.4g}")
+    keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
+            "loss_m2", "params", "settings", "evaluations", "validation", "seconds")
+    _json_line({"command": "calibrate", "out": str(args.out),
+                **{k: summary[k] for k in keys if k in summary}})
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> None:
@@ -233,8 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--scene", default="cube")
     sim.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     sim.add_argument("--out", required=True, help="prediction file to write (.npz)")
-    sim.add_argument("--params", help="engine parameters: k=v,... or a JSON file")
+    sim.add_argument("--params", help="engine parameters: k=v,..., a JSON file or a "
+                     "calibration directory (its substeps are used too)")
     sim.add_argument("--substeps", type=_count(1), help="internal steps per sample")
+    sim.add_argument("--split", choices=SPLITS, default="all",
+                     help="which split of the recordings (default all)")
     sim.add_argument("--limit", type=_count(1), help="only the first N recordings")
     add_workers(sim)
     sim.set_defaults(run=cmd_simulate)
@@ -261,9 +358,48 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
     synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--substeps", type=_count(1),
+                       help="engine substeps per sample (default: the scene's)")
     synth.add_argument("--force", action="store_true", help="replace an existing --out")
     add_workers(synth)
     synth.set_defaults(run=cmd_data_synthesize)
+
+    cal = commands.add_parser(
+        "calibrate", help="posterior (Metropolis-Hastings) or point estimate of engine "
+        "parameters from recordings")
+    cal.add_argument("--scene", default="cube")
+    cal.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    cal.add_argument("--params", default="lateral_friction,restitution",
+                     help="comma-separated parameters to calibrate (default "
+                     "lateral_friction,restitution)")
+    cal.add_argument("--out", required=True, help="output directory")
+    cal.add_argument("--method", choices=("mh", "nevergrad"), default="mh")
+    cal.add_argument("--samples", type=_count(1), default=3000, help="kept draws per chain")
+    cal.add_argument("--burn-in", type=_count(0), default=1000, help="steps discarded per chain")
+    cal.add_argument("--chains", type=_count(1), default=2)
+    cal.add_argument("--proposal-scale", type=float, default=0.05,
+                     help="random-walk step in units of each parameter's range (default 0.05)")
+    cal.add_argument("--no-adapt", action="store_true",
+                     help="keep the proposal fixed during burn-in too (the paper's setting)")
+    cal.add_argument("--bounds", help="name=LOW:HIGH,... search bounds")
+    cal.add_argument("--prior", help="name=uniform|loguniform|normal:MEAN:STD,...")
+    cal.add_argument("--noise", type=float,
+                     help="observation noise scale (m; m/s for impacts); default estimated")
+    cal.add_argument("--substeps", type=_count(1), help="engine substeps per sample "
+                     "(default 1 for trajectories, the scene's for impacts)")
+    cal.add_argument("--split", choices=("train", "all"), default="train",
+                     help="recordings to calibrate on (default: the training split)")
+    cal.add_argument("--max-trajectories", type=_count(1),
+                     help="only the first N recordings of the split")
+    cal.add_argument("--budget", type=_count(1), default=200, help="nevergrad evaluations")
+    cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
+    cal.add_argument("--checkpoint-every", type=_count(1), default=50, help="steps")
+    cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--no-plots", action="store_true")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workers(cal)
+    cal.set_defaults(run=cmd_calibrate)
 
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)

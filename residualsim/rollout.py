@@ -20,7 +20,8 @@ from .scenes import EngineParams, EngineSettings, make_scene, parse_params
 from .workers import ShardedWorkers
 
 __all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simulation_items",
-           "recording_settings", "simulate_impacts"]
+           "recording_settings", "simulate_impact", "simulate_impacts",
+           "impact_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,9 @@ def simulation_items(scene: str, trajectories: Mapping[str, Trajectory]) -> list
 IMPACT_MAX_STEPS = 10
 
 
-def _simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.ndarray:
+def simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.ndarray:
+    """Worker function: post-contact velocity (3,) of one impact item ``(row, pre_state)``
+    (see :func:`simulate_impacts`)."""
     from .scenes.planar import IMPACT_START_OVERLAP_M
 
     _, pre_state = item
@@ -139,7 +142,14 @@ def _simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.nd
     return velocity
 
 
-def simulate_impacts(scene: str, impacts, params=None, n_workers: int = 1) -> np.ndarray:
+def impact_settings(scene: str, substeps: int | None = None) -> EngineSettings:
+    """The planar scene's solver settings, optionally with another substep count."""
+    settings = make_scene(scene).settings
+    return settings if substeps is None else dataclasses.replace(settings, substeps=substeps)
+
+
+def simulate_impacts(scene: str, impacts, params=None, n_workers: int = 1,
+                     substeps: int | None = None) -> np.ndarray:
     """Post-contact velocities (N, 3) (dx m/s, dy m/s, dtheta rad/s) of planar impacts.
 
     Each impact starts from its pre-contact state placed at contact (the centre at the
@@ -153,5 +163,5 @@ def simulate_impacts(scene: str, impacts, params=None, n_workers: int = 1) -> np
         raise DataError(f"{impacts.source}: simulate impacts in the 'corrected' convention")
     params = parse_params(params)
     items = list(zip(impacts.rows.tolist(), impacts.pre_state))
-    with ShardedWorkers(scene, items, n_workers) as pool:
-        return np.array(pool.map(_simulate_impact, params)).reshape(-1, 3)
+    with ShardedWorkers(scene, items, n_workers, impact_settings(scene, substeps)) as pool:
+        return np.array(pool.map(simulate_impact, params)).reshape(-1, 3)

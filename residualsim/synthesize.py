@@ -68,7 +68,7 @@ def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
                       n_tosses: int = 8, n_samples: int = 110, noise_m: float = 0.0,
                       noise_rad: float = 0.0, rng: int | np.random.Generator | None = 0,
-                      n_workers: int = 1) -> dict[str, Trajectory]:
+                      n_workers: int = 1, substeps: int | None = None) -> dict[str, Trajectory]:
     """Simulate cube tosses with known parameters and add observation noise.
 
     Parameters
@@ -83,6 +83,9 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         Standard deviations of the position (m) and orientation (rad) noise.
     rng : int, Generator or None
         Seed of the initial states and the noise.
+    substeps : int, optional
+        Engine substeps per sample (default: the scene's); part of the truth, since
+        restitution and friction act differently at different substep counts.
     """
     if noise_m < 0 or noise_rad < 0:
         raise ParameterError(f"noise must be >= 0, got noise_m={noise_m}, noise_rad={noise_rad}")
@@ -90,13 +93,15 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
     params = parse_params(params)
     if like is not None:
         items = simulation_items("cube", like)
-        settings = recording_settings("cube", like)
+        settings = recording_settings("cube", like, substeps)
     else:
         if n_tosses < 1 or n_samples < 2:
             raise ParameterError("need n_tosses >= 1 and n_samples >= 2")
         states = sample_toss_states(n_tosses, rng)
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         settings = dataclasses.replace(make_scene("cube").settings, dt_s=SAMPLE_PERIOD_S)
+        if substeps is not None:
+            settings = dataclasses.replace(settings, substeps=substeps)
     with ShardedWorkers("cube", items, n_workers, settings) as pool:
         results = pool.map(simulate_one, params)
     out: dict[str, Trajectory] = {}

@@ -6,7 +6,7 @@ y up, theta the rotation about +z (counter-clockwise seen from +z), gravity alon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -93,3 +93,19 @@ class PlanarImpacts:
         """M = m * diag(1, 1, k^2), shape (3, 3), in (x, y, theta) coordinates."""
         k = self.radius_of_gyration_m
         return self.mass_kg * np.diag([1.0, 1.0, k * k])
+
+    def subset(self, rows) -> PlanarImpacts:
+        """The impacts whose upstream row numbers are in ``rows`` (ints or strings), in
+        this set's order. Raises DataError naming a row that is not in the set."""
+        wanted = {int(r) for r in rows}
+        missing = sorted(wanted - set(self.rows.tolist()))
+        if missing:
+            raise DataError(f"{self.source or 'planar impacts'}: no impact with row "
+                            f"{missing[0]}")
+        keep = np.isin(self.rows, list(wanted))
+        return replace(
+            self, pre_state=self.pre_state[keep], post_state=self.post_state[keep],
+            rows=self.rows[keep], normal_jacobian=self.normal_jacobian[keep],
+            tangent_jacobian=self.tangent_jacobian[keep], best_impulse=self.best_impulse[keep],
+            model_impulses={k: v[keep] for k, v in self.model_impulses.items()},
+            model_post_velocity={k: v[keep] for k, v in self.model_post_velocity.items()})

@@ -163,6 +163,16 @@ class Scene(ABC):
     def raw_to_states(self, raws: list) -> np.ndarray:
         """Stack :meth:`read_raw` results into states of shape (T, state_size)."""
 
+    def read_pose_raw(self) -> object:
+        """The current pose as PyBullet returns it (hot loop); default: :meth:`read_raw`."""
+        return self.read_raw()
+
+    def raw_to_poses(self, raws: list) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (T, 3) m world and quaternions (T, 4) w-x-y-z from :meth:`read_pose_raw`
+        results."""
+        positions, quat, _, _ = self.rigid_motion(self.raw_to_states(raws))
+        return positions, quat
+
     @abstractmethod
     def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:
         """The flat state of a :class:`~residualsim.data.Trajectory` at one sample."""
@@ -208,6 +218,14 @@ class Scene(ABC):
         potential = -self.mass_kg * pos @ np.asarray(self.settings.gravity_mps2)
         total = kinetic + potential
         return float(total[0]) if single else total
+
+    @property
+    def radius_of_gyration_m(self) -> float:
+        """sqrt(I / m) in metres: the length that makes an angle weigh like a distance
+        (I about the plane normal for planar scenes, the mean principal moment in 3D)."""
+        inertia = np.asarray(self.inertia_body)
+        moment = inertia[2, 2] if self.planar else np.trace(inertia) / 3.0
+        return float(np.sqrt(moment / self.mass_kg))
 
     def describe_state(self) -> str:
         """One line naming the state entries and their units."""

@@ -50,6 +50,7 @@ class CubeScene(Scene):
         get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
         self._read = lambda: (get_pose(body, physicsClientId=cid),
                               get_velocity(body, physicsClientId=cid))
+        self._read_pose = lambda: get_pose(body, physicsClientId=cid)
 
     def set_state(self, state: np.ndarray) -> None:
         s = np.asarray(state, dtype=np.float64)
@@ -70,6 +71,14 @@ class CubeScene(Scene):
                         dtype=np.float64).reshape(-1, 13)
         # PyBullet gives x-y-z-w; reorder the quaternion to w-x-y-z.
         return flat[:, [0, 1, 2, 6, 3, 4, 5, 7, 8, 9, 10, 11, 12]]
+
+    def read_pose_raw(self) -> object:
+        return self._read_pose()
+
+    def raw_to_poses(self, raws: list) -> tuple[np.ndarray, np.ndarray]:
+        flat = np.array([(*position, *quat) for position, quat in raws],
+                        dtype=np.float64).reshape(-1, 7)
+        return flat[:, 0:3], flat[:, [6, 3, 4, 5]]
 
     def get_state(self) -> np.ndarray:
         return self.raw_to_states([self.read_raw()])[0]

@@ -114,7 +114,8 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
 
     A JSON file may hold the mapping itself or a ``{"params": {...}}`` or
-    ``{"median": {...}}`` object (a calibration summary). Values not given keep ``base``
+    ``{"median": {...}}`` object (a calibration summary); a directory holding a
+    ``summary.json`` (a calibration output) is read through that file. Values not given keep ``base``
     (default: :class:`EngineParams` defaults).
     """
     base = base or EngineParams()
@@ -126,6 +127,9 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         return base.replace(**{str(k): v for k, v in source.items()})
     text = str(source).strip()
     path = Path(text)
+    if path.is_dir() and (path / "summary.json").is_file():  # a calibration directory
+        path = path / "summary.json"
+        text = str(path)
     if text.endswith(".json") or path.is_file():
         try:
             content = json.loads(path.read_text())

@@ -68,7 +68,6 @@ class PlanarScene(Scene):
     planar = True
     state_names = ("x_m", "y_m", "theta_rad", "dx_mps", "dy_mps", "dtheta_radps")
     urdf = ""
-    radius_of_gyration_m = 0.0
     settings = EngineSettings(dt_s=1.0 / 250.0, substeps=10, gravity_mps2=(0.0, -9.81, 0.0),
                               erp=0.0)
 
@@ -162,7 +161,6 @@ class PlanarEllipseScene(PlanarScene):
     semi_major_m = 0.035
     semi_minor_m = 0.025
     mass_kg = 0.0364
-    radius_of_gyration_m = 0.0192
     inertia_body = np.diag([1.0e-5, 1.0e-5, 0.0364 * 0.0192**2])
 
     def resting_height(self, theta_rad: float) -> float:
@@ -182,7 +180,6 @@ class PlanarDiceScene(PlanarScene):
     urdf = "planar_dice.urdf"
     side_m = 0.03406
     mass_kg = 0.049
-    radius_of_gyration_m = 0.03406 / math.sqrt(6.0)
     inertia_body = np.eye(3) * 0.049 * 0.03406**2 / 6.0
 
     def resting_height(self, theta_rad: float) -> float:
