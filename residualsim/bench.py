@@ -25,7 +25,7 @@ from .scenes import parse_params
 from .synthesize import sample_toss_states
 from .workers import ShardedWorkers
 
-__all__ = ["bench_engine_overhead", "bench_workers"]
+__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -128,4 +128,64 @@ def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
     first = report[f"workers_{worker_counts[0]}"]["map_s"]
     for count in worker_counts[1:]:
         report[f"speedup_{count}_over_{worker_counts[0]}"] = first / report[f"workers_{count}"]["map_s"]
+    return report
+
+
+def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
+                      n_chains: int = 2, steps: int = 1000 + 3000, probe_steps: int = 20,
+                      worker_counts: tuple[int, ...] = (1, 2)) -> dict:
+    """Cost of a Metropolis-Hastings calibration over ``trajectories``.
+
+    For each worker count, the seconds per sampler step (one likelihood call evaluating
+    ``n_chains`` parameter sets over all trajectories, as :class:`MetropolisHastings` does)
+    over ``probe_steps`` steps, and the projected time of ``steps`` steps; the speed-up of
+    the later worker counts over the first; and, in this process, the share of a likelihood
+    evaluation spent outside ``stepSimulation`` (against a loop doing only the resets and
+    ``stepSimulation`` calls of the same rollouts).
+    """
+    from .likelihood import TrajectoryLikelihood
+    from .scenes import EngineParams
+
+    rng = np.random.default_rng(0)
+    batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
+                for m, e in zip(rng.uniform(0.1, 0.4, n_chains), rng.uniform(0, 0.5, n_chains))]
+               for _ in range(probe_steps)]
+    report: dict = {"n_trajectories": len(trajectories), "substeps": substeps,
+                    "n_chains": n_chains, "steps": steps}
+    reference = None
+    for count in worker_counts:
+        with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=count) as lik:
+            lik.errors(batches[0])  # warm-up
+            start = time.perf_counter()
+            errors = [lik.errors(batch) for batch in batches]
+            per_step = (time.perf_counter() - start) / probe_steps
+        reference = errors if reference is None else reference
+        report[f"workers_{count}"] = {
+            "seconds_per_step": per_step, "projected_minutes": per_step * steps / 60.0,
+            "identical_to_first": all(np.array_equal(a, b) for a, b in zip(reference, errors))}
+    first = report[f"workers_{worker_counts[0]}"]["seconds_per_step"]
+    for count in worker_counts[1:]:
+        report[f"speedup_{count}_over_{worker_counts[0]}"] = (
+            first / report[f"workers_{count}"]["seconds_per_step"])
+    # Share outside stepSimulation, in this process.
+    settings = recording_settings("cube", trajectories, substeps)
+    items = simulation_items("cube", trajectories)
+    with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=1) as lik:
+        engine = Engine("cube", params=batches[0][0], settings=settings)
+
+        def steps_only() -> None:
+            cid = engine.client
+            for _, state, n_samples in items:
+                engine.reset(state)
+                for _ in range(n_samples - 1):
+                    pb.stepSimulation(physicsClientId=cid)
+
+        full = step = np.inf
+        for _ in range(3):  # interleaved
+            full = min(full, _best_of(lambda: lik.errors(batches[0][:1]), 1))
+            step = min(step, _best_of(steps_only, 1))
+        engine.close()
+    report["ms_per_trajectory"] = 1e3 * full / len(items)
+    report["step_only_ms_per_trajectory"] = 1e3 * step / len(items)
+    report["share_outside_step"] = 1.0 - step / full
     return report

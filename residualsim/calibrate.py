@@ -332,7 +332,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         result["train_rms_error"] = float(np.sqrt(np.mean(at_point)))
         result["noise_estimate"] = likelihood.noise_estimate(at_point)
     held_out = None
-    if validation is not None:
+    if validation is not None and split != "all":  # with "all" nothing is held out
         held_out = held_out_figures(scene, kind, validation,
                                     {"calibrated": params, "default": EngineParams()},
                                     settings.substeps, n_workers)

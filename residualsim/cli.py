@@ -305,6 +305,27 @@ def cmd_bench_engine(args: argparse.Namespace) -> None:
     _json_line(record)
 
 
+def cmd_bench_calibration(args: argparse.Namespace) -> None:
+    from .bench import bench_calibration
+    from .data import load_trajectories
+
+    trajectories = load_trajectories(resolve_data(args.data, "cube"))
+    trajectories = dict(list(trajectories.items())[: args.tosses])
+    report = bench_calibration(trajectories, substeps=args.substeps, n_chains=args.chains,
+                               steps=args.samples + args.burn_in, probe_steps=args.probe_steps)
+    print(f"{report['n_trajectories']} tosses, {args.substeps} substep(s), {args.chains} "
+          f"chains, {report['steps']} steps:")
+    for key, row in report.items():
+        if key.startswith("workers_"):
+            print(f"  {key.replace('_', ' ')}: {row['seconds_per_step']:.3f} s/step -> "
+                  f"{row['projected_minutes']:.1f} min (identical: {row['identical_to_first']})")
+    print(f"  speed-up 2 workers over 1: {report.get('speedup_2_over_1', float('nan')):.2f}x")
+    print(f"  one toss {report['ms_per_trajectory']:.2f} ms, of which stepSimulation "
+          f"{report['step_only_ms_per_trajectory']:.2f} ms -> share outside stepSimulation "
+          f"{report['share_outside_step']:.2f}")
+    _json_line({"command": "bench calibration", **report})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
@@ -408,6 +429,17 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--tosses", type=_count(1), default=20)
     engine.add_argument("--repeats", type=_count(1), default=5)
     engine.set_defaults(run=cmd_bench_engine)
+    bcal = bench_commands.add_parser(
+        "calibration", help="Metropolis-Hastings step cost, 1 vs 2 workers, projected time")
+    bcal.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bcal.add_argument("--tosses", type=_count(1), default=100)
+    bcal.add_argument("--substeps", type=_count(1), default=1)
+    bcal.add_argument("--chains", type=_count(1), default=2)
+    bcal.add_argument("--samples", type=_count(1), default=3000)
+    bcal.add_argument("--burn-in", type=_count(0), default=1000)
+    bcal.add_argument("--probe-steps", type=_count(1), default=20,
+                      help="sampler steps timed per worker count")
+    bcal.set_defaults(run=cmd_bench_calibration)
     return parser
 
 

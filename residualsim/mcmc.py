@@ -102,7 +102,7 @@ class MetropolisHastings:
         Acceptance rate the adaptation aims for.
     init_draws : int
         Chains start at the best points (highest posterior) of a scrambled Sobol set of
-        ``init_draws × n_chains`` points covering the box, unless :meth:`run` gets
+        ``init_draws × n_chains`` points (rounded up to a power of 2) covering the box, unless :meth:`run` gets
         ``initial``. Contact likelihoods have narrow basins and flat plateaus (e.g. every
         friction above the sticking value fits equally badly); a random-walk start on a
         plateau may never find the basin.
@@ -166,7 +166,8 @@ class MetropolisHastings:
 
             # A scrambled Sobol set covers the box evenly: a narrow basin is not missed.
             sobol = qmc.Sobol(d, scramble=True, seed=self.rng)
-            candidates = sobol.random(self.init_draws * self.n_chains)
+            power = math.ceil(math.log2(self.init_draws * self.n_chains))
+            candidates = sobol.random_base2(power)  # balanced sets come in powers of 2
             log_like, log_prior = self._evaluate(None, candidates)
             best = np.argsort(-(log_like + log_prior), kind="stable")[: self.n_chains]
             z, log_like, log_prior = candidates[best], log_like[best], log_prior[best]
@@ -291,11 +292,10 @@ class MetropolisHastings:
             with np.load(path, allow_pickle=False) as content:
                 header = json.loads(str(content["header"]))
                 arrays = {k: content[k] for k in content.files if k != "header"}
-        except (OSError, KeyError, ValueError) as exc:
-            raise DataError(f"{path}: not a readable checkpoint ({exc})") from None
-        if header.get("format") != CHECKPOINT_FORMAT:
-            raise DataError(f"{path}: not a Metropolis-Hastings checkpoint (format "
-                            f"{header.get('format')!r})")
+        except Exception as exc:  # any unreadable file (truncated zip, empty, not npz)
+            raise DataError(f"{path}: not a readable checkpoint ({exc!r})") from None
+        if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:
+            raise DataError(f"{path}: not a Metropolis-Hastings checkpoint")
         saved = json.loads(json.dumps(header.get("fingerprint", {})))
         expected = json.loads(json.dumps(dict(fingerprint)))
         if saved != expected:

@@ -71,7 +71,7 @@ class Normal:
         return -0.5 * ((x - self.mean) / self.std) ** 2
 
     def describe(self) -> str:
-        return f"normal:{self.mean:g}:{self.std:g}"
+        return f"normal:{self.mean!r}:{self.std!r}"  # repr: exact round trip
 
 
 Prior = Uniform | LogUniform | Normal
@@ -167,7 +167,10 @@ class ParamSpace:
             low, high = bounds.get(name, CALIBRATION_BOUNDS.get(name, (spec.low, spec.high)))
             prior = priors.get(name) or (LogUniform() if spec.log_scale else Uniform())
             if isinstance(prior, str):
-                prior = parse_prior(prior)
+                try:
+                    prior = parse_prior(prior)
+                except ParameterError as exc:
+                    raise ParameterError(f"{name}: {exc}") from None
             parameters.append(Parameter(name, float(low), float(high), spec.log_scale, prior))
         self.parameters: tuple[Parameter, ...] = tuple(parameters)
         self.base = base or EngineParams()
@@ -211,7 +214,7 @@ class ParamSpace:
 
     def log_prior(self, z: np.ndarray) -> np.ndarray:
         """Log prior density in unit coordinates, shape z.shape[:-1]; -inf outside [0, 1]."""
-        z = np.atleast_2d(np.asarray(z, dtype=np.float64))
+        z = np.asarray(z, dtype=np.float64)
         x = self.from_unit(z)
         total = np.zeros(z.shape[:-1])
         for i, parameter in enumerate(self.parameters):

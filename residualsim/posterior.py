@@ -149,11 +149,11 @@ class Posterior:
                 arrays["warmup"] = content["warmup"] if "warmup" in content else None
         except FileNotFoundError:
             raise DataError(f"{path}: posterior file not found") from None
-        except (OSError, KeyError, ValueError) as exc:
-            raise DataError(f"{path}: not a residualsim posterior file ({exc})") from None
-        if header.get("format") != POSTERIOR_FORMAT:
-            raise DataError(f"{path}: format {header.get('format')!r}, expected "
-                            f"{POSTERIOR_FORMAT!r}")
+        except Exception as exc:  # any unreadable file (truncated zip, empty, not npz)
+            raise DataError(f"{path}: not a residualsim posterior file ({exc!r})") from None
+        if not isinstance(header, dict) or header.get("format") != POSTERIOR_FORMAT:
+            found = header.get("format") if isinstance(header, dict) else None
+            raise DataError(f"{path}: format {found!r}, expected {POSTERIOR_FORMAT!r}")
         try:
             return cls(space=ParamSpace.from_json(header["space"]), meta=header.get("meta", {}),
                        **arrays)
