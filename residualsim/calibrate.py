@@ -37,7 +37,7 @@ import numpy as np
 from .atomic import atomic_write_text
 from .errors import DataError, ParameterError
 from .likelihood import ImpactLikelihood, TrajectoryLikelihood
-from .mcmc import MetropolisHastings, as_generator
+from .mcmc import MetropolisHastings, as_generator, check_fingerprint
 from .paramspace import ParamSpace
 from .scenes import EngineParams, make_scene
 
@@ -114,7 +114,7 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
     for name, value in (("budget", budget), ("batch_size", batch_size)):
         if int(value) != value or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value}")
-    seed = as_generator(rng).integers(2**31) if not isinstance(rng, int) else rng
+    seed = rng if isinstance(rng, int) else int(as_generator(rng).integers(2**31))
     fingerprint = {**dict(fingerprint or {}), "optimizer": optimizer, "batch_size": batch_size,
                    "space": space.as_json(), "seed": int(seed)}
     parametrization = ng.p.Array(init=np.full(space.ndim, 0.5), lower=0.0, upper=1.0)
@@ -171,16 +171,8 @@ def _load_history(path: Path, fingerprint: Mapping[str, Any]) -> list[dict[str, 
         saved, history = content["fingerprint"], list(content["history"])
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise DataError(f"{path}: not a readable nevergrad checkpoint ({exc})") from None
-    _check_fingerprint(path, saved, fingerprint)
+    check_fingerprint(path, saved, fingerprint)
     return history
-
-
-def _check_fingerprint(path: Path, saved: Mapping, expected: Mapping) -> None:
-    saved, expected = json.loads(json.dumps(saved)), json.loads(json.dumps(dict(expected)))
-    if saved != expected:
-        keys = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
-        raise DataError(f"{path}: checkpoint belongs to another run ({', '.join(keys)} "
-                        "differ); use a new output directory")
 
 
 # --- the calibration job ------------------------------------------------------------------------------

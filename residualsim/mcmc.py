@@ -35,7 +35,7 @@ from .errors import DataError, ParameterError
 from .paramspace import ParamSpace
 from .posterior import Posterior
 
-__all__ = ["MetropolisHastings", "CHECKPOINT_FORMAT", "as_generator"]
+__all__ = ["MetropolisHastings", "CHECKPOINT_FORMAT", "as_generator", "check_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,16 @@ CHECKPOINT_FORMAT = "residualsim.mh-checkpoint/1"
 
 #: log-likelihood of natural parameter values (n, d) -> (n,).
 LogLikelihood = Callable[[np.ndarray], np.ndarray]
+
+
+def check_fingerprint(path: Path, saved: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint whose run description differs, naming the keys that differ."""
+    saved, expected = json.loads(json.dumps(saved)), json.loads(json.dumps(dict(expected)))
+    if not isinstance(saved, dict) or saved != expected:
+        saved = saved if isinstance(saved, dict) else {}
+        keys = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
+        raise DataError(f"{path}: checkpoint belongs to another run ({', '.join(keys)} "
+                        "differ); use a new output directory")
 
 
 def as_generator(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -296,12 +306,7 @@ class MetropolisHastings:
             raise DataError(f"{path}: not a readable checkpoint ({exc!r})") from None
         if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:
             raise DataError(f"{path}: not a Metropolis-Hastings checkpoint")
-        saved = json.loads(json.dumps(header.get("fingerprint", {})))
-        expected = json.loads(json.dumps(dict(fingerprint)))
-        if saved != expected:
-            keys = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
-            raise DataError(f"{path}: checkpoint belongs to another run ({', '.join(keys)} "
-                            "differ); use a new output directory")
+        check_fingerprint(path, header.get("fingerprint", {}), fingerprint)
         if header["rng"]["bit_generator"] != type(self.rng.bit_generator).__name__:
             raise DataError(f"{path}: checkpoint used a {header['rng']['bit_generator']} "
                             "generator")

@@ -10,7 +10,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from residualsim.cli import main
