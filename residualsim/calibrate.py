@@ -7,8 +7,8 @@ likelihood (:mod:`residualsim.likelihood`) over worker processes and either
 - samples the posterior with Metropolis-Hastings (:class:`~residualsim.mcmc.MetropolisHastings`,
   ``method="mh"``, the residual-learning paper's procedure; the point value is the posterior
   median), or
-- minimises the same trajectory error with a pinned nevergrad optimiser (``method="nevergrad"``,
-  a point estimate for comparison).
+- maximises the same likelihood with a pinned nevergrad optimiser (``method="nevergrad"``,
+  a maximum-likelihood point estimate for comparison; the loss is −log L per recording).
 
 It writes one output directory: ``summary.json`` (the point value as full engine parameters,
 the engine settings it was calibrated at, intervals and diagnostics, held-out figures),
@@ -287,9 +287,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         def log_like(x: np.ndarray) -> np.ndarray:
             return likelihood([space.engine_params(row) for row in x])
 
-        def mean_error(x: np.ndarray) -> np.ndarray:
-            errors = likelihood.errors([space.engine_params(row) for row in x])
-            return errors.mean(axis=1)
+        def negative_log_like(x: np.ndarray) -> np.ndarray:
+            # per recording, so the loss reads the same for any data size
+            return -log_like(x) / likelihood.n_items
 
         result: dict[str, Any] = {}
         if method == "mh":
@@ -311,13 +311,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 corner_plot(posterior, out / "corner.png")
                 trace_plot(posterior, out / "trace.png")
         else:
-            found = point_estimate(mean_error, space, budget=budget, optimizer=optimizer,
+            found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed,
                                    checkpoint=out / "nevergrad-checkpoint.json", resume=resume,
                                    fingerprint=fingerprint, progress=progress)
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
-            result.update({"best": point, "loss_m2": found["loss"],
+            result.update({"best": point, "loss": found["loss"],
                            "evaluations": found["evaluations"], "failed": found["failed"]})
         params = space.engine_params([point[n] for n in space.names])
         at_point = likelihood.errors([params])[0]

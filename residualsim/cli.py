@@ -270,10 +270,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
         resume=args.resume, plots=not args.no_plots, progress=not args.quiet)
     for label, figures in (summary.get("validation") or {}).items():
-        rmse = figures.get("position_rmse_m", figures.get("rmse_mps"))
-        print(f"validation ({label} parameters): {rmse:.4g}")
+        if "position_rmse_m" in figures:
+            print(f"validation, {label} parameters: position RMSE "
+                  f"{figures['position_rmse_m']:.4g} m")
+        else:
+            print(f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
+                  f"{figures['velocity_rmse_mps']:.4g} m/s")
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
-            "loss_m2", "params", "settings", "evaluations", "validation", "seconds")
+            "loss", "params", "settings", "evaluations", "validation", "seconds")
     _json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 
