@@ -41,7 +41,7 @@ from .mcmc import MetropolisHastings, as_generator, check_fingerprint
 from .paramspace import ParamSpace
 from .scenes import EngineParams, make_scene
 
-__all__ = ["calibrate", "point_estimate", "Calibration", "load_calibration",
+__all__ = ["calibrate", "point_estimate", "Calibration", "load_calibration", "is_calibration",
            "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT"]
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,17 @@ class Calibration:
     substeps: int
     summary: dict[str, Any]
     path: Path | None = None
+
+
+def is_calibration(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a calibration directory or its ``summary.json``."""
+    path = Path(path)
+    summary_path = path / "summary.json" if path.is_dir() else path
+    try:
+        content = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(content, dict) and content.get("format") == SUMMARY_FORMAT
 
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:

@@ -79,20 +79,15 @@ def engine_from_option(params: str | None, substeps: int | None, scene: str
     parameters are used at the substep count they were calibrated at, unless ``--substeps``
     says otherwise (a warning then: parameters do not transfer across substep counts).
     """
-    from .calibrate import SUMMARY_FORMAT, load_calibration
+    from .calibrate import is_calibration, load_calibration
     from .scenes import parse_params
 
     engine_params = parse_params(params)
     provenance: dict = {"params": engine_params.as_json()}
     if params:
-        path = Path(params)
-        summary = path / "summary.json" if path.is_dir() else path
-        try:
-            is_calibration = SUMMARY_FORMAT in summary.read_text()[:2000]
-        except OSError:
-            is_calibration = False
-        if is_calibration:
-            calibration = load_calibration(summary)
+        if is_calibration(params):
+            calibration = load_calibration(params)
+            summary = calibration.path / "summary.json"
             if calibration.scene != scene:
                 raise DataError(f"{summary}: calibrated for scene {calibration.scene!r}, "
                                 f"not {scene!r}")
