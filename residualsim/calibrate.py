@@ -37,7 +37,7 @@ import numpy as np
 from .atomic import atomic_write_text
 from .errors import DataError, ParameterError
 from .likelihood import ImpactLikelihood, TrajectoryLikelihood
-from .mcmc import MetropolisHastings, as_generator, check_fingerprint
+from .mcmc import MetropolisHastings, as_generator
 from .paramspace import ParamSpace
 from .scenes import EngineParams, make_scene
 
@@ -52,8 +52,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TRAJECTORY_SUBSTEPS = 1
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
-#: Loss given to a candidate whose rollout failed (NaN), instead of nevergrad's silent clip.
-FAILED_LOSS = 1e6
 
 
 @dataclass(frozen=True)
@@ -114,76 +112,22 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
     Candidates are asked and told in batches of ``batch_size`` (reproducible for a seed and
     evaluated together by the likelihood's workers). The history is checkpointed as JSON
     after each batch; resuming replays it through a fresh optimiser with the same seed
-    (no pickles) and refuses a history that does not replay. Returns ``{"x": best values,
+    (no pickles) and refuses a history that does not replay (see
+    :func:`residualsim.optimize.minimize`). Returns ``{"x": best values,
     "loss": best loss, "evaluations", "failed", "history"}``.
     """
-    import nevergrad as ng
-    from tqdm.auto import tqdm
+    from .optimize import minimize
 
-    if optimizer not in ng.optimizers.registry:
-        raise ParameterError(f"unknown nevergrad optimizer {optimizer!r}")
-    for name, value in (("budget", budget), ("batch_size", batch_size)):
-        if int(value) != value or value < 1:
-            raise ParameterError(f"{name} must be an integer >= 1, got {value}")
     seed = rng if isinstance(rng, int) else int(as_generator(rng).integers(2**31))
-    fingerprint = {**dict(fingerprint or {}), "optimizer": optimizer, "batch_size": batch_size,
-                   "space": space.as_json(), "seed": int(seed)}
-    parametrization = ng.p.Array(init=np.full(space.ndim, 0.5), lower=0.0, upper=1.0)
-    parametrization.random_state = np.random.RandomState(int(seed))
-    opt = ng.optimizers.registry[optimizer](parametrization=parametrization, budget=budget,
-                                             num_workers=batch_size)
-    history: list[dict[str, Any]] = []
-    recorded: list[dict[str, Any]] = []
-    path = Path(checkpoint) if checkpoint is not None else None
-    if path is not None and path.exists():
-        if not resume:
-            raise DataError(f"{path}: a checkpoint of an earlier run exists; resume it or "
-                            "choose another output")
-        recorded = _load_history(path, fingerprint)
-    failed = 0
-    bar = tqdm(total=budget, disable=not progress, unit="eval", desc=optimizer)
-    try:
-        while len(history) < budget:
-            candidates = [opt.ask() for _ in range(min(batch_size, budget - len(history)))]
-            z = np.array([c.value for c in candidates])
-            replay = recorded[len(history):len(history) + len(candidates)]
-            if len(replay) == len(candidates):
-                if not np.allclose(z, [r["z"] for r in replay], rtol=0, atol=1e-12):
-                    raise DataError(f"{path}: the checkpoint does not replay (different "
-                                    "optimiser or version); use a new output directory")
-                values = np.array([r["loss"] for r in replay])
-            else:
-                values = np.asarray(loss(space.from_unit(z)), dtype=np.float64)
-                bad = ~np.isfinite(values)
-                failed += int(bad.sum())
-                if bad.any():
-                    log.warning("%d rollouts failed; their loss is set to %g", bad.sum(),
-                                FAILED_LOSS)
-                values = np.where(bad, FAILED_LOSS, values)
-            for candidate, zi, value in zip(candidates, z, values):
-                opt.tell(candidate, float(value))
-                history.append({"z": zi.tolist(), "x": space.from_unit(zi).tolist(),
-                                "loss": float(value)})
-            bar.update(len(candidates))
-            bar.set_postfix(best=f"{min(h['loss'] for h in history):.4g}")
-            if path is not None and len(history) > len(recorded):
-                atomic_write_text(path, json.dumps({"fingerprint": fingerprint,
-                                                    "history": history}))
-    finally:
-        bar.close()
-    best = min(history, key=lambda h: h["loss"])
-    return {"x": best["x"], "loss": best["loss"], "evaluations": len(history),
-            "failed": failed, "history": history}
-
-
-def _load_history(path: Path, fingerprint: Mapping[str, Any]) -> list[dict[str, Any]]:
-    try:
-        content = json.loads(path.read_text())
-        saved, history = content["fingerprint"], list(content["history"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise DataError(f"{path}: not a readable nevergrad checkpoint ({exc})") from None
-    check_fingerprint(path, saved, fingerprint)
-    return history
+    fingerprint = {**dict(fingerprint or {}), "space": space.as_json()}
+    result = minimize(lambda z: loss(space.from_unit(z)), np.full(space.ndim, 0.5),
+                      budget=budget, lower=0.0, upper=1.0, optimizer=optimizer,
+                      batch_size=batch_size, seed=seed, checkpoint=checkpoint, resume=resume,
+                      fingerprint=fingerprint, progress=progress)
+    history = [{"z": z.tolist(), "x": space.from_unit(z).tolist(), "loss": float(value)}
+               for z, value in zip(result.candidates, result.losses)]
+    return {"x": space.from_unit(result.best).tolist(), "loss": result.best_loss,
+            "evaluations": result.evaluations, "failed": result.failed, "history": history}
 
 
 # --- the calibration job ------------------------------------------------------------------------------
@@ -324,7 +268,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         else:
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed,
-                                   checkpoint=out / "nevergrad-checkpoint.json", resume=resume,
+                                   checkpoint=out / "nevergrad-checkpoint.npz", resume=resume,
                                    fingerprint=fingerprint, progress=progress)
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))

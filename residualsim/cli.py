@@ -325,6 +325,55 @@ def cmd_bench_calibration(args: argparse.Namespace) -> None:
     _json_line({"command": "bench calibration", **report})
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    from .rollout import ContactGuard
+    from .train import TrainingConfig, run_training
+
+    config = TrainingConfig(
+        budget=args.budget, samples=args.samples, hidden=tuple(args.hidden),
+        n_components=args.components, sigma=args.sigma, optimizer=args.optimizer,
+        batch_size=args.batch_size, rotation_weight=args.rotation_weight,
+        validate_every=args.validate_every, patience=args.patience, seed=args.seed,
+        guard=ContactGuard())
+    figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
+                           calibration=args.calibration, substeps=args.substeps,
+                           max_trajectories=args.max_tosses, config=config,
+                           n_workers=args.workers, resume=args.resume, progress=not args.quiet,
+                           command=" ".join(["residualsim", *sys.argv[1:]]))
+    print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, engine "
+          f"{figures['engine_validation_rmse_m']:.4g} m ({100 * figures['improvement']:.1f} % "
+          f"lower); rotation {figures['validation_rotation_deg']:.1f} deg vs "
+          f"{figures['engine_validation_rotation_deg']:.1f} deg")
+    _json_line({"command": "train", "out": str(args.out), **figures})
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    from .data import load_trajectories
+    from .data.splits import split_ids
+    from .predictions import save_predictions
+    from .residual import ResidualModel
+    from .rollout import predict_trajectories
+
+    model = ResidualModel.load(args.model)
+    data = resolve_data(args.data, model.scene)
+    trajectories = load_trajectories(data)
+    if args.split != "all":
+        keep = split_ids(list(trajectories))[args.split]
+        trajectories = {k: trajectories[k] for k in keep}
+    if args.limit is not None:
+        trajectories = dict(list(trajectories.items())[:args.limit])
+    start = time.perf_counter()
+    predictions, stats = predict_trajectories(model, trajectories, samples=args.samples,
+                                              seed=args.seed, n_workers=args.workers,
+                                              residual=not args.no_residual)
+    predictions.meta.update(model=str(args.model), data=str(data), split=args.split,
+                            command="predict")
+    save_predictions(args.out, predictions)
+    _json_line({"command": "predict", "model": str(args.model), "count": len(trajectories),
+                "samples": predictions.n_samples, "residual": not args.no_residual,
+                "out": str(args.out), **stats, "seconds": time.perf_counter() - start})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
@@ -420,6 +469,51 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_workers(cal)
     cal.set_defaults(run=cmd_calibrate)
+
+    tr = commands.add_parser("train", help="train the residual contact model (nevergrad)")
+    tr.add_argument("--scene", default="cube")
+    tr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    tr.add_argument("--calibration", help="calibration directory (default: engine defaults)")
+    tr.add_argument("--out", required=True, help="model directory to write")
+    tr.add_argument("--budget", type=_count(1), default=800, help="nevergrad evaluations")
+    tr.add_argument("--max-tosses", type=_count(1),
+                    help="only the first N training recordings")
+    tr.add_argument("--samples", type=_count(0), default=0, help="policy samples per "
+                    "recording in the loss (default 0: the mean prediction)")
+    tr.add_argument("--hidden", type=_count(1), nargs="+", default=[16],
+                    help="hidden layer widths (default 16)")
+    tr.add_argument("--components", type=_count(1), default=2, help="mixture components")
+    tr.add_argument("--sigma", type=float, default=0.1, help="initial mutation scale on θ")
+    tr.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
+    tr.add_argument("--batch-size", type=_count(1), default=8,
+                    help="candidates evaluated together")
+    tr.add_argument("--rotation-weight", type=float, default=1.0,
+                    help="weight of the rotation error (x radius of gyration) in the loss")
+    tr.add_argument("--validate-every", type=_count(1), default=48, help="evaluations")
+    tr.add_argument("--patience", type=_count(1), default=6,
+                    help="validation checks without improvement before stopping")
+    tr.add_argument("--substeps", type=_count(1),
+                    help="engine substeps (default: the calibration's, else the scene's)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workers(tr)
+    tr.set_defaults(run=cmd_train)
+
+    pr = commands.add_parser("predict", help="predict recordings with a trained model")
+    pr.add_argument("--model", required=True, help="model directory (residualsim train)")
+    pr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    pr.add_argument("--out", required=True, help="prediction file to write (.npz)")
+    pr.add_argument("--samples", type=_count(0), default=0,
+                    help="stochastic samples per recording (default 0: the mean prediction)")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--no-residual", action="store_true",
+                    help="the model's calibrated engine alone")
+    pr.add_argument("--split", choices=SPLITS, default="all",
+                    help="which split of the recordings (default all)")
+    pr.add_argument("--limit", type=_count(1), help="only the first N recordings")
+    add_workers(pr)
+    pr.set_defaults(run=cmd_predict)
 
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)

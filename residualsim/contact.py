@@ -35,6 +35,7 @@ __all__ = [
     "contact_model",
     "effective_inertia",
     "contact_features",
+    "unpack_features",
     "velocity_change",
     "in_friction_cone",
     "project_to_friction_cone",
@@ -114,6 +115,21 @@ def contact_features(effective_inertia_kg: np.ndarray, contact_velocity_mps: np.
     """x = (upper triangle of M_c row by row, v_c): (9,) in 3D, (5,) in the plane."""
     rows, cols = np.triu_indices(effective_inertia_kg.shape[0])
     return np.concatenate([effective_inertia_kg[rows, cols], contact_velocity_mps])
+
+
+def unpack_features(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`contact_features` for rows (..., 9) or (..., 5): (M_c (..., k, k),
+    v_c (..., k))."""
+    features = np.asarray(features, dtype=np.float64)
+    k = {9: 3, 5: 2}.get(features.shape[-1])
+    if k is None:
+        raise ValueError(f"contact features have 9 (3D) or 5 (planar) entries, "
+                         f"got {features.shape[-1]}")
+    rows, cols = np.triu_indices(k)
+    inertia = np.zeros(features.shape[:-1] + (k, k))
+    inertia[..., rows, cols] = features[..., :len(rows)]
+    inertia[..., cols, rows] = features[..., :len(rows)]
+    return inertia, features[..., len(rows):]
 
 
 def velocity_change(mass_matrix: np.ndarray, contact_jacobian: np.ndarray,

@@ -191,6 +191,10 @@ class Scene(ABC):
         """Current generalised velocity q_dot (nv,)."""
 
     @abstractmethod
+    def generalized_velocity_of(self, state: np.ndarray) -> np.ndarray:
+        """q_dot (nv,) held in a state (scene layout), without touching the world."""
+
+    @abstractmethod
     def set_generalized_velocity(self, qdot: np.ndarray) -> None:
         """Set the generalised velocity q_dot (nv,), keeping the configuration."""
 

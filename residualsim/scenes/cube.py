@@ -94,6 +94,9 @@ class CubeScene(Scene):
         lin, ang = pb.getBaseVelocity(self.body, physicsClientId=self.client)
         return np.array([*lin, *ang])
 
+    def generalized_velocity_of(self, state: np.ndarray) -> np.ndarray:
+        return np.asarray(state, dtype=np.float64)[7:13].copy()
+
     def set_generalized_velocity(self, qdot: np.ndarray) -> None:
         qdot = np.asarray(qdot, dtype=np.float64)
         pb.resetBaseVelocity(self.body, qdot[0:3].tolist(), qdot[3:6].tolist(),

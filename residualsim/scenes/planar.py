@@ -126,6 +126,9 @@ class PlanarScene(Scene):
     def generalized_velocity(self) -> np.ndarray:
         return np.array([j[1] for j in self._read()])
 
+    def generalized_velocity_of(self, state: np.ndarray) -> np.ndarray:
+        return np.asarray(state, dtype=np.float64)[3:6].copy()
+
     def set_generalized_velocity(self, qdot: np.ndarray) -> None:
         for joint, (position, _, _, _) in zip((_X, _Y, _THETA), self._read()):
             pb.resetJointState(self.body, joint, position, float(qdot[joint]),
