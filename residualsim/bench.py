@@ -25,7 +25,7 @@ from .scenes import parse_params
 from .synthesize import sample_toss_states
 from .workers import ShardedWorkers
 
-__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration"]
+__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -189,3 +189,61 @@ def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
     report["step_only_ms_per_trajectory"] = 1e3 * step / len(items)
     report["share_outside_step"] = 1.0 - step / full
     return report
+
+
+def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int = 5,
+                   samples: int = 4) -> dict:
+    """Cost of residual rollouts against the model's calibrated engine alone, same tosses.
+
+    One process, one engine at the model's settings, interleaved repeats (best of each):
+
+    * ``engine_poses``: :meth:`Engine.rollout_poses`, the leanest engine-only loop (what
+      calibration runs);
+    * ``engine_rollout``: :meth:`Engine.rollout`, the engine with its contact-event
+      bookkeeping (what ``simulate`` runs);
+    * ``residual_mean``: Algorithm 1 in deterministic mode;
+    * ``residual_sample``: Algorithm 1 in stochastic mode (per sample).
+
+    Returns seconds per toss for each and the ratios of the residual modes to both
+    engine baselines, plus the number of events per toss.
+    """
+    from .rollout import residual_rollout
+
+    settings = recording_settings(model.scene, trajectories, model.substeps)
+    engine = Engine(model.scene, params=model.params, settings=settings)
+    policy = model.policy.numpy()
+    cases = [(engine.scene.state_from_trajectory(t, 0), t.n_samples - 1)
+             for t in trajectories.values()]
+    events = [residual_rollout(engine, s, n, policy, None, model.guard).n_events
+              for s, n in cases]
+
+    def run(kind: str) -> None:
+        for index, (state, n_steps) in enumerate(cases):
+            if kind == "engine_poses":
+                engine.rollout_poses(state, n_steps)
+            elif kind == "engine_rollout":
+                engine.rollout(state, n_steps)
+            elif kind == "residual_mean":
+                residual_rollout(engine, state, n_steps, policy, None, model.guard)
+            else:
+                for sample in range(samples):
+                    residual_rollout(engine, state, n_steps, policy,
+                                     np.random.default_rng([0, index, sample]), model.guard)
+
+    kinds = ("engine_poses", "engine_rollout", "residual_mean", "residual_sample")
+    best = dict.fromkeys(kinds, np.inf)
+    for _ in range(repeats):
+        for kind in kinds:
+            best[kind] = min(best[kind], _best_of(lambda: run(kind), 1))
+    engine.close()
+    per_toss = {k: v / len(cases) for k, v in best.items()}
+    per_toss["residual_sample"] /= samples
+    return {
+        "n_trajectories": len(cases), "substeps": model.substeps, "repeats": repeats,
+        "events_per_toss": float(np.mean(events)),
+        "seconds_per_toss": per_toss,
+        "mean_over_engine_poses": per_toss["residual_mean"] / per_toss["engine_poses"],
+        "mean_over_engine_rollout": per_toss["residual_mean"] / per_toss["engine_rollout"],
+        "sample_over_engine_poses": per_toss["residual_sample"] / per_toss["engine_poses"],
+        "sample_over_engine_rollout": per_toss["residual_sample"] / per_toss["engine_rollout"],
+    }

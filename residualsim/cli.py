@@ -25,6 +25,7 @@ DEFAULT_SETS = {"cube": "contactnets-cube", "planar-ellipse": "planar-impact-ell
 SPLITS = ("all", "train", "validation", "test")
 #: The bundled synthetic tosses the README's first command runs on.
 BUNDLED_SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
+PRETRAINED_CUBE = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
 
 
 def resolve_data(path: str | None, scene: str = "cube") -> Path:
@@ -374,6 +375,27 @@ def cmd_predict(args: argparse.Namespace) -> None:
                 "out": str(args.out), **stats, "seconds": time.perf_counter() - start})
 
 
+def cmd_bench_residual(args: argparse.Namespace) -> None:
+    from .bench import bench_residual
+    from .data import load_trajectories
+    from .data.splits import split_ids
+    from .residual import ResidualModel
+
+    model = ResidualModel.load(args.model)
+    trajectories = load_trajectories(resolve_data(args.data, model.scene))
+    keep = split_ids(list(trajectories))["validation"][:args.tosses]
+    report = bench_residual(model, {k: trajectories[k] for k in keep}, repeats=args.repeats)
+    times = report["seconds_per_toss"]
+    print(f"{report['n_trajectories']} validation tosses, {report['substeps']} substeps, "
+          f"{report['events_per_toss']:.2f} events per toss; ms per toss:")
+    for key, value in times.items():
+        print(f"  {key:>16}: {1000 * value:7.3f}")
+    print(f"  residual (mean) / engine: {report['mean_over_engine_poses']:.3f} (lean loop), "
+          f"{report['mean_over_engine_rollout']:.3f} (Engine.rollout); per stochastic sample "
+          f"{report['sample_over_engine_poses']:.3f} / {report['sample_over_engine_rollout']:.3f}")
+    _json_line({"command": "bench residual", **report})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
@@ -533,6 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
     bcal.add_argument("--probe-steps", type=_count(1), default=20,
                       help="sampler steps timed per worker count")
     bcal.set_defaults(run=cmd_bench_calibration)
+    bres = bench_commands.add_parser(
+        "residual", help="residual rollout cost against the calibrated engine alone")
+    bres.add_argument("--model", default=str(PRETRAINED_CUBE), help="model directory "
+                      "(default: the shipped cube model)")
+    bres.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bres.add_argument("--tosses", type=_count(1), default=40)
+    bres.add_argument("--repeats", type=_count(1), default=5)
+    bres.set_defaults(run=cmd_bench_residual)
     return parser
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "project_to_friction_cone",
 ]
 
+_TRIU = {k: np.triu_indices(k) for k in (1, 2, 3)}
+
 #: Below this tangential speed (m/s) the slip direction is undefined and a fixed tangent is used.
 SLIP_TOLERANCE_MPS = 1e-6
 
@@ -100,8 +102,9 @@ def contact_frame(normal_world: np.ndarray, point_velocity_world: np.ndarray | N
         axis = np.eye(3)[int(np.argmin(np.abs(n)))]
         t1 = axis - (axis @ n) * n
         t1 /= np.linalg.norm(t1)
-    t2 = np.cross(n, t1)
-    return np.stack([n, t1, t2])
+    t2 = np.array([n[1] * t1[2] - n[2] * t1[1], n[2] * t1[0] - n[0] * t1[2],
+                   n[0] * t1[1] - n[1] * t1[0]])  # n x t1 (np.cross costs ~10 us here)
+    return np.array([n, t1, t2])
 
 
 def effective_inertia(mass_matrix: np.ndarray, contact_jacobian: np.ndarray) -> np.ndarray:
@@ -113,7 +116,7 @@ def effective_inertia(mass_matrix: np.ndarray, contact_jacobian: np.ndarray) -> 
 def contact_features(effective_inertia_kg: np.ndarray, contact_velocity_mps: np.ndarray
                      ) -> np.ndarray:
     """x = (upper triangle of M_c row by row, v_c): (9,) in 3D, (5,) in the plane."""
-    rows, cols = np.triu_indices(effective_inertia_kg.shape[0])
+    rows, cols = _TRIU[effective_inertia_kg.shape[0]]
     return np.concatenate([effective_inertia_kg[rows, cols], contact_velocity_mps])
 
 

@@ -164,6 +164,7 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
                     raise DataError(f"{path}: the checkpoint does not replay (different "
                                     "optimiser or version); use a new output directory")
                 values = recorded_loss[done:done + len(asked)]
+                result.failed += int(np.sum(values == FAILED_LOSS))
             else:
                 values = np.asarray(loss(z), dtype=np.float64).reshape(len(asked))
                 bad = ~np.isfinite(values)

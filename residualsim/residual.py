@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,9 +281,10 @@ class ResidualPolicy:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], where: str = "policy") -> ResidualPolicy:
         """Rebuild an (untrained) policy with the architecture and normalisation of a config."""
-        if config.get("format") != _FORMAT:
-            raise DataError(f"{where}: not a residualsim policy (format "
-                            f"{config.get('format')!r}, expected {_FORMAT!r})")
+        if not isinstance(config, Mapping) or config.get("format") != _FORMAT:
+            found = config.get("format") if isinstance(config, Mapping) else type(config).__name__
+            raise DataError(f"{where}: not a residualsim policy (format {found!r}, expected "
+                            f"{_FORMAT!r})")
         try:
             policy = cls(config["n_features"], config["n_outputs"], config["n_components"],
                          config["hidden"], config.get("seed", 0))
@@ -313,7 +315,8 @@ class ResidualPolicy:
             policy.network.load_state_dict(state)
         except FileNotFoundError:
             raise DataError(f"{directory}: no policy.npz (weights missing)") from None
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        except (OSError, ValueError, RuntimeError, KeyError, EOFError,
+                zipfile.BadZipFile) as exc:
             raise DataError(f"{directory / 'policy.npz'}: weights do not match the "
                             f"architecture or the file is damaged ({exc})") from None
         if not np.isfinite(policy.get_flat()).all():
@@ -388,11 +391,14 @@ class ResidualModel:
         try:
             scene = str(header["scene"])
             make_scene(scene)
-            params = parse_params({k: float(v) for k, v in header["params"].items()})
+            params = parse_params({k: float(v) for k, v in dict(header["params"]).items()})
             dt_s = float(header["settings"]["dt_s"])
             substeps = int(header["settings"]["substeps"])
-            guard = ContactGuard(**header.get("guard", {}))
-        except (KeyError, TypeError, ValueError) as exc:
+            guard = ContactGuard(**dict(header.get("guard", {})))
+            info = dict(header.get("info", {}))
+            if not (dt_s > 0 and substeps >= 1):
+                raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"{path}: malformed model description ({exc})") from None
         policy = ResidualPolicy.load(directory)
         planar = make_scene(scene).planar
@@ -400,4 +406,4 @@ class ResidualModel:
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
-                   guard=guard, info=dict(header.get("info", {})))
+                   guard=guard, info=info)

@@ -209,7 +209,8 @@ class ResidualRollout:
     scene layout; ``n_events`` contact events (residual applied, possibly clamped);
     ``n_energy_clamped`` / ``n_normal_clamped`` events whose residual was scaled down by the
     energy / normal-velocity limit; ``n_engine_energy_gain`` events where the engine alone
-    had already gained energy (the residual was then limited to not add more);
+    had already gained energy (the residual was then limited to what does not add more, or
+    dropped);
     ``max_penetration_m`` the deepest penetration seen after any step (>= 0);
     ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals.
     """
@@ -299,7 +300,7 @@ class _EventCorrector:
         if c > 0.0:
             self.engine_gain += 1
         alpha = _largest_step(a, b, c, cap)
-        if alpha < cap:
+        if alpha < cap and c <= 0.0:
             self.energy_clamped += 1
         scene.set_generalized_velocity(qdot + alpha * delta)
         self.impulses.append(alpha * np.asarray(impulse))
@@ -515,7 +516,7 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
         {traj_id: (r[0], r[1]) for traj_id, r in zip(trajectories, results)},
         meta={"scene": model.scene, "params": model.params.as_json(),
               "substeps": model.substeps, "residual": bool(residual),
-              "samples": int(samples), "seed": int(seed)})
+              "samples": int(samples) if residual else 0, "seed": int(seed)})
     summary = {"rollouts": len(stats), "events": int(stats[:, 0].sum()),
                "energy_clamped": int(stats[:, 1].sum()), "normal_clamped": int(stats[:, 2].sum()),
                "engine_energy_gains": int(stats[:, 3].sum()),
