@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,9 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
     for name, value in (("budget", budget), ("batch_size", batch_size)):
         if int(value) != value or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value}")
+    # cma warns about "orphanated injected solutions" when a generation is asked in parts
+    # (batches smaller than its population); harmless here, and it floods the progress bar.
+    warnings.filterwarnings("ignore", message="orphanated injected solution")
     init = np.asarray(init, dtype=np.float64)
     fingerprint = {**dict(fingerprint or {}), "optimizer": optimizer, "batch_size": batch_size,
                    "seed": int(seed), "dimension": int(init.size),

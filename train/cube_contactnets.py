@@ -73,6 +73,7 @@ def _card(out: Path, command: str, calibration: Path, calibration_summary: dict,
     params = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
                        for k, v in calibration_summary["params"].items())
     stochastic = held_out.get("stochastic_validation", {})
+    target = "mean prediction" if config.samples == 0 else f"{config.samples} samples"
     return f"""# Model card: cube-contactnets residual contact model
 
 **What**: a residual mixture-density contact model (residualsim {figures.get('version', '')})
@@ -92,7 +93,7 @@ sample, parameters fitted on the training split by `residualsim calibrate --meth
 
 **Training**: nevergrad {config.optimizer}, budget {config.budget}, batches of
 {config.batch_size}, σ = {config.sigma}, seed {config.seed}, loss = mean per-toss pose RMSE
-(position and rotation × radius of gyration) of the {'mean prediction' if config.samples == 0 else f'{config.samples} samples'};
+(position and rotation × radius of gyration) of the {target};
 {figures['evaluations']} evaluations (best at {figures['chosen_evaluation']}), stopped early:
 {figures['stopped_early']}; training {figures['seconds'] / 60:.1f} min on 2 cores
 (calibration {calibration_summary.get('seconds', float('nan')) / 60:.1f} min).
@@ -144,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, nargs="+", default=[16])
     parser.add_argument("--components", type=int, default=2)
     parser.add_argument("--sigma", type=float, default=0.1)
+    parser.add_argument("--optimizer", default="CMA")
     parser.add_argument("--samples", type=int, default=0)
+    parser.add_argument("--max-tosses", type=int,
+                        help="train on the first N training tosses only (default all)")
     parser.add_argument("--patience", type=int, default=6)
     parser.add_argument("--stochastic-samples", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
@@ -165,9 +169,11 @@ def main(argv: list[str] | None = None) -> int:
 
     config = TrainingConfig(budget=args.budget, samples=args.samples, hidden=tuple(args.hidden),
                             n_components=args.components, sigma=args.sigma,
+                            optimizer=args.optimizer,
                             patience=args.patience, seed=args.seed)
     start = time.perf_counter()
     figures = run_training("cube", data, out, calibration=calibration, config=config,
+                           max_trajectories=args.max_tosses,
                            n_workers=args.workers, resume=args.resume, progress=True,
                            command=command)
     print(json.dumps(figures))
