@@ -190,8 +190,11 @@ class ContactGuard:
 
     * the total energy (kinetic + gravitational) does not exceed its value before the step
       (plus ``energy_tolerance_j``): no sample gains energy across a contact event;
-    * the normal velocity of every touching point stays >= min(0, engine's): the
-      correction never drives the body into the table where it touches it.
+    * the normal velocity of every touching point stays >= min(0, engine's) −
+      ``penetration_tolerance_m`` / dt: within one step the correction can push no touching
+      point more than that tolerance into the table (the engine's contact then resolves it).
+      A floor of exactly min(0, engine's) would forbid almost every correction of a body
+      resting on several points (any tangential kick tilts some point down).
 
     α < 1 counts as a clamp (reported per rollout).
     """
@@ -199,6 +202,7 @@ class ContactGuard:
     new_point_distance_m: float = 0.02
     min_approach_mps: float = 0.02
     energy_tolerance_j: float = 1e-9
+    penetration_tolerance_m: float = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +288,7 @@ class _EventCorrector:
         for p in touching:
             row = np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]))
             normal_now, normal_change = float(row @ qdot), float(row @ delta)
-            floor = min(0.0, normal_now)
+            floor = min(0.0, normal_now) - self.guard.penetration_tolerance_m / engine.dt_s
             if normal_now + cap * normal_change < floor:
                 cap = max(0.0, (floor - normal_now) / normal_change)
         if cap < 1.0:

@@ -183,6 +183,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     """
     from .optimize import minimize
 
+    started = time.perf_counter()
     if not train:
         raise DataError("no training recordings")
     if not validation:
@@ -193,7 +194,6 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     settings = recording_settings(scene, {**train, **validation}, substeps)
     items = interleave(trajectory_items(scene, train, "train"),
                        trajectory_items(scene, validation, "validation", start=len(train)))
-    started = time.perf_counter()
     policy = ResidualPolicy.for_scene(layout.planar, n_components=config.n_components,
                                       hidden=config.hidden, seed=config.seed)
     with ShardedWorkers(scene, items, n_workers, settings) as workers:
@@ -208,8 +208,13 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         engine_figures = loss.validation(None)
         log.info("engine alone on validation: %s", engine_figures)
 
+        session = {"before": None}
+
         def after_batch(result) -> bool:
             state = result.state
+            if session["before"] is None:  # wall time of earlier sessions (resume)
+                session["before"] = float(state.get("seconds", 0.0))
+            state["seconds"] = session["before"] + time.perf_counter() - started
             if result.evaluations < state.get("next_check", config.validate_every):
                 return False
             state["next_check"] = result.evaluations + config.validate_every
@@ -250,7 +255,10 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         theta = result.candidates[chosen["index"]]
         policy.set_flat(theta)
         counts, deepest = loss.counts.copy(), loss.deepest_m
-    seconds = time.perf_counter() - started
+    earlier = session["before"]
+    if earlier is None:  # nothing new ran: every batch was replayed from the checkpoint
+        earlier = float(result.state.get("seconds", 0.0))
+    seconds = earlier + time.perf_counter() - started
     figures = {
         "best_loss": float(chosen["train_loss"]),
         "validation_rmse_m": float(chosen["position_rmse_m"]),
