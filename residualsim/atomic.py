@@ -1,4 +1,4 @@
-"""All-or-nothing file writes: the one place residualsim writes output files.
+"""File I/O in one place: all-or-nothing writes of output files, checked JSON reads.
 
 :func:`atomic_open` yields a binary file in the destination's directory; on success the
 data is flushed to disk and the file renamed over the destination (``os.replace``), on any
@@ -9,13 +9,16 @@ existing file untouched. Files get the usual umask permissions.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-__all__ = ["atomic_open", "atomic_write_text"]
+from .errors import DataError
+
+__all__ = ["atomic_open", "atomic_write_text", "read_json"]
 
 
 @contextlib.contextmanager
@@ -39,3 +42,16 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_open(path) as handle:
         handle.write(text.encode("utf-8"))
+
+
+def read_json(path: str | os.PathLike[str], missing: str | None = None,
+              error: type[Exception] = DataError) -> Any:
+    """Parse a JSON file; ``error`` names the file when it is missing (message ``missing``,
+    default "<path>: file not found") or not readable JSON."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(missing or f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: not readable JSON ({exc})") from None

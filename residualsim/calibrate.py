@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, read_json
 from .errors import DataError, ParameterError
 from .likelihood import ImpactLikelihood, TrajectoryLikelihood
 from .mcmc import MetropolisHastings, as_generator
@@ -84,12 +84,7 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
     """Read a calibration directory (or its ``summary.json``)."""
     path = Path(path)
     summary_path = path / "summary.json" if path.is_dir() else path
-    try:
-        summary = json.loads(summary_path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{summary_path}: no calibration summary here") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{summary_path}: not a readable calibration summary ({exc})") from None
+    summary = read_json(summary_path, missing=f"{summary_path}: no calibration summary here")
     if not isinstance(summary, dict) or summary.get("format") != SUMMARY_FORMAT:
         raise DataError(f"{summary_path}: not a residualsim calibration summary")
     try:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .atomic import atomic_open, atomic_write_text
+from .atomic import atomic_open, atomic_write_text, read_json
 from .errors import DataError, ParameterError
 
 __all__ = ["ResidualPolicy", "ResidualModel", "NumpyPolicy", "MixtureDensityNetwork",
@@ -302,12 +302,8 @@ class ResidualPolicy:
     def load(cls, directory: str | Path) -> ResidualPolicy:
         """Read a policy written by :meth:`save`."""
         directory = Path(directory)
-        try:
-            config = json.loads((directory / "policy.json").read_text())
-        except FileNotFoundError:
-            raise DataError(f"{directory}: no policy.json (not a residualsim model)") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"{directory / 'policy.json'}: unreadable ({exc})") from None
+        config = read_json(directory / "policy.json",
+                           missing=f"{directory}: no policy.json (not a residualsim model)")
         policy = cls.from_config(config, where=str(directory / "policy.json"))
         try:
             with np.load(directory / "policy.npz", allow_pickle=False) as archive:
@@ -379,12 +375,7 @@ class ResidualModel:
         path = directory / "model.json"
         if not directory.is_dir():
             raise DataError(f"{directory}: model directory not found")
-        try:
-            header = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise DataError(f"{directory}: no model.json (not a residualsim model)") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"{path}: unreadable ({exc})") from None
+        header = read_json(path, missing=f"{directory}: no model.json (not a residualsim model)")
         if not isinstance(header, dict) or header.get("format") != _MODEL_FORMAT:
             raise DataError(f"{path}: not a residualsim model (expected format "
                             f"{_MODEL_FORMAT!r})")

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
+import pybullet as pb
 
 from .data.trajectory import Trajectory
 from .contact import contact_model
@@ -350,8 +351,6 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     """
     scene, cid = engine.scene, engine.client
     engine.reset(initial_state)
-    import pybullet as pb
-
     read, step, get_contacts = scene.read_raw, pb.stepSimulation, pb.getContactPoints
     body, static, link = scene.body, scene.static_body, scene.link
     correct = _EventCorrector(engine, policy, rng, guard)

@@ -10,12 +10,12 @@ values below are the *effective pair values* of the contact, not per-body values
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import read_json
 from ..errors import ParameterError
 
 __all__ = ["ParamSpec", "ENGINE_PARAMS", "EngineParams", "parse_params"]
@@ -131,12 +131,8 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         path = path / "summary.json"
         text = str(path)
     if text.endswith(".json") or path.is_file():
-        try:
-            content = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ParameterError(f"{path}: parameter file not found") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ParameterError(f"{path}: not a readable JSON parameter file ({exc})") from None
+        content = read_json(path, missing=f"{path}: parameter file not found",
+                            error=ParameterError)
         if isinstance(content, dict):
             for key in ("params", "median"):
                 if isinstance(content.get(key), dict):
