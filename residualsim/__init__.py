@@ -3,7 +3,7 @@
 The main classes are importable from here (loaded on first use, so ``import residualsim``
 stays light): :class:`Engine`, :class:`Trajectory`, :class:`PlanarImpacts`,
 :class:`EngineParams`, :func:`make_scene`, :func:`simulate_trajectories`,
-:func:`load_predictions`, :func:`score_trajectories`.
+:func:`load_predictions`, :func:`score_trajectories`, :func:`parallel_backend`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ _EXPORTS = {
     "score_trajectories": "residualsim.metrics",
     "score_impacts": "residualsim.metrics",
     "ResidualSimError": "residualsim.errors",
+    "parallel_backend": "residualsim.workers",
 }
 
 __all__ = ["__version__", *_EXPORTS]

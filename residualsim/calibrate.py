@@ -40,6 +40,7 @@ from .likelihood import ImpactLikelihood, TrajectoryLikelihood
 from .mcmc import MetropolisHastings, as_generator
 from .paramspace import ParamSpace
 from .scenes import EngineParams, make_scene
+from .workers import current_backend
 
 __all__ = ["calibrate", "point_estimate", "Calibration", "load_calibration", "is_calibration",
            "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT"]
@@ -100,14 +101,16 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
 def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, *,
                    budget: int = 200, optimizer: str = "CMA", batch_size: int = 4,
                    rng: int | None = 0, checkpoint: str | os.PathLike[str] | None = None,
-                   resume: bool = False, fingerprint: Mapping[str, Any] | None = None,
+                   resume: bool = False, checkpoint_every: int | None = None,
+                   fingerprint: Mapping[str, Any] | None = None,
                    progress: bool = False) -> dict[str, Any]:
     """Minimise ``loss(x (n, d)) -> (n,)`` over the space with a pinned nevergrad optimiser.
 
     Candidates are asked and told in batches of ``batch_size`` (reproducible for a seed and
     evaluated together by the likelihood's workers). The history is checkpointed as JSON
     after each batch; resuming replays it through a fresh optimiser with the same seed
-    (no pickles) and refuses a history that does not replay (see
+    (no pickles) and refuses a history that does not replay; ``checkpoint_every``
+    evaluations between writes (default every batch; see
     :func:`residualsim.optimize.minimize`). Returns ``{"x": best values,
     "loss": best loss, "evaluations", "failed", "history"}``.
     """
@@ -118,7 +121,8 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
     result = minimize(lambda z: loss(space.from_unit(z)), np.full(space.ndim, 0.5),
                       budget=budget, lower=0.0, upper=1.0, optimizer=optimizer,
                       batch_size=batch_size, seed=seed, checkpoint=checkpoint, resume=resume,
-                      fingerprint=fingerprint, progress=progress)
+                      checkpoint_every=checkpoint_every, fingerprint=fingerprint,
+                      progress=progress)
     history = [{"z": z.tolist(), "x": space.from_unit(z).tolist(), "loss": float(value)}
                for z, value in zip(result.candidates, result.losses)]
     return {"x": space.from_unit(result.best).tolist(), "loss": result.best_loss,
@@ -201,15 +205,17 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               priors: Mapping[str, str] | None = None, noise: float | None = None,
               substeps: int | None = None, split: str = "train",
               max_items: int | None = None, n_workers: int = 1, seed: int = 0,
-              budget: int = 200, optimizer: str = "CMA", checkpoint_every: int = 50,
+              budget: int = 200, optimizer: str = "CMA", checkpoint_every: int | None = None,
               resume: bool = False, plots: bool = True, progress: bool = False
               ) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
-    Parameters mirror ``residualsim calibrate`` (see its ``--help``). ``substeps`` default:
-    :data:`DEFAULT_TRAJECTORY_SUBSTEPS` for trajectories, the scene's for impacts.
-    ``noise``: observation noise scale σ (m for trajectories, m/s for impacts), default
-    estimated. Returns the summary written to ``out/summary.json``.
+    Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
+    is in sampler steps for MH (default 50) and in evaluations for nevergrad (default every
+    batch). Workers run on the backend of :func:`residualsim.workers.parallel_backend`.
+    ``substeps`` default: :data:`DEFAULT_TRAJECTORY_SUBSTEPS` for trajectories, the scene's
+    for impacts. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
+    default estimated. Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
         raise ParameterError(f"method must be 'mh' or 'nevergrad', got {method!r}")
@@ -246,7 +252,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed)
             posterior = sampler.run(samples, burn_in, checkpoint=out / "checkpoint.npz",
-                                    checkpoint_every=checkpoint_every, resume=resume,
+                                    checkpoint_every=checkpoint_every or 50, resume=resume,
                                     fingerprint=fingerprint, progress=progress,
                                     meta={**fingerprint, "data_path": str(data)})
             posterior.save(out / "posterior.npz")
@@ -264,7 +270,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed,
                                    checkpoint=out / "nevergrad-checkpoint.npz", resume=resume,
-                                   fingerprint=fingerprint, progress=progress)
+                                   checkpoint_every=checkpoint_every, fingerprint=fingerprint,
+                                   progress=progress)
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],
@@ -273,6 +280,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         at_point = likelihood.errors([params])[0]
         result["train_rms_error"] = float(np.sqrt(np.mean(at_point)))
         result["noise_estimate"] = likelihood.noise_estimate(at_point)
+        result["worker_restarts"] = likelihood.restarts
     held_out = None
     if validation is not None and split != "all":  # with "all" nothing is held out
         held_out = held_out_figures(scene, kind, validation,
@@ -286,6 +294,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "data": {"path": str(data), "kind": kind, "split": split,
                  "n_items": likelihood.n_items, "ids_sha256": fingerprint["data"]},
         "space": space.as_json(), "seed": seed, "noise": noise, "workers": n_workers,
+        "backend": current_backend().name,
         "validation": held_out,
         "seconds": time.perf_counter() - started,
     }

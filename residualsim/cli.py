@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import DataError, ResidualSimError
+from .errors import DataError, ParameterError, ResidualSimError
+from .workers import BACKENDS, parallel_backend
 
 __all__ = ["main", "resolve_data"]
 
@@ -228,8 +229,6 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
 
 def _mapping_option(text: str | None, flag: str) -> dict[str, str]:
     """``name=value,name=value`` into a dict (values kept as text)."""
-    from .errors import ParameterError
-
     result: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         name, sep, value = item.partition("=")
@@ -273,7 +272,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             print(f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
                   f"{figures['velocity_rmse_mps']:.4g} m/s")
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
-            "loss", "params", "settings", "evaluations", "validation", "seconds")
+            "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
+            "backend", "seconds")
     _json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 
@@ -339,7 +339,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
                            calibration=args.calibration, substeps=args.substeps,
                            max_trajectories=args.max_tosses, config=config,
-                           n_workers=args.workers, resume=args.resume, progress=not args.quiet,
+                           n_workers=args.workers, resume=args.resume,
+                           checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                            command=" ".join(["residualsim", *sys.argv[1:]]))
     print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, engine "
           f"{figures['engine_validation_rmse_m']:.4g} m ({100 * figures['improvement']:.1f} % "
@@ -406,7 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def add_workers(sub):
-        sub.add_argument("--workers", type=_count(1), default=1, help="worker processes (default 1)")
+        sub.add_argument("--workers", type=_count(1), default=1,
+                         help="workers: processes, or Ray actors with --backend ray (default 1)")
+        sub.add_argument("--backend", choices=BACKENDS, default="local",
+                         help="where workers run: local processes or Ray actors (default local)")
+        sub.add_argument("--address", help="Ray cluster to join with --backend ray: auto or "
+                         "HOST:PORT (default: start a local Ray)")
 
     demo = commands.add_parser("demo", help="simulate the bundled sample tosses and score them")
     demo.add_argument("--data", help=f"tosses to use (default: {BUNDLED_SAMPLES.name} bundled)")
@@ -484,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only the first N recordings of the split")
     cal.add_argument("--budget", type=_count(1), default=200, help="nevergrad evaluations")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
-    cal.add_argument("--checkpoint-every", type=_count(1), default=50, help="steps")
+    cal.add_argument("--checkpoint-every", type=_count(1), help="Metropolis-Hastings steps "
+                     "(default 50), or evaluations with --method nevergrad (default: each batch)"
+                     " between checkpoints")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--no-plots", action="store_true")
@@ -517,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--substeps", type=_count(1),
                     help="engine substeps (default: the calibration's, else the scene's)")
     tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--checkpoint-every", type=_count(1),
+                    help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     add_workers(tr)
@@ -572,7 +582,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        args.run(args)
+        if getattr(args, "address", None) and args.backend != "ray":
+            raise ParameterError("--address needs --backend ray")
+        with parallel_backend(getattr(args, "backend", "local"), getattr(args, "address", None)):
+            args.run(args)
     except ResidualSimError as exc:
         print(f"residualsim: error: {exc}", file=sys.stderr)
         return 2

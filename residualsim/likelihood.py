@@ -140,6 +140,11 @@ class _Likelihood:
         """σ̂ = sqrt(Σ e_i / (n d)) for one row of errors: the noise scale they imply."""
         return float(np.sqrt(np.sum(errors) / (self.n_items * self.dims)))
 
+    @property
+    def restarts(self) -> int:
+        """Dead workers replaced so far (their rollouts were re-run)."""
+        return self._pool.restarts
+
     def close(self) -> None:
         self._pool.close()
 

@@ -6,12 +6,12 @@ algorithm with the number of workers and hung here once). Candidates are asked a
 batches of ``batch_size`` (``batch_mode``: reproducible for a seed) and a batch is evaluated
 by one call of the loss, so the caller can spread it over worker processes.
 
-Checkpoint: after every batch the history (candidates, losses) and a small JSON ``state``
-of the caller are written atomically to one ``.npz``. Resuming replays the history through
-a fresh optimiser with the same seed (nothing is pickled) and refuses a history that does
-not replay or a checkpoint of another problem (its ``fingerprint`` differs). A rollout that
-fails (NaN loss) is told :data:`FAILED_LOSS` (nevergrad would silently clip NaN to 5e20)
-and counted.
+Checkpoint: after every batch (or every ``checkpoint_every`` evaluations) the history
+(candidates, losses) and a small JSON ``state`` of the caller are written atomically to one
+``.npz``. Resuming replays the history through a fresh optimiser with the same seed (nothing
+is pickled) and refuses a history that does not replay or a checkpoint of another problem
+(its ``fingerprint`` differs). A rollout that fails (NaN loss) is told :data:`FAILED_LOSS`
+(nevergrad would silently clip NaN to 5e20) and counted.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
              budget: int, sigma: float | None = None, lower: float | None = None,
              upper: float | None = None, optimizer: str = "CMA", batch_size: int = 4,
              seed: int = 0, checkpoint: str | os.PathLike[str] | None = None,
-             resume: bool = False, fingerprint: Mapping[str, Any] | None = None,
+             resume: bool = False, checkpoint_every: int | None = None,
+             fingerprint: Mapping[str, Any] | None = None,
              after_batch: Callable[[OptimizationResult], bool] | None = None,
              progress: bool = False, desc: str | None = None) -> OptimizationResult:
     """Minimise ``loss(candidates (n, d)) -> (n,)`` from ``init`` (d,) with nevergrad.
@@ -117,7 +118,10 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
     seed : int
         Seed of the optimiser's random state.
     checkpoint : path, optional
-        ``.npz`` written after every batch; with ``resume`` an existing one is replayed.
+        ``.npz`` written (atomically) after a batch once ``checkpoint_every`` evaluations
+        have been added since the last write (default: after every batch), and always at
+        the end; with ``resume`` an existing one is replayed, so an interruption loses at
+        most one interval.
     fingerprint : mapping, optional
         Identifies the problem; a checkpoint with a different one is refused.
     after_batch : callable, optional
@@ -130,7 +134,9 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
 
     if optimizer not in ng.optimizers.registry:
         raise ParameterError(f"unknown nevergrad optimizer {optimizer!r}")
-    for name, value in (("budget", budget), ("batch_size", batch_size)):
+    every = batch_size if checkpoint_every is None else checkpoint_every
+    for name, value in (("budget", budget), ("batch_size", batch_size),
+                        ("checkpoint_every", every)):
         if int(value) != value or value < 1:
             raise ParameterError(f"{name} must be an integer >= 1, got {value}")
     # cma warns about "orphanated injected solutions" when a generation is asked in parts
@@ -153,6 +159,7 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
             raise DataError(f"{path}: a checkpoint of an earlier run exists; resume it or "
                             "choose another output")
         recorded_z, recorded_loss, state = _load(path, fingerprint)
+    saved = len(recorded_loss)  # evaluations in the checkpoint on disk
     candidates: list[np.ndarray] = []
     losses: list[float] = []
     result = OptimizationResult(np.empty((0, init.size)), np.empty(0), state=state)
@@ -190,8 +197,10 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
                 stop = bool(after_batch(result)) if after_batch is not None else False
                 if stop:
                     result.state["stopped_early"] = True
-                if path is not None:
+                due = len(losses) - saved >= every or stop or len(losses) >= budget
+                if path is not None and due:
                     _save(path, fingerprint, candidates, losses, result.state)
+                    saved = len(losses)
             if stop:
                 result.stopped_early = True
                 break

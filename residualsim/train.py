@@ -41,7 +41,7 @@ from .residual import ResidualModel, ResidualPolicy
 from .rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
                       recording_settings, residual_errors, trajectory_items)
 from .scenes import EngineParams, make_scene
-from .workers import ShardedWorkers
+from .workers import ShardedWorkers, current_backend
 
 __all__ = ["TrainingConfig", "TrajectoryLoss", "train_residual", "run_training", "params_sha256"]
 
@@ -164,7 +164,8 @@ def _event_features_one(engine, item: tuple, request: RolloutRequest) -> np.ndar
 def train_residual(scene: str, train: Mapping[str, Trajectory],
                    validation: Mapping[str, Trajectory], out: str | os.PathLike[str], *,
                    params: EngineParams, substeps: int, config: TrainingConfig = TrainingConfig(),
-                   n_workers: int = 1, resume: bool = False, progress: bool = False,
+                   n_workers: int = 1, resume: bool = False,
+                   checkpoint_every: int | None = None, progress: bool = False,
                    info: Mapping[str, Any] | None = None) -> tuple[ResidualModel, dict]:
     """Train a residual model; write it to ``out`` and return it with its figures.
 
@@ -180,6 +181,13 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         The (calibrated) engine parameters, fixed during training.
     substeps : int
         Engine substeps per recorded sample (those the parameters were calibrated at).
+    n_workers : int
+        Workers evaluating candidates (on the backend of
+        :func:`residualsim.workers.parallel_backend`); the result does not depend on it.
+    resume : bool
+        Continue ``out/checkpoint.npz`` (ends with the same weights as an uninterrupted run).
+    checkpoint_every : int, optional
+        Evaluations between checkpoint writes (default: after every batch).
     """
     from .optimize import minimize
 
@@ -242,7 +250,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,
                           seed=config.seed, checkpoint=out / "checkpoint.npz", resume=resume,
-                          fingerprint=fingerprint, after_batch=after_batch, progress=progress,
+                          checkpoint_every=checkpoint_every, fingerprint=fingerprint, after_batch=after_batch, progress=progress,
                           desc="train")
         chosen = result.state.get("chosen")
         validated = {check["index"] for check in result.state.get("checks", [])}
@@ -255,6 +263,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         theta = result.candidates[chosen["index"]]
         policy.set_flat(theta)
         counts, deepest = loss.counts.copy(), loss.deepest_m
+        restarts = workers.restarts
     earlier = session["before"]
     if earlier is None:  # nothing new ran: every batch was replayed from the checkpoint
         earlier = float(result.state.get("seconds", 0.0))
@@ -273,6 +282,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         "rollouts": int(counts[4]), "events": int(counts[0]),
         "energy_clamped": int(counts[1]), "normal_clamped": int(counts[2]),
         "engine_energy_gains": int(counts[3]), "max_penetration_m": deepest,
+        "worker_restarts": restarts, "workers": n_workers, "backend": current_backend().name,
     }
     model = ResidualModel(scene=scene, policy=policy, params=params, dt_s=settings.dt_s,
                           substeps=settings.substeps, guard=config.guard,
@@ -293,7 +303,8 @@ def _json_config(config: TrainingConfig) -> dict[str, Any]:
 def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  calibration: str | os.PathLike[str] | None = None, substeps: int | None = None,
                  max_trajectories: int | None = None, config: TrainingConfig = TrainingConfig(),
-                 n_workers: int = 1, resume: bool = False, progress: bool = False,
+                 n_workers: int = 1, resume: bool = False,
+                 checkpoint_every: int | None = None, progress: bool = False,
                  command: str | None = None) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`.
 
@@ -338,5 +349,6 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         substeps = substeps or layout.settings.substeps
     _, figures = train_residual(scene, train, validation, out, params=params,
                                 substeps=substeps, config=config, n_workers=n_workers,
-                                resume=resume, progress=progress, info=provenance)
+                                resume=resume, checkpoint_every=checkpoint_every,
+                                progress=progress, info=provenance)
     return figures
