@@ -7,6 +7,9 @@ several interleaved repeats, reported next to its baseline.
   raw PyBullet loop doing the same calls on the same world, and :meth:`Engine.step` against
   bare ``stepSimulation``, at 1 substep and at the scene's default.
 * worker speed-up: simulating a set of tosses with 1 and 2 persistent worker processes.
+* residual rollouts against the calibrated engine alone (:func:`bench_residual`).
+* executors: training evaluations per second with 1 and 2 local workers and 2 Ray actors,
+  and the cost of one map call on each (:func:`bench_executors`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from .scenes import parse_params
 from .synthesize import sample_toss_states
 from .workers import ShardedWorkers
 
-__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual"]
+__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual",
+           "bench_executors"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -247,3 +251,69 @@ def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int =
         "sample_over_engine_poses": per_toss["residual_sample"] / per_toss["engine_poses"],
         "sample_over_engine_rollout": per_toss["residual_sample"] / per_toss["engine_rollout"],
     }
+
+
+def _noop(engine, item, payload) -> None:
+    """Worker function doing nothing: what a map call costs beyond the work itself."""
+    return None
+
+
+def bench_executors(model, trajectories: Mapping[str, Trajectory], candidates: int = 8,
+                    repeats: int = 3, noop_calls: int = 50,
+                    configs: tuple[tuple[str, int], ...] = (("local", 1), ("local", 2),
+                                                            ("ray", 2))) -> dict:
+    """Training evaluations per second on each backend, and the cost of a map call.
+
+    For each (backend, workers) in ``configs`` one pool is built over the recordings (as
+    :func:`residualsim.train.train_residual` does) and a batch of ``candidates`` policy
+    weight vectors (the model's, perturbed with a fixed seed) is evaluated in mean mode:
+    ``evals_per_s`` is the best of ``repeats`` batches. ``noop_ms`` is one map call of a
+    function that does nothing over the same items (messaging and scheduling only), best
+    of ``noop_calls``; ``startup_s`` starts the pool (for Ray, plus starting Ray itself
+    when no Ray runs yet: ``ray_init_s``). Ratios are against the first config; every
+    config's errors must equal the first's bit for bit (``identical_to_first``).
+    """
+    from .rollout import RolloutRequest, residual_errors, trajectory_items
+    from .workers import Backend
+
+    settings = recording_settings(model.scene, trajectories, model.substeps)
+    items = trajectory_items(model.scene, trajectories, "train")
+    theta = model.policy.get_flat()
+    noise = np.random.default_rng(0).normal(0.0, 0.05, (candidates, theta.size))
+    policies = tuple(model.policy.set_flat(theta + row).numpy() for row in noise)
+    model.policy.set_flat(theta)
+    request = RolloutRequest(params=model.params, policies=policies, guard=model.guard)
+    report: dict = {"n_trajectories": len(items), "substeps": model.substeps,
+                    "candidates": candidates, "repeats": repeats}
+    reference = None
+    for name, count in configs:
+        key = f"{name}_{count}"
+        row: dict = {}
+        if name == "ray":
+            from ._ray import ensure_ray
+
+            start = time.perf_counter()
+            ensure_ray(None, count)
+            row["ray_init_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        with ShardedWorkers(model.scene, items, count, settings, backend=Backend(name)) as pool:
+            pool.map(_noop)  # the first call waits for every worker to be up
+            row["startup_s"] = time.perf_counter() - start
+            table = np.array(pool.map(residual_errors, request))
+            seconds = _best_of(lambda: pool.map(residual_errors, request), repeats)
+            row["noop_ms"] = 1e3 * _best_of(lambda: pool.map(_noop), noop_calls)
+        row["evals_per_s"] = candidates / seconds
+        row["seconds_per_batch"] = seconds
+        if reference is None:
+            reference = table
+        row["identical_to_first"] = bool(np.array_equal(reference, table))
+        report[key] = row
+    first = report[f"{configs[0][0]}_{configs[0][1]}"]
+    for name, count in configs[1:]:
+        row = report[f"{name}_{count}"]
+        row["speedup_over_first"] = row["evals_per_s"] / first["evals_per_s"]
+    if ("local", 2) in configs and ("ray", 2) in configs:
+        report["ray_over_local_noop"] = report["ray_2"]["noop_ms"] / report["local_2"]["noop_ms"]
+        report["ray_over_local_evals"] = (report["ray_2"]["evals_per_s"]
+                                          / report["local_2"]["evals_per_s"])
+    return report

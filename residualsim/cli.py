@@ -397,6 +397,32 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
     _json_line({"command": "bench residual", **report})
 
 
+def cmd_bench_executors(args: argparse.Namespace) -> None:
+    from .bench import bench_executors
+    from .data import load_trajectories
+    from .data.splits import split_ids
+    from .residual import ResidualModel
+
+    model = ResidualModel.load(args.model)
+    trajectories = load_trajectories(resolve_data(args.data, model.scene))
+    keep = split_ids(list(trajectories))["train"][:args.tosses]
+    report = bench_executors(model, {k: trajectories[k] for k in keep},
+                             candidates=args.candidates, repeats=args.repeats)
+    print(f"{report['n_trajectories']} training tosses, {report['substeps']} substeps, "
+          f"batches of {report['candidates']} candidates (mean mode):")
+    for key, row in report.items():
+        if isinstance(row, dict):
+            ratio = row.get("speedup_over_first")
+            print(f"  {key:>8}: {row['evals_per_s']:6.2f} evaluations/s"
+                  + (f" ({ratio:.2f}x local_1)" if ratio else "")
+                  + f"; empty map call {row['noop_ms']:.2f} ms; start {row['startup_s']:.2f} s"
+                  + f"; identical {row['identical_to_first']}")
+    if "ray_over_local_noop" in report:
+        print(f"  Ray / local (2 workers): map-call overhead {report['ray_over_local_noop']:.2f}x,"
+              f" evaluations/s {report['ray_over_local_evals']:.2f}x")
+    _json_line({"command": "bench executors", **report})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
@@ -573,6 +599,16 @@ def build_parser() -> argparse.ArgumentParser:
     bres.add_argument("--tosses", type=_count(1), default=40)
     bres.add_argument("--repeats", type=_count(1), default=5)
     bres.set_defaults(run=cmd_bench_residual)
+
+    bexe = bench_commands.add_parser(
+        "executors", help="evaluations/s with 1 and 2 local workers and 2 Ray actors")
+    bexe.add_argument("--model", default=str(PRETRAINED_CUBE), help="model whose training "
+                      "loss is evaluated (default: the shipped cube model)")
+    bexe.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bexe.add_argument("--tosses", type=_count(1), default=40, help="training tosses used")
+    bexe.add_argument("--candidates", type=_count(1), default=8, help="per batch")
+    bexe.add_argument("--repeats", type=_count(1), default=3)
+    bexe.set_defaults(run=cmd_bench_executors)
     return parser
 
 
