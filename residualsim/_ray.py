@@ -97,13 +97,15 @@ class RayTransport:
         self._pending[index] = self._actors[index].run.remote(function, payload)
 
     def collect(self, index: int) -> tuple[str, Any]:
-        from ray.exceptions import RayActorError, WorkerCrashedError
+        from ray.exceptions import RayActorError, RayError, WorkerCrashedError
 
         try:
             return self.ray.get(self._pending[index])
         except (RayActorError, WorkerCrashedError) as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return "died", f"Ray worker {index} died ({type(exc).__name__}: {first_line})"
+        except RayError as exc:  # e.g. a function or payload the actor cannot unpickle
+            return "error", f"Ray worker {index}: {type(exc).__name__}: {exc}"
         finally:
             self._pending[index] = None
 

@@ -22,7 +22,7 @@ joblib backends, by a context manager, so library calls keep their ``n_workers``
 Results do not depend on the backend or the number of workers: each rollout resets the world
 (:meth:`Engine.reset`), random streams are seeded per item, and results are gathered in item
 order. A worker that dies (killed, out of memory, a lost node) has its shard re-run by a
-fresh worker, up to ``max_restarts`` times per call; the restarts are counted in
+fresh worker, up to ``max_restarts`` times per shard and call; the restarts are counted in
 :attr:`ShardedWorkers.restarts`. An exception raised by the work itself is not retried (it
 would fail again): it comes back as :class:`WorkerError` with the worker's traceback.
 """
@@ -74,7 +74,8 @@ def default_workers() -> int:
 class Backend:
     """Where :class:`ShardedWorkers` run: ``name`` in :data:`BACKENDS`; ``address`` of a Ray
     cluster (``"auto"``, ``"HOST:PORT"`` or None: start a local Ray); ``max_restarts``
-    replacements of dead workers per :meth:`ShardedWorkers.map` call before giving up."""
+    replacements of one shard's worker within one :meth:`ShardedWorkers.map` call before
+    giving up."""
 
     name: str = "local"
     address: str | None = None
@@ -111,7 +112,7 @@ def parallel_backend(name: str = "local", address: str | None = None,
         Ray cluster to join (``"auto"`` or ``"HOST:PORT"``); default: the Ray already
         initialised in this process, else a new local one.
     max_restarts : int
-        Dead workers replaced per map call before :class:`WorkerError`.
+        Replacements of one shard's worker within one map call before :class:`WorkerError`.
     """
     global _current
     backend = Backend(name, address, max_restarts)
@@ -136,6 +137,9 @@ def _worker_main(connection, scene: str, settings: EngineSettings | None, items:
             message = connection.recv()
         except (EOFError, OSError):  # the parent is gone
             break
+        except BaseException:  # a function or payload this process cannot unpickle
+            connection.send(("error", traceback.format_exc()))
+            continue
         if message is None:
             break
         function, payload = message
@@ -269,18 +273,24 @@ class ShardedWorkers:
             transport.submit(index, function, payload)
         for attempt in range(self.backend.max_restarts + 1):
             dead: list[tuple[int, str]] = []
-            for index in pending:
+            errors: list[str] = []
+            for index in pending:  # read every answer, so none is left for the next call
                 status, value = transport.collect(index)
                 if status == "ok":
                     per_shard[index] = value
                 elif status == "error":
-                    raise WorkerError("a worker failed:\n" + value)
+                    errors.append(value)
                 else:
                     dead.append((index, value))
+            if errors:
+                for index, _ in dead:  # leave no dead worker behind for the next call
+                    transport.start(index)
+                raise WorkerError("a worker failed:\n" + errors[0])
             if not dead:
                 break
             if attempt == self.backend.max_restarts:
-                raise WorkerError(f"{dead[0][1]}; gave up after {attempt} restarts in one call")
+                raise WorkerError(f"{dead[0][1]}; gave up after restarting it {attempt} "
+                                  "times in one call")
             for index, reason in dead:
                 self.restarts += 1
                 log.warning("%s: restarting it and re-running its %d items (restart %d)",

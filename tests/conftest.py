@@ -149,3 +149,15 @@ def write_mcube_dir(directory: Path, n_rows: int = 6, seed: int = 0) -> dict:
 def make_mcube():
     """The synthetic planar-impact set writer ``make_mcube(directory, n_rows=6, seed=0)``."""
     return write_mcube_dir
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A local Ray with 2 CPUs for the tests of the ``ray`` backend, started once per session
+    (~5 s) and shut down at its end; skips when Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, namespace="residualsim",
+                 log_to_driver=False)
+    yield ray
+    ray.shutdown()
