@@ -73,8 +73,11 @@ def _load(path: Path, fingerprint: Mapping[str, Any]) -> tuple[np.ndarray, np.nd
         with np.load(path, allow_pickle=False) as archive:
             header = json.loads(str(archive["header"]))
             candidates, losses = archive["candidates"], archive["losses"]
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: not a readable optimisation checkpoint ({exc})") from None
+    except Exception as exc:  # empty, truncated, not a zip, missing arrays, bad JSON, ...
+        raise DataError(f"{path}: not a readable optimisation checkpoint "
+                        f"({type(exc).__name__}: {exc})") from None
+    if not isinstance(header, dict):
+        raise DataError(f"{path}: not a readable optimisation checkpoint (bad header)")
     check_fingerprint(path, header.get("fingerprint", {}), fingerprint)
     if candidates.ndim != 2 or len(candidates) != len(losses):
         raise DataError(f"{path}: damaged checkpoint (history shapes disagree)")
