@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
+import uuid
 from typing import Any
 
 from .engine import Engine
@@ -62,8 +63,10 @@ class _ShardActor:
         self.items = items
 
     def run(self, function, payload) -> tuple[str, Any]:
+        from .workers import _run_items
+
         try:
-            return "ok", [function(self.engine, item, payload) for item in self.items]
+            return "ok", _run_items(self.engine, function, self.items, payload)
         except BaseException:  # the parent decides; the traceback travels as text
             return "error", traceback.format_exc()
 
@@ -85,12 +88,10 @@ class RayTransport:
             self.start(index)
 
     def start(self, index: int) -> None:
-        """(Re)start the actor of shard ``index``."""
-        from .workers import new_worker_name
-
+        """(Re)start the actor of shard ``index`` (named uniquely, so tools can find it)."""
         self._kill(index)
         self._actors[index] = self._actor_class.options(
-            name=new_worker_name(), namespace=NAMESPACE).remote(
+            name=f"residualsim-worker-{uuid.uuid4().hex[:12]}", namespace=NAMESPACE).remote(
                 self.scene, self.settings, self._shard_refs[index])
 
     def submit(self, index: int, function, payload) -> None:

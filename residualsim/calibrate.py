@@ -251,8 +251,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         if method == "mh":
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed)
+            every = 50 if checkpoint_every is None else checkpoint_every
             posterior = sampler.run(samples, burn_in, checkpoint=out / "checkpoint.npz",
-                                    checkpoint_every=checkpoint_every or 50, resume=resume,
+                                    checkpoint_every=every, resume=resume,
                                     fingerprint=fingerprint, progress=progress,
                                     meta={**fingerprint, "data_path": str(data)})
             posterior.save(out / "posterior.npz")

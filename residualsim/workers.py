@@ -35,7 +35,6 @@ import logging
 import multiprocessing as mp
 import os
 import traceback
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -322,8 +321,3 @@ class ShardedWorkers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def new_worker_name(prefix: str = "residualsim-worker") -> str:
-    """A unique name for a remote worker (Ray actor), so tools can find it."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
