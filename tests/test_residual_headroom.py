@@ -1,0 +1,48 @@
+"""The first-event headroom diagnostic (train/residual_headroom.py) on the bundled tosses."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("residual_headroom",
+                                                  ROOT / "train" / "residual_headroom.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_oracle_never_does_worse_than_the_engine_and_figures_are_written(tmp_path, capsys):
+    out = tmp_path / "headroom.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a GP on 7 points warns about its length scales
+        figures = _script().main([
+            "--model", str(ROOT / "data" / "pretrained" / "cube-contactnets"),
+            "--data", str(ROOT / "data" / "samples" / "cube-synthetic"),
+            "--budget", "6", "--workers", "1", "--out", str(out)])
+    for split, n in (("train", 7), ("validation", 1)):
+        row = figures[split]
+        assert row["n"] == n
+        assert 0 < row["oracle_rmse_m"] <= row["engine_rmse_m"]
+        assert 0 <= row["oracle_improvement"] < 1
+    assert set(figures["validation_r2"]) == {"ridge", "gaussian_process"}
+    assert all(len(v) == 3 for v in figures["validation_r2"].values())
+    assert len(figures["constant_impulse_ns"]) == 3
+    assert np.isfinite(figures["constant_validation_rmse_m"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(
+        json.dumps(figures))
+    assert json.loads(out.read_text()) == json.loads(json.dumps(figures))
+
+
+def test_first_event_impulse_is_applied_once():
+    policy = _script().FirstEventImpulse(np.array([0.1, 0.0, -0.2]))
+    np.testing.assert_array_equal(policy.mean(np.zeros(9)), [0.1, 0.0, -0.2])
+    np.testing.assert_array_equal(policy.mean(np.zeros(9)), [0.0, 0.0, 0.0])
