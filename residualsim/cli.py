@@ -376,16 +376,23 @@ def cmd_predict(args: argparse.Namespace) -> None:
                 "out": str(args.out), **stats, "seconds": time.perf_counter() - start})
 
 
-def cmd_bench_residual(args: argparse.Namespace) -> None:
-    from .bench import bench_residual
+def _model_and_tosses(args: argparse.Namespace, split: str):
+    """The model of ``--model`` and the first ``--tosses`` recordings of ``split``."""
     from .data import load_trajectories
     from .data.splits import split_ids
     from .residual import ResidualModel
 
     model = ResidualModel.load(args.model)
     trajectories = load_trajectories(resolve_data(args.data, model.scene))
-    keep = split_ids(list(trajectories))["validation"][:args.tosses]
-    report = bench_residual(model, {k: trajectories[k] for k in keep}, repeats=args.repeats)
+    keep = split_ids(list(trajectories))[split][:args.tosses]
+    return model, {k: trajectories[k] for k in keep}
+
+
+def cmd_bench_residual(args: argparse.Namespace) -> None:
+    from .bench import bench_residual
+
+    model, tosses = _model_and_tosses(args, "validation")
+    report = bench_residual(model, tosses, repeats=args.repeats)
     times = report["seconds_per_toss"]
     print(f"{report['n_trajectories']} validation tosses, {report['substeps']} substeps, "
           f"{report['events_per_toss']:.2f} events per toss; ms per toss:")
@@ -399,15 +406,9 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
 
 def cmd_bench_executors(args: argparse.Namespace) -> None:
     from .bench import bench_executors
-    from .data import load_trajectories
-    from .data.splits import split_ids
-    from .residual import ResidualModel
 
-    model = ResidualModel.load(args.model)
-    trajectories = load_trajectories(resolve_data(args.data, model.scene))
-    keep = split_ids(list(trajectories))["train"][:args.tosses]
-    report = bench_executors(model, {k: trajectories[k] for k in keep},
-                             candidates=args.candidates, repeats=args.repeats)
+    model, tosses = _model_and_tosses(args, "train")
+    report = bench_executors(model, tosses, candidates=args.candidates, repeats=args.repeats)
     print(f"{report['n_trajectories']} training tosses, {report['substeps']} substeps, "
           f"batches of {report['candidates']} candidates (mean mode):")
     for key, row in report.items():

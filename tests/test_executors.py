@@ -457,3 +457,23 @@ def test_cli_unknown_backend_is_a_usage_error(tmp_path, capsys):
               "--backend", "dask"])
     assert caught.value.code == 2
     assert "invalid choice: 'dask'" in capsys.readouterr().err
+
+
+# --- the benchmark ----------------------------------------------------------------------------
+def test_bench_executors_reports_each_backend_with_identical_errors(tosses, local_ray):
+    from residualsim.bench import bench_executors
+    from residualsim.residual import ResidualModel
+
+    model = ResidualModel.load(Path(__file__).resolve().parents[1] / "data" / "pretrained"
+                               / "cube-contactnets")
+    report = bench_executors(model, dict(list(tosses.items())[:4]), candidates=2, repeats=1,
+                             noop_calls=3)
+    assert report["n_trajectories"] == 4 and report["candidates"] == 2
+    for key in ("local_1", "local_2", "ray_2"):
+        row = report[key]
+        assert row["identical_to_first"] is True
+        assert row["evals_per_s"] > 0 and row["noop_ms"] >= 0 and row["startup_s"] > 0
+    assert report["ray_2"]["speedup_over_first"] == pytest.approx(
+        report["ray_2"]["evals_per_s"] / report["local_1"]["evals_per_s"])
+    assert report["ray_over_local_noop"] == pytest.approx(
+        report["ray_2"]["noop_ms"] / report["local_2"]["noop_ms"])
