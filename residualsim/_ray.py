@@ -20,7 +20,6 @@ import traceback
 import uuid
 from typing import Any
 
-from .engine import Engine
 from .errors import ParameterError
 
 log = logging.getLogger(__name__)
@@ -59,7 +58,9 @@ class _ShardActor:
     """Body of the Ray actor: an engine and a shard of the items."""
 
     def __init__(self, scene: str, settings, items: list) -> None:
-        self.engine = Engine(scene, settings=settings)
+        from .workers import make_worker_engine
+
+        self.engine = make_worker_engine(scene, settings)
         self.items = items
 
     def run(self, function, payload) -> tuple[str, Any]:

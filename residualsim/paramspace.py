@@ -17,18 +17,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ParameterError
-from .scenes.params import ENGINE_PARAMS, EngineParams
+from .scenes.params import ENGINE_PARAMS, SPRING_PARAMS, EngineParams
 
 __all__ = ["Uniform", "LogUniform", "Normal", "Prior", "Parameter", "ParamSpace",
            "CALIBRATION_BOUNDS", "parse_prior"]
 
-_SPECS = {spec.name: spec for spec in ENGINE_PARAMS}
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SPRING_PARAMS}
 
 #: Default search bounds where the valid range is unbounded or too wide to search usefully.
 CALIBRATION_BOUNDS: dict[str, tuple[float, float]] = {
     "lateral_friction": (0.0, 1.0),
     "contact_stiffness": (1e3, 1e7),
     "contact_damping": (0.0, 1e3),
+    "kappa_theta": (0.1, 30.0),
+    "kappa_psi": (0.1, 30.0),
 }
 
 

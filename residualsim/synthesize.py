@@ -27,7 +27,8 @@ from .rollout import simulate_one, recording_settings, simulation_items
 from .scenes import make_scene, parse_params
 from .workers import ShardedWorkers
 
-__all__ = ["sample_toss_states", "synthesize_tosses", "write_toss_set"]
+__all__ = ["sample_toss_states", "synthesize_tosses", "write_toss_set", "synthesize_arm_loop",
+           "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
 
 
 def _as_rng(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -144,3 +145,97 @@ def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out_dir
+
+
+# --- the arm + loop scene -----------------------------------------------------------------
+#: End-effector waypoints of the synthetic arm motion, relative to the grasp pose:
+#: (dx, dy, dz m, yaw rad about the vertical), one every ``segment_s``: hold, stretch up,
+#: bend in the loop's plane both ways, bend out of it both ways, twist both ways, mixtures.
+ARM_LOOP_WAYPOINTS = ((0, 0, 0, 0), (0, 0, 0.02, 0), (0, 0.04, 0, 0), (0, -0.04, 0.01, 0),
+                      (0.03, 0, 0, 0), (-0.03, 0, 0.01, 0), (0, 0, 0, 0.2),
+                      (0, 0, 0.015, -0.2), (0.02, 0.025, 0.0, 0.12), (0, 0, 0, 0),
+                      (0, 0, 0, 0))
+
+
+def arm_loop_reference(scene, segment_s: float = 2.0) -> np.ndarray:
+    """Arm angles (T, 7) rad through :data:`ARM_LOOP_WAYPOINTS` at the scene's rate:
+    inverse kinematics at each waypoint, minimum-jerk interpolation in joint space."""
+    import math
+
+    import pybullet as pb
+
+    from .scenes.arm_loop import EE_LINK
+
+    start = scene.arm_state()[0]
+    top = scene.ee_position()
+    keyframes = [start]
+    for dx, dy, dz, yaw in ARM_LOOP_WAYPOINTS[1:]:
+        target = (top + [dx, dy, dz]).tolist()
+        orientation = pb.getQuaternionFromEuler([math.pi, 0.0, yaw])
+        scene.set_arm(keyframes[-1])
+        for _ in range(10):
+            solution = pb.calculateInverseKinematics(
+                scene.arm, EE_LINK, target, orientation, maxNumIterations=200,
+                residualThreshold=1e-9, physicsClientId=scene.client)
+            scene.set_arm(np.array(solution[:7]))
+        keyframes.append(np.array(solution[:7]))
+    scene.set_arm(start)
+    per_segment = int(round(segment_s / scene.settings.dt_s))
+    tau = np.arange(per_segment) / per_segment
+    blend = (10 * tau ** 3 - 15 * tau ** 4 + 6 * tau ** 5)[:, None]
+    pieces = [a + blend * (b - a) for a, b in zip(keyframes[:-1], keyframes[1:])]
+    return np.vstack(pieces + [keyframes[-1][None, :]])
+
+
+def synthesize_arm_loop(out_dir: str | Path, *, n_links: int = 24, kappa12=None,
+                        angle_noise_rad: float = 2e-4, torque_noise_nm: float = 0.02,
+                        offset_rad: float = 0.0, substeps: int = 10,
+                        bandwidth_radps: float = 30.0, rng: int | None = 0,
+                        rec_id: str = "arm-loop") -> Path:
+    """Record a 20 s arm motion stretching, bending and twisting a loop; returns the file.
+
+    The generating loop has ``n_links`` links with the springs of the same continuous ring
+    as the 12-link loop with ``kappa12`` = (κ_θ, κ_ψ) N m/rad (default: the paper's
+    [4.45252, 0.96969]; κ scales with n, :meth:`LoopParameters.rescaled`), so a 24-link
+    recording carries model error for a 12-link identification and a 12-link one none. The
+    arm tracks :func:`arm_loop_reference` with an LQR PD controller at 100 Hz plus gravity
+    feed-forward; the torques it applies are recorded (the mean over each period, N m) with
+    Gaussian noise ``torque_noise_nm``, the angles with noise ``angle_noise_rad`` and a
+    constant zero offset per joint drawn from N(0, ``offset_rad``). The truth is written in
+    the recording's metadata.
+    """
+    from .data.joint_recording import JointRecording, save_joint_recording
+    from .scenes.arm_loop import ArmLoopScene, ArmLoopSettings, lqr_gains
+    from .scenes.loop_urdf import LoopParameters
+
+    generator = _as_rng(rng)
+    base = LoopParameters()
+    if kappa12 is not None:
+        kappa12 = np.asarray(kappa12, dtype=float)
+        base = dataclasses.replace(base, kappa_theta=float(kappa12[0]),
+                                   kappa_psi=float(kappa12[1]))
+    loop = base.rescaled(n_links)
+    with ArmLoopScene(loop, ArmLoopSettings(substeps=substeps, solver_iterations=10)) as scene:
+        reference = arm_loop_reference(scene)
+        kappa = np.array([loop.kappa_theta, loop.kappa_psi])
+        scene.settle(kappa, 0.5)
+        gains = lqr_gains(scene.arm_mass_matrix(reference[0]), bandwidth_radps)
+        feedforward = np.array([scene.gravity_torques(r) for r in reference[:-1]])
+        run = scene.drive(kappa, feedforward, reference, gains)
+        closure = run.closure_error_m
+    offsets = generator.normal(0.0, offset_rad, 7) if offset_rad > 0 else np.zeros(7)
+    angles = run.angles + offsets + generator.normal(0.0, angle_noise_rad, run.angles.shape)
+    torques = run.torques + generator.normal(0.0, torque_noise_nm, run.torques.shape)
+    times = np.arange(len(angles)) * scene.settings.dt_s
+    metadata = {"synthetic": True, "generator_n_links": n_links,
+                "kappa_truth_12": [base.kappa_theta, base.kappa_psi],
+                "kappa_generator": kappa.tolist(), "angle_noise_rad": angle_noise_rad,
+                "torque_noise_nm": torque_noise_nm, "offsets_rad": offsets.tolist(),
+                "substeps": substeps, "bandwidth_radps": bandwidth_radps, "seed": rng,
+                "closure_error_m": closure}
+    recording = JointRecording(rec_id=rec_id, times_s=times, joint_angles_rad=angles,
+                               joint_torques_nm=torques, scene="arm-loop",
+                               joint_names=tuple(f"lbr_iiwa_joint_{i + 1}" for i in range(7)),
+                               source=f"synthetic arm-loop ({n_links}-link generator)",
+                               metadata=metadata)
+    return save_joint_recording(recording, out_dir)

@@ -127,10 +127,19 @@ def _run_items(engine: Engine, function: ItemFunction, items: Sequence, payload:
     return [function(engine, item, payload) for item in items]
 
 
-def _worker_main(connection, scene: str, settings: EngineSettings | None, items: list) -> None:
+def make_worker_engine(scene: str | Callable[[], Any], settings: EngineSettings | None) -> Any:
+    """What a worker holds: ``Engine(scene, settings)`` for a scene name, or ``scene()`` for a
+    picklable factory (e.g. a ``functools.partial`` building an arm-loop replay); either
+    has a ``close()``."""
+    if callable(scene):
+        return scene()
     from .engine import Engine
 
-    engine = Engine(scene, settings=settings)
+    return Engine(scene, settings=settings)
+
+
+def _worker_main(connection, scene, settings: EngineSettings | None, items: list) -> None:
+    engine = make_worker_engine(scene, settings)
     while True:
         try:
             message = connection.recv()
@@ -218,8 +227,10 @@ class ShardedWorkers:
 
     Parameters
     ----------
-    scene : str
-        Scene name each worker builds.
+    scene : str or callable
+        Scene name each worker builds an :class:`~residualsim.engine.Engine` for, or a
+        picklable factory whose result the workers hold instead (see
+        :func:`make_worker_engine`).
     items : sequence
         Picklable work items (e.g. recorded initial states); worker i keeps shard i.
     n_workers : int
@@ -230,7 +241,7 @@ class ShardedWorkers:
         Default: the one set by :func:`parallel_backend` (``"local"`` outside any).
     """
 
-    def __init__(self, scene: str, items: Sequence, n_workers: int = 1,
+    def __init__(self, scene: str | Callable[[], Any], items: Sequence, n_workers: int = 1,
                  settings: EngineSettings | None = None, backend: Backend | None = None
                  ) -> None:
         if int(n_workers) != n_workers or n_workers < 1:
@@ -249,9 +260,7 @@ class ShardedWorkers:
 
             self._transport = RayTransport(scene, settings, self.shards, self.backend)
         elif self.n_workers == 1:
-            from .engine import Engine
-
-            self._engine = Engine(scene, settings=settings)
+            self._engine = make_worker_engine(scene, settings)
         else:
             self._transport = _LocalTransport(scene, settings, self.shards)
 

@@ -3,6 +3,7 @@
 * :mod:`~residualsim.data.contactnets`: the ContactNets cube tosses (``tosses/<id>.pt``).
 * :mod:`~residualsim.data.mcube`: the MCube planar ellipse impacts.
 * :mod:`~residualsim.data.npz`: residualsim's own ``<id>.npz`` trajectory files.
+* :mod:`~residualsim.data.joint_recording`: joint angles and torques of an arm (arm + loop).
 * :mod:`~residualsim.data.splits`: stable train/validation/test splits of ids.
 * :mod:`~residualsim.data.datasets`: format detection and ``data info`` summaries.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from .contactnets import load_toss, load_tosses, write_toss
 from .datasets import describe, detect_format, format_description, load_trajectories
 from .impacts import PlanarImpacts
+from .joint_recording import JointRecording, load_joint_recording, save_joint_recording
 from .mcube import load_impacts
 from .npz import load_trajectory, save_trajectories, save_trajectory
 from .splits import split_ids
@@ -23,6 +25,9 @@ from .trajectory import Trajectory
 __all__ = [
     "Trajectory",
     "PlanarImpacts",
+    "JointRecording",
+    "load_joint_recording",
+    "save_joint_recording",
     "load_toss",
     "write_toss",
     "load_tosses",

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..atomic import read_json
 from ..errors import ParameterError
 
-__all__ = ["ParamSpec", "ENGINE_PARAMS", "EngineParams", "parse_params"]
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "parse_params"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,16 @@ ENGINE_PARAMS: tuple[ParamSpec, ...] = (
               "soft-contact stiffness; inf selects PyBullet's rigid (LCP) contact", log_scale=True),
     ParamSpec("contact_damping", 0.0, 0.0, 1e4, "N s/m",
               "soft-contact damping; ignored for rigid contact"),
+)
+
+#: Stiffnesses of the arm + loop scene's joint springs, identified by
+#: :mod:`residualsim.identify` through the same :class:`~residualsim.paramspace.ParamSpace`
+#: (they are not contact parameters, so :class:`EngineParams` does not hold them).
+SPRING_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("kappa_theta", 4.45252, 1e-3, 1e3, "N m/rad",
+              "stiffness of every θ (twist) joint of the loop", log_scale=True),
+    ParamSpec("kappa_psi", 0.96969, 1e-3, 1e3, "N m/rad",
+              "stiffness of every ψ (bending) joint of the loop", log_scale=True),
 )
 
 _SPECS = {spec.name: spec for spec in ENGINE_PARAMS}
