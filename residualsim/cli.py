@@ -203,9 +203,18 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
     from .scenes import make_scene, parse_params
     from .synthesize import synthesize_tosses, write_toss_set
 
+    if args.scene == "arm-loop":
+        from .synthesize import synthesize_arm_loop
+
+        start = time.perf_counter()
+        path = synthesize_arm_loop(args.out, n_links=args.loop_links, rng=args.seed,
+                                   substeps=args.substeps or (5 if args.loop_links == 12 else 10))
+        _json_line({"command": "data synthesize", "scene": "arm-loop", "out": str(path),
+                    "seconds": time.perf_counter() - start})
+        return
     if args.scene != "cube":
-        raise DataError(f"synthesize writes ContactNets-format tosses: scene must be 'cube', "
-                        f"got {args.scene!r}")
+        raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube') or an "
+                        f"arm-loop joint recording (scene 'arm-loop'), got {args.scene!r}")
     params = parse_params(args.params)
     like = None
     if args.like:
@@ -251,9 +260,51 @@ def _bounds_option(text: str | None) -> dict[str, tuple[float, float]]:
     return bounds
 
 
+def _identify_loop(args: argparse.Namespace) -> None:
+    """``calibrate --scene arm-loop``: the loop's spring stiffnesses from a joint recording."""
+    import numpy as np
+
+    from .atomic import atomic_write_text
+    from .data.joint_recording import load_joint_recording
+    from .identify import identify_stiffness
+
+    if not args.data:
+        raise DataError("calibrate --scene arm-loop needs --data: a joint recording (.npz) "
+                        "or a directory holding one (residualsim data synthesize --scene "
+                        "arm-loop makes one)")
+    method = {"nevergrad": None}.get(args.method, args.method)
+    if method is None:
+        raise ParameterError("--scene arm-loop takes --method lsq, gradient, homotopy or mh")
+    recording = load_joint_recording(args.data)
+    result = identify_stiffness(
+        recording, method, args.seed_kappa, n_workers=args.workers,
+        estimate_offsets=args.estimate_offsets, mh_samples=args.samples,
+        mh_burn_in=args.burn_in, rng=args.seed,
+        progress=None if args.quiet else lambda row: print(json.dumps(row), flush=True))
+    summary = {"scene": "arm-loop", "data": str(recording.source), **result.as_json(),
+               "seed_kappa": list(args.seed_kappa), "history": result.history}
+    if result.posterior is not None:
+        samples = result.posterior.samples.reshape(-1, 2)
+        summary["q05"], summary["q95"] = np.percentile(samples, [5, 95], axis=0).tolist()
+    truth = recording.metadata.get("kappa_truth_12")
+    if truth:
+        summary["truth"] = truth
+        summary["rel_error"] = ((result.kappa - np.array(truth)) / np.array(truth)).tolist()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    _json_line({"command": "calibrate", "out": str(out),
+                **{k: v for k, v in summary.items() if k != "history"}})
+
+
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from .calibrate import calibrate
 
+    if args.scene == "arm-loop":
+        return _identify_loop(args)
+    if args.method not in ("mh", "nevergrad"):
+        raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
+                             f"{args.scene} with mh or nevergrad")
     data = resolve_data(args.data, args.scene)
     summary = calibrate(
         args.scene, data, args.params.split(","), args.out, method=args.method,
@@ -424,6 +475,30 @@ def cmd_bench_executors(args: argparse.Namespace) -> None:
     _json_line({"command": "bench executors", **report})
 
 
+def _kappa_option(text: str) -> tuple[float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    return values
+
+
+def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
+    from .bench import bench_identify_loop
+
+    report = bench_identify_loop(args.method, args.seed_kappa, n_links=args.generator_links,
+                                 n_workers=args.workers, estimate_offsets=args.offsets,
+                                 offset_rad=args.offset_rad, rng=args.seed)
+    print(f"{args.method} from {list(args.seed_kappa)} ({report['generator_n_links']}-link "
+          f"recording): kappa = {[round(k, 5) for k in report['kappa']]} vs truth "
+          f"{report['truth']}, relative error "
+          f"{[f'{100 * e:+.2f} %' for e in report['rel_error']]}, {report['rollouts']} "
+          f"rollouts, {report['wall_s']:.1f} s")
+    _json_line({"command": "bench identify-loop", **report})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
@@ -485,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--substeps", type=_count(1),
                        help="engine substeps per sample (default: the scene's)")
     synth.add_argument("--force", action="store_true", help="replace an existing --out")
+    synth.add_argument("--loop-links", type=int, choices=(12, 24), default=24,
+                       help="arm-loop: links of the generating loop (default 24)")
     add_workers(synth)
     synth.set_defaults(run=cmd_data_synthesize)
 
@@ -497,7 +574,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma-separated parameters to calibrate (default "
                      "lateral_friction,restitution)")
     cal.add_argument("--out", required=True, help="output directory")
-    cal.add_argument("--method", choices=("mh", "nevergrad"), default="mh")
+    cal.add_argument("--method", choices=("mh", "nevergrad", "lsq", "gradient", "homotopy"),
+                     default="mh", help="mh or nevergrad; for --scene arm-loop: lsq, "
+                     "gradient, homotopy or mh")
+    cal.add_argument("--seed-kappa", type=_kappa_option, default=(5.0, 5.0),
+                     help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
+    cal.add_argument("--estimate-offsets", action="store_true",
+                     help="arm-loop homotopy/lsq: estimate the joint-angle sensor offsets too")
     cal.add_argument("--samples", type=_count(1), default=3000, help="kept draws per chain")
     cal.add_argument("--burn-in", type=_count(0), default=1000, help="steps discarded per chain")
     cal.add_argument("--chains", type=_count(1), default=2)
@@ -610,6 +693,21 @@ def build_parser() -> argparse.ArgumentParser:
     bexe.add_argument("--candidates", type=_count(1), default=8, help="per batch")
     bexe.add_argument("--repeats", type=_count(1), default=3)
     bexe.set_defaults(run=cmd_bench_executors)
+
+    bid = bench_commands.add_parser(
+        "identify-loop", help="generate an arm-loop recording and identify the loop springs")
+    bid.add_argument("--method", choices=("lsq", "gradient", "homotopy", "mh"), default="lsq")
+    bid.add_argument("--seed-kappa", type=_kappa_option, default=(5.0, 5.0),
+                     help="starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
+    bid.add_argument("--generator-links", type=int, choices=(12, 24), default=12,
+                     help="links of the generating loop (24: model error; default 12)")
+    bid.add_argument("--offsets", action="store_true",
+                     help="estimate the 7 joint-angle sensor offsets with kappa")
+    bid.add_argument("--offset-rad", type=float, default=0.0,
+                     help="std of the sensor zero offsets put in the recording")
+    bid.add_argument("--workers", type=_count(1), default=2)
+    bid.add_argument("--seed", type=int, default=0, help="noise seed of the recording")
+    bid.set_defaults(run=cmd_bench_identify_loop)
     return parser
 
 

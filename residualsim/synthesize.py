@@ -190,9 +190,11 @@ def arm_loop_reference(scene, segment_s: float = 2.0) -> np.ndarray:
 def synthesize_arm_loop(out_dir: str | Path, *, n_links: int = 24, kappa12=None,
                         angle_noise_rad: float = 2e-4, torque_noise_nm: float = 0.02,
                         offset_rad: float = 0.0, substeps: int = 10,
-                        bandwidth_radps: float = 30.0, rng: int | None = 0,
-                        rec_id: str = "arm-loop") -> Path:
-    """Record a 20 s arm motion stretching, bending and twisting a loop; returns the file.
+                        bandwidth_radps: float = 30.0, segment_s: float = 2.0,
+                        rng: int | None = 0, rec_id: str = "arm-loop") -> Path:
+    """Record an arm motion stretching, bending and twisting a loop; returns the file.
+
+    The motion passes :data:`ARM_LOOP_WAYPOINTS` every ``segment_s`` (2 s: 20 s in all).
 
     The generating loop has ``n_links`` links with the springs of the same continuous ring
     as the 12-link loop with ``kappa12`` = (κ_θ, κ_ψ) N m/rad (default: the paper's
@@ -216,7 +218,7 @@ def synthesize_arm_loop(out_dir: str | Path, *, n_links: int = 24, kappa12=None,
                                    kappa_psi=float(kappa12[1]))
     loop = base.rescaled(n_links)
     with ArmLoopScene(loop, ArmLoopSettings(substeps=substeps, solver_iterations=10)) as scene:
-        reference = arm_loop_reference(scene)
+        reference = arm_loop_reference(scene, segment_s)
         kappa = np.array([loop.kappa_theta, loop.kappa_psi])
         scene.settle(kappa, 0.5)
         gains = lqr_gains(scene.arm_mass_matrix(reference[0]), bandwidth_radps)

@@ -370,8 +370,10 @@ class ArmLoopScene:
 
             F_k = feedforward[k] - K_p (b_k - reference[k]) - K_d (ḃ_k - ḃ_ref,k),
 
-        with b_k, ḃ_k the arm's angles and velocities at sample k and ḃ_ref,k =
-        (reference[k+1] - reference[k]) / dt_s. The loop's springs use ``kappa`` (κ_θ, κ_ψ)
+        with b_k the arm's angles at sample k and the velocities as a controller that reads
+        only angles has them, by backward differences: ḃ_k = (b_k - b_k-1) / dt_s and
+        ḃ_ref,k = (reference[k] - reference[k-1]) / dt_s (both 0 at k = 0). A replay that
+        follows its reference exactly therefore gets exactly the feed-forward torque. The loop's springs use ``kappa`` (κ_θ, κ_ψ)
         N m/rad and ``damping`` (default: the loop's) N m s/rad.
 
         Parameters
@@ -396,14 +398,16 @@ class ArmLoopScene:
         n_periods = len(feedforward)
         angles = np.empty((n_periods + 1, 7))
         applied = np.empty((n_periods, 7))
-        velocity_ref = np.diff(reference, axis=0) / self.settings.dt_s
-        # One affine map per period: F = c_k - K_p b - K_d ḃ.
+        dt = self.settings.dt_s
+        velocity_ref = np.vstack([np.zeros(7), np.diff(reference[:-1], axis=0) / dt])
+        # One affine map per period: F = c_k - K_p b_k - K_d ḃ_k.
         offsets = feedforward + reference[:-1] @ kp.T + velocity_ref @ kd.T
+        previous = None
         for k in range(n_periods):
             states = get_states(arm, joints, physicsClientId=cid)
             b = np.fromiter((s[0] for s in states), float, 7)
-            bdot = np.fromiter((s[1] for s in states), float, 7)
-            angles[k] = b
+            bdot = np.zeros(7) if previous is None else (b - previous) / dt
+            previous = angles[k] = b
             applied[k] = torque = offsets[k] - kp @ b - kd @ bdot
             forces = torque.tolist()
             for _ in range(substeps):  # PyBullet clears joint torques after every step
