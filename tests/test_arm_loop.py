@@ -15,7 +15,8 @@ import pytest
 from residualsim.data.joint_recording import (
     JOINT_FORMAT_NAME, JointRecording, load_joint_recording, save_joint_recording)
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.identify import LoopReplay, RolloutPool, identify_stiffness
+from residualsim.identify import (LoopReplay, ReplayConfig, RolloutPool, identify_stiffness,
+                                  stable_kappa_max)
 from residualsim.scenes.arm_loop import (
     CLAMP_HEIGHT_M, GRASP_OFFSET_M, LOOP_X_M, ArmLoopScene, lqr_gains)
 from residualsim.scenes.base import ASSETS_DIR
@@ -364,6 +365,33 @@ def test_lsq_identifies_kappa_psi(lsq_from_3_3):
 def test_identify_rejects_bad_methods_and_seeds(clean_recording, method, seed, word):
     with pytest.raises(ParameterError, match=word):
         identify_stiffness(clean_recording, method, seed)
+
+
+def test_search_box_must_stay_inside_the_stable_stiffness(clean_recording):
+    assert stable_kappa_max(ReplayConfig(), 0.01) == pytest.approx(10.0)
+    assert stable_kappa_max(ReplayConfig(substeps=10), 0.01) == pytest.approx(40.0)
+    with pytest.raises(ParameterError, match="stable only to about 10 at 5 substeps"):
+        identify_stiffness(clean_recording, "lsq", (5.0, 5.0), kappa_bounds=(0.1, 20.0))
+    with pytest.raises(ParameterError, match="0 < low < high"):
+        identify_stiffness(clean_recording, "lsq", (5.0, 5.0), kappa_bounds=(2.0, 1.0))
+
+
+@pytest.mark.slow
+def test_the_stability_limit_is_real(clean_recording):
+    """Why the box stops at 10: at 2 ms steps the explicit springs of κ = 15 blow the replay
+    up, 1 ms steps hold it, and κ = 10 is fine at 2 ms."""
+    stiff = (15.0, 15.0)
+    coarse, fine = LoopReplay(clean_recording), LoopReplay(clean_recording,
+                                                           ReplayConfig(substeps=10))
+    try:
+        inside = _rms(coarse.residuals((10.0, 10.0)))
+        blown = coarse.residuals(stiff)
+        held = _rms(fine.residuals(stiff))
+    finally:
+        coarse.close()
+        fine.close()
+    assert not np.isfinite(blown).all() or _rms(blown) > 0.05
+    assert held < 0.01 and inside < 0.01
 
 
 # --- 9. parallel rollouts ------------------------------------------------------------------
