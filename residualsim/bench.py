@@ -352,3 +352,62 @@ def bench_identify_loop(method: str = "lsq", seed_kappa=(5.0, 5.0), n_links: int
         samples = result.posterior.samples.reshape(-1, 2)
         out["interval_90"] = np.percentile(samples, [5, 95], axis=0).T.tolist()
     return out
+
+
+def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
+                  n_workers: int = 2, n_events: int = 3, seed: int = 0) -> dict:
+    """Particles through whole real tosses, against real time and the plain engine.
+
+    For each toss (initial state from its first sample, horizon its recorded length), in
+    the same run: ``particles`` residual rollouts drawn from the initial belief (a Gaussian
+    of :data:`~residualsim.simulator.INITIAL_STD` about the recorded state), the same number
+    of rollouts of the calibrated engine alone from the same initial states, and the
+    event-to-event belief propagation (:func:`~residualsim.belief.propagate_belief`) over
+    ``n_events`` contacts with its rejection counts. Ratios: wall time / simulated time
+    (below 1: faster than real time) and residual / engine.
+    """
+    from .belief import GaussianMixtureBelief
+    from .scenes import make_scene
+    from .simulator import INITIAL_STD, StochasticSimulator
+
+    scene = make_scene(model.scene)
+    rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
+                        "rejected_penetration": 0, "rejected_energy": 0}
+    with StochasticSimulator(model, n_workers) as residual, \
+            StochasticSimulator(model, n_workers, residual=False) as engine:
+        for traj_id, traj in trajectories.items():
+            state = scene.state_from_trajectory(traj, 0)
+            belief = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=scene.planar)
+            horizon = float(traj.times_s[-1] - traj.times_s[0])
+            start = time.perf_counter()
+            runs = residual.rollout(belief, horizon, samples=particles, seed=seed)
+            residual_s = time.perf_counter() - start
+            start = time.perf_counter()
+            engine.rollout(belief, horizon, samples=particles, seed=seed)
+            engine_s = time.perf_counter() - start
+            start = time.perf_counter()
+            steps = residual.beliefs(belief, n_events=n_events, n_particles=particles,
+                                     seed=seed)
+            belief_s = time.perf_counter() - start
+            for step in steps:
+                summary = step.summary()
+                totals["propagated"] += summary["drawn"]
+                for key in ("accepted", "no_event", "rejected_penetration",
+                            "rejected_energy"):
+                    totals[key] += summary[key]
+            rows.append({"toss": traj_id, "simulated_s": horizon, "residual_s": residual_s,
+                         "engine_s": engine_s, "beliefs_s": belief_s,
+                         "events": len(steps),
+                         "max_penetration_m": float(runs.max_penetration_m.max())})
+    simulated = sum(r["simulated_s"] for r in rows)
+    met = totals["propagated"] - totals["no_event"]
+    return {"n_trajectories": len(rows), "particles": particles, "workers": n_workers,
+            "substeps": model.substeps, "simulated_s": simulated,
+            "residual_over_real_time": sum(r["residual_s"] for r in rows) / simulated,
+            "engine_over_real_time": sum(r["engine_s"] for r in rows) / simulated,
+            "residual_over_engine": sum(r["residual_s"] for r in rows) /
+            sum(r["engine_s"] for r in rows),
+            "beliefs_s_per_toss": sum(r["beliefs_s"] for r in rows) / len(rows),
+            **totals, "rejected_fraction": (totals["rejected_penetration"] +
+                                            totals["rejected_energy"]) / max(met, 1),
+            "per_toss": rows}

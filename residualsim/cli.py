@@ -427,6 +427,77 @@ def cmd_predict(args: argparse.Namespace) -> None:
                 "out": str(args.out), **stats, "seconds": time.perf_counter() - start})
 
 
+def _state_option(text: str):
+    import numpy as np
+
+    try:
+        values = np.array([float(v) for v in text.split(",")])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not np.isfinite(values).all():
+        raise argparse.ArgumentTypeError(f"the state must be finite, got {text!r}")
+    return values
+
+
+def cmd_rollout(args: argparse.Namespace) -> None:
+    """Stochastic rollouts and per-contact beliefs from one initial state (or toss)."""
+    import numpy as np
+
+    from .atomic import atomic_open
+    from .data import load_trajectories
+    from .plots import belief_plot
+    from .scenes import make_scene
+    from .simulator import INITIAL_STD, StochasticSimulator
+
+    if (args.state is None) == (args.toss is None):
+        raise ParameterError("give exactly one of --state and --toss")
+    recorded = None
+    if args.toss is not None:
+        trajectories = load_trajectories(resolve_data(args.data, "cube"))
+        if args.toss not in trajectories:
+            raise DataError(f"no toss {args.toss!r} in the recordings")
+        toss = trajectories[args.toss]
+        state = make_scene("cube").state_from_trajectory(toss, 0)
+        recorded = toss.positions_m
+        horizon = args.horizon if args.horizon is not None else toss.times_s[-1] - \
+            toss.times_s[0]
+    else:
+        state, horizon = args.state, args.horizon if args.horizon is not None else 1.5
+    start = time.perf_counter()
+    with StochasticSimulator(args.model, n_workers=args.workers,
+                             residual=not args.no_residual) as simulator:
+        if state.shape == (13,):
+            from .simulator import toss_state
+
+            state = toss_state(state[:3], state[3:7], state[7:10], state[10:13])
+        runs = simulator.rollout(state, horizon, samples=args.samples, seed=args.seed)
+        steps = simulator.beliefs(state, n_events=args.events, n_particles=args.particles,
+                                  seed=args.seed) if args.particles else []
+    arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,
+              "times_s": runs.times_s, "initial_state": state, "n_events": runs.n_events,
+              "max_penetration_m": runs.max_penetration_m,
+              "initial_std": INITIAL_STD}
+    for k, step in enumerate(steps, start=1):
+        arrays[f"event{k}_particles"] = step.particles
+        if step.belief is not None:
+            arrays[f"event{k}_weights"] = step.belief.weights
+            arrays[f"event{k}_means"] = step.belief.means
+            arrays[f"event{k}_covariances"] = step.belief.covariances
+    with atomic_open(args.out) as handle:
+        np.savez_compressed(handle, **arrays)
+    if args.plot:
+        belief_plot(steps, args.plot, recorded_m=recorded, sampled_m=runs.positions_m,
+                    title=f"{args.toss or 'state'}: {args.particles} particles, "
+                          f"{args.samples} rollouts")
+    final = runs.final_positions_m
+    _json_line({"command": "rollout", "out": str(args.out), "samples": args.samples,
+                "horizon_s": float(horizon), "final_mean_m": final.mean(axis=0).tolist(),
+                "final_std_m": final.std(axis=0).tolist(),
+                "max_penetration_m": float(runs.max_penetration_m.max()),
+                "beliefs": [step.summary() for step in steps], "plot": args.plot,
+                "seconds": time.perf_counter() - start})
+
+
 def _model_and_tosses(args: argparse.Namespace, split: str):
     """The model of ``--model`` and the first ``--tosses`` recordings of ``split``."""
     from .data import load_trajectories
@@ -453,6 +524,24 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
           f"{report['mean_over_engine_rollout']:.3f} (Engine.rollout); per stochastic sample "
           f"{report['sample_over_engine_poses']:.3f} / {report['sample_over_engine_rollout']:.3f}")
     _json_line({"command": "bench residual", **report})
+
+
+def cmd_bench_beliefs(args: argparse.Namespace) -> None:
+    from .bench import bench_beliefs
+
+    model, tosses = _model_and_tosses(args, "validation")
+    report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
+                           n_events=args.events, seed=args.seed)
+    print(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
+          f"simulated, {report['particles']} particles, {report['workers']} workers:")
+    print(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
+          f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
+          f"time); residual / engine {report['residual_over_engine']:.2f}")
+    print(f"  beliefs: {report['propagated']} particles propagated to their next event, "
+          f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
+          f"penetration, {report['rejected_energy']} for energy gain "
+          f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
+    _json_line({"command": "bench beliefs", **report})
 
 
 def cmd_bench_executors(args: argparse.Namespace) -> None:
@@ -657,6 +746,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_workers(pr)
     pr.set_defaults(run=cmd_predict)
 
+    ro = commands.add_parser(
+        "rollout", help="stochastic rollouts and per-contact beliefs from a state or a toss")
+    ro.add_argument("--model", default=str(PRETRAINED_CUBE),
+                    help="model directory (default: the shipped cube model)")
+    ro.add_argument("--state", type=_state_option,
+                    help="13 numbers: position m, quaternion w,x,y,z, velocity m/s, angular "
+                         "velocity rad/s (world frame)")
+    ro.add_argument("--toss", help="start from this recorded toss instead (with --data) and "
+                    "draw it in the plot")
+    ro.add_argument("--data", help="recordings for --toss (default $RESIDUALSIM_DATA/...)")
+    ro.add_argument("--horizon", type=float, help="seconds (default: the toss's length, or "
+                    "1.5 s)")
+    ro.add_argument("--samples", type=_count(1), default=64)
+    ro.add_argument("--particles", type=_count(0), default=1000,
+                    help="belief particles per contact event (0: no beliefs)")
+    ro.add_argument("--events", type=_count(1), default=3, help="contact events to follow")
+    ro.add_argument("--seed", type=int, default=0)
+    ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
+    ro.add_argument("--out", required=True, help=".npz file to write")
+    ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
+    add_workers(ro)
+    ro.set_defaults(run=cmd_rollout)
+
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)
     engine = bench_commands.add_parser("engine", help="wrapper overhead and worker speed-up")
@@ -693,6 +805,18 @@ def build_parser() -> argparse.ArgumentParser:
     bexe.add_argument("--candidates", type=_count(1), default=8, help="per batch")
     bexe.add_argument("--repeats", type=_count(1), default=3)
     bexe.set_defaults(run=cmd_bench_executors)
+
+    bbel = bench_commands.add_parser(
+        "beliefs", help="particles through real tosses: wall / simulated time, vs the engine")
+    bbel.add_argument("--model", default=str(PRETRAINED_CUBE), help="model directory "
+                      "(default: the shipped cube model)")
+    bbel.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bbel.add_argument("--tosses", type=_count(1), default=4, help="validation tosses")
+    bbel.add_argument("--particles", type=_count(2), default=1000)
+    bbel.add_argument("--events", type=_count(1), default=3)
+    bbel.add_argument("--workers", type=_count(1), default=2)
+    bbel.add_argument("--seed", type=int, default=0)
+    bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(
         "identify-loop", help="generate an arm-loop recording and identify the loop springs")

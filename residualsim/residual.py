@@ -75,6 +75,8 @@ class NumpyPolicy:
     """The policy's weights as float64 numpy arrays, for per-contact evaluation.
 
     ``layers`` are (W (out, in), b (out,)) pairs of the tanh body followed by the head.
+    ``spread`` multiplies the components' scales when sampling (see
+    :attr:`ResidualModel.spread`); the mean is unaffected.
     """
 
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -83,6 +85,7 @@ class NumpyPolicy:
     impulse_scale_ns: float
     n_components: int
     n_outputs: int
+    spread: float = 1.0
 
     def components(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Mixture of one contact: weights (K,), means (K, k) and std (K, k) in N s."""
@@ -114,7 +117,7 @@ class NumpyPolicy:
         u, z = rng.random(), rng.standard_normal(self.n_outputs)
         index = min(int(np.searchsorted(np.cumsum(weights), u * weights.sum())),
                     self.n_components - 1)
-        return means[index] + scales[index] * z
+        return means[index] + self.spread * scales[index] * z
 
 
 class ResidualPolicy:
@@ -249,15 +252,17 @@ class ResidualPolicy:
             value = torch.tensor(np.atleast_2d(impulses), dtype=torch.float32)
             return self.distribution(features).log_prob(value).numpy().astype(np.float64)
 
-    def numpy(self) -> NumpyPolicy:
-        """The weights extracted once for fast per-contact evaluation (float64)."""
+    def numpy(self, spread: float = 1.0) -> NumpyPolicy:
+        """The weights extracted once for fast per-contact evaluation (float64), sampling
+        with the components' scales times ``spread``."""
         linear = [m for m in self.network.modules() if isinstance(m, torch.nn.Linear)]
         layers = tuple((m.weight.detach().numpy().astype(np.float64),
                         m.bias.detach().numpy().astype(np.float64)) for m in linear)
         return NumpyPolicy(layers=layers, feature_mean=self.feature_mean.copy(),
                            feature_std=self.feature_std.copy(),
                            impulse_scale_ns=float(self.impulse_scale_ns),
-                           n_components=self.n_components, n_outputs=self.n_outputs)
+                           n_components=self.n_components, n_outputs=self.n_outputs,
+                           spread=float(spread))
 
     # --- persistence ---------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -339,6 +344,14 @@ class ResidualModel:
     substeps: int
     guard: Any  # rollout.ContactGuard
     info: dict[str, Any] = field(default_factory=dict)
+    #: Factor on the mixture's scales when sampling: the policy is trained on its mean's
+    #: error, which leaves its scales uncalibrated; :func:`residualsim.train.fit_spread`
+    #: sets this from the training tosses' energy score. 1.0 for models without one.
+    spread: float = 1.0
+
+    def sampling_policy(self):
+        """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread."""
+        return self.policy.numpy(self.spread)
 
     def settings(self):
         """The engine settings the model runs at (the scene's, with its dt_s and substeps)."""
@@ -361,7 +374,8 @@ class ResidualModel:
         header = {"format": _MODEL_FORMAT, "residualsim_version": __version__,
                   "scene": self.scene, "params": self.params.as_json(),
                   "settings": {"dt_s": self.dt_s, "substeps": self.substeps},
-                  "guard": dataclasses.asdict(self.guard), "info": self.info}
+                  "guard": dataclasses.asdict(self.guard), "spread": self.spread,
+                  "info": self.info}
         atomic_write_text(directory / "model.json", json.dumps(header, indent=2))
         return directory
 
@@ -387,8 +401,11 @@ class ResidualModel:
             substeps = int(header["settings"]["substeps"])
             guard = ContactGuard(**dict(header.get("guard", {})))
             info = dict(header.get("info", {}))
+            spread = float(header.get("spread", 1.0))
             if not (dt_s > 0 and substeps >= 1):
                 raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
+            if not (math.isfinite(spread) and spread >= 0):
+                raise ValueError(f"spread {spread} must be finite and >= 0")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"{path}: malformed model description ({exc})") from None
         policy = ResidualPolicy.load(directory)
@@ -397,4 +414,4 @@ class ResidualModel:
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
-                   guard=guard, info=info)
+                   guard=guard, info=info, spread=spread)

@@ -328,7 +328,8 @@ def _far_from(point: tuple, recent: list[list[tuple]], spacing2: float) -> bool:
 
 def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy=None,
                      rng: np.random.Generator | None = None,
-                     guard: ContactGuard = ContactGuard()) -> ResidualRollout:
+                     guard: ContactGuard = ContactGuard(),
+                     stop_after_events: int | None = None) -> ResidualRollout:
     """Algorithm 1: simulate ``n_steps`` periods from ``initial_state`` with the residual.
 
     Parameters
@@ -348,6 +349,10 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         sample of p_res per event.
     guard : ContactGuard
         Event definition and physical limits.
+    stop_after_events : int or None
+        Stop right after the step of this many contact events (its residual applied): the
+        result is then shorter than ``n_steps + 1`` samples and ends at the post-event
+        state (how :mod:`residualsim.belief` goes from contact event to contact event).
     """
     scene, cid = engine.scene, engine.client
     engine.reset(initial_state)
@@ -376,6 +381,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         elif recent:
             recent = []
         raws.append(raw)
+        if stop_after_events is not None and events >= stop_after_events:
+            break
     states = scene.raw_to_states(raws)
     positions, quat, _, _ = scene.rigid_motion(states)
     width, n_features = (2, 5) if scene.planar else (3, 9)
@@ -508,7 +515,7 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     if abs(settings.dt_s - model.dt_s) > 1e-6 * model.dt_s:
         raise DataError(f"recordings at {1 / settings.dt_s:.3f} Hz, but the model was trained "
                         f"at {1 / model.dt_s:.3f} Hz")
-    policy = model.policy.numpy() if residual else None
+    policy = model.sampling_policy() if residual else None
     request = RolloutRequest(params=model.params, policies=(policy,), samples=int(samples),
                              seed=int(seed), guard=guard or model.guard)
     items = trajectory_items(model.scene, trajectories)

@@ -39,6 +39,8 @@ TRAJECTORY_KEYS = {
     "energy_score_m_median",
     "coverage_50",
     "coverage_90",
+    "coverage_xy_50",
+    "coverage_xy_90",
 }
 
 IMPACT_KEYS = {
@@ -391,6 +393,25 @@ def test_truth_far_away_is_never_covered():
     assert score.aggregate()["coverage_50"] == 0.0
     assert score.aggregate()["coverage_90"] == 0.0
     assert score.inside_90.shape == (50,) and score.inside_90.dtype == bool
+
+
+def test_table_plane_coverage_ignores_a_resting_height_offset():
+    """Bodies at rest: the samples agree on the height, the recording sits 1 mm lower. The
+    3-D regions then miss every recording; the x-y regions stay calibrated."""
+    rng = np.random.default_rng(12)
+    flat = FACTOR.copy()
+    flat[2] = 0.0
+    samples, truth = gaussian_ensembles(rng, 600, 100, np.array([0.0, 0.0, 0.0524]), flat)
+    truth[:, 2] -= 0.0011
+    predictions, recordings = predictions_from_final(samples, truth)
+    summary = score_trajectories(predictions, recordings).aggregate()
+    assert summary["coverage_90"] == 0.0
+    assert summary["coverage_xy_50"] == pytest.approx(0.5, abs=0.06)
+    assert summary["coverage_xy_90"] == pytest.approx(0.9, abs=0.04)
+    # and the x-y regions still miss a recording that is off in x and y
+    far, far_truth = gaussian_ensembles(rng, 50, 64, np.zeros(3), FACTOR, truth_shift=1.0)
+    far_summary = score_trajectories(*predictions_from_final(far, far_truth)).aggregate()
+    assert far_summary["coverage_xy_90"] == 0.0
 
 
 def test_leave_one_out_distances_match_refitting(monkeypatch):
