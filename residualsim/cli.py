@@ -427,6 +427,16 @@ def cmd_predict(args: argparse.Namespace) -> None:
                 "out": str(args.out), **stats, "seconds": time.perf_counter() - start})
 
 
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers >= 0, got {text!r}")
+    return values
+
+
 def _state_option(text: str):
     import numpy as np
 
@@ -524,6 +534,24 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
           f"{report['mean_over_engine_rollout']:.3f} (Engine.rollout); per stochastic sample "
           f"{report['sample_over_engine_poses']:.3f} / {report['sample_over_engine_rollout']:.3f}")
     _json_line({"command": "bench residual", **report})
+
+
+def cmd_fit_spread(args: argparse.Namespace) -> None:
+    """Set a model's sampling spread from its training tosses (energy score)."""
+    import dataclasses
+
+    from .train import fit_spread
+
+    model, tosses = _model_and_tosses(args, "train")
+    start = time.perf_counter()
+    spread, rows = fit_spread(model, tosses, samples=args.samples, grid=args.grid,
+                              seed=args.seed, n_workers=args.workers)
+    info = dict(model.info, spread_fit={"training_tosses": len(tosses),
+                                        "samples": args.samples, "seed": args.seed,
+                                        "rows": rows})
+    dataclasses.replace(model, spread=spread, info=info).save(args.model)
+    _json_line({"command": "fit-spread", "model": str(args.model), "spread": spread,
+                "rows": rows, "tosses": len(tosses), "seconds": time.perf_counter() - start})
 
 
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
@@ -768,6 +796,19 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
     add_workers(ro)
     ro.set_defaults(run=cmd_rollout)
+
+    fs = commands.add_parser(
+        "fit-spread", help="set a model's sampling spread from its training tosses")
+    fs.add_argument("--model", required=True, help="model directory (updated in place)")
+    fs.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    fs.add_argument("--tosses", type=_count(1), default=60,
+                    help="first N tosses of the training split (default 60)")
+    fs.add_argument("--samples", type=_count(2), default=32)
+    fs.add_argument("--grid", type=_float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
+                    help="spreads to try (default 1,1.5,2,3,4)")
+    fs.add_argument("--seed", type=int, default=0)
+    add_workers(fs)
+    fs.set_defaults(run=cmd_fit_spread)
 
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)

@@ -59,3 +59,45 @@ def test_shipped_model_beats_its_engine_on_held_out_real_tosses(contactnets_dir)
     assert rmse[False] == pytest.approx(card["engine"]["position_rmse_m"], rel=1e-9)
     assert rmse[True] < rmse[False]
     assert np.isfinite(rmse[True])
+
+
+def test_model_spread_round_trips_and_bad_spreads_are_refused(tmp_path):
+    import dataclasses
+
+    from residualsim.errors import DataError
+
+    model = ResidualModel.load(MODEL)
+    saved = dataclasses.replace(model, spread=2.5).save(tmp_path / "m")
+    again = ResidualModel.load(saved)
+    assert again.spread == 2.5 and again.sampling_policy().spread == 2.5
+    header = json.loads((saved / "model.json").read_text())
+    del header["spread"]  # models saved before spreads existed sample at 1
+    (saved / "model.json").write_text(json.dumps(header))
+    assert ResidualModel.load(saved).spread == 1.0
+    header["spread"] = -1.0
+    (saved / "model.json").write_text(json.dumps(header))
+    with pytest.raises(DataError, match="spread"):
+        ResidualModel.load(saved)
+
+
+def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+                 "--tosses", "3", "--samples", "4", "--grid", "0,1,8"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = line["rows"]
+    assert [r["spread"] for r in rows] == [0.0, 1.0, 8.0] and line["tosses"] == 3
+    best = min(rows, key=lambda r: r["energy_score_m"])
+    model = ResidualModel.load(model_dir)
+    assert model.spread == best["spread"] == line["spread"]
+    assert model.info["spread_fit"]["rows"] == rows
+    # a wider spread spreads the samples: the energy scores differ across the grid
+    assert len({r["energy_score_m"] for r in rows}) == 3
+    with pytest.raises(SystemExit) as info:
+        main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+              "--grid", "1,-2"])
+    assert info.value.code == 2
+    assert "expected finite numbers >= 0" in capsys.readouterr().err

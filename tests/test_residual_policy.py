@@ -142,6 +142,22 @@ def test_numpy_samples_follow_the_mixture():
     assert far[0] < log_prob.min()
 
 
+def test_spread_scales_the_deviation_from_the_chosen_component_only():
+    policy, features = _random_policy(False, 11, weight_scale=0.8)
+    x = features[3]
+    _, means, _ = policy.numpy().components(x)
+    draws = {}
+    for spread in (0.0, 1.0, 2.5):
+        rng = np.random.default_rng(9)
+        draws[spread] = np.array([policy.numpy(spread).sample(x, rng) for _ in range(50)])
+    # same random numbers: the same component, the deviation from its mean scaled
+    at_means = draws[0.0]
+    assert all(any(np.allclose(row, m) for m in means) for row in at_means)
+    np.testing.assert_allclose(draws[2.5] - at_means, 2.5 * (draws[1.0] - at_means),
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(policy.numpy(2.5).mean(x), policy.numpy().mean(x))
+
+
 def test_sampling_is_reproducible_and_uses_fixed_random_numbers():
     policy, features = _random_policy(False, 2)
     fast = policy.numpy()
