@@ -276,10 +276,15 @@ def _identify_loop(args: argparse.Namespace) -> None:
     if method is None:
         raise ParameterError("--scene arm-loop takes --method lsq, gradient, homotopy or mh")
     recording = load_joint_recording(args.data)
+    out = Path(args.out)
+    cache = out / "rollouts"
+    if cache.is_dir() and any(cache.iterdir()) and not args.resume:
+        raise DataError(f"{cache}: rollouts of an earlier run exist; resume it (--resume) or "
+                        "choose another output")
     result = identify_stiffness(
         recording, method, args.seed_kappa, n_workers=args.workers,
         estimate_offsets=args.estimate_offsets, mh_samples=args.samples,
-        mh_burn_in=args.burn_in, rng=args.seed,
+        mh_burn_in=args.burn_in, rng=args.seed, cache_dir=cache,
         progress=None if args.quiet else lambda row: print(json.dumps(row), flush=True))
     summary = {"scene": "arm-loop", "data": str(recording.source), **result.as_json(),
                "seed_kappa": list(args.seed_kappa), "history": result.history}
@@ -290,8 +295,6 @@ def _identify_loop(args: argparse.Namespace) -> None:
     if truth:
         summary["truth"] = truth
         summary["rel_error"] = ((result.kappa - np.array(truth)) / np.array(truth)).tolist()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     _json_line({"command": "calibrate", "out": str(out),
                 **{k: v for k, v in summary.items() if k != "history"}})

@@ -29,15 +29,19 @@ finite differences run in parallel):
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_open
 from .data.joint_recording import JointRecording
 from .errors import ParameterError, SceneError
 from .workers import ShardedWorkers
@@ -136,22 +140,66 @@ def _replay_tasks(replay: LoopReplay, slot: int, payload: tuple[int, list]) -> l
 
 
 class RolloutPool:
-    """Workers each holding a :class:`LoopReplay` of the same recording; counts rollouts."""
+    """Workers each holding a :class:`LoopReplay` of the same recording; counts rollouts.
+
+    With ``cache_dir``, every finished rollout is also written there (one ``.npy`` per task,
+    atomically, named by a hash of the recording, the replay configuration and the task) and
+    read back instead of recomputed. Every method is deterministic given its rollouts, so a
+    run interrupted and started again with the same cache replays its finished work from
+    disk and continues where it stopped (``calibrate --scene arm-loop --resume``).
+    """
 
     def __init__(self, recording: JointRecording, config: ReplayConfig = ReplayConfig(),
-                 n_workers: int = 1) -> None:
+                 n_workers: int = 1, cache_dir: str | Path | None = None) -> None:
         self.n_workers = int(n_workers)
-        self.rollouts = 0
+        self.rollouts = 0  #: rollouts computed by this pool
+        self.reused = 0  #: rollouts read back from the cache
         factory = functools.partial(LoopReplay, recording, config)
         self._workers = ShardedWorkers(factory, list(range(self.n_workers)), self.n_workers)
+        self._cache = Path(cache_dir) if cache_dir is not None else None
+        if self._cache is not None:
+            self._cache.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            for array in (recording.times_s, recording.joint_angles_rad,
+                          recording.joint_torques_nm):
+                digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+            digest.update(json.dumps(asdict(config), sort_keys=True).encode())
+            self._prefix = digest.hexdigest()
+
+    @property
+    def evaluations(self) -> int:
+        """Rollouts asked for so far, computed or reused (what budgets count)."""
+        return self.rollouts + self.reused
+
+    def _cache_path(self, task: tuple) -> Path:
+        kappa, lam, offsets = task
+        digest = hashlib.sha256(self._prefix.encode())
+        for part in (kappa, [lam], np.zeros(0) if offsets is None else offsets):
+            digest.update(np.asarray(part, dtype=np.float64).tobytes())
+            digest.update(b"|")
+        return self._cache / f"{digest.hexdigest()[:32]}.npy"
 
     def residuals(self, tasks: Sequence[tuple]) -> list[np.ndarray]:
         """Residuals of every ``(kappa, lam, offsets)`` task, computed in parallel."""
         tasks = [tuple(task) for task in tasks]
-        results = self._workers.map(_replay_tasks, (self.n_workers, tasks))
-        by_index = dict(pair for slot in results for pair in slot)
-        self.rollouts += len(tasks)
-        return [by_index[i] for i in range(len(tasks))]
+        found: dict[int, np.ndarray] = {}
+        if self._cache is not None:
+            for index, task in enumerate(tasks):
+                path = self._cache_path(task)
+                if path.is_file():
+                    found[index] = np.load(path)
+        todo = [i for i in range(len(tasks)) if i not in found]
+        if todo:
+            results = self._workers.map(_replay_tasks, (self.n_workers,
+                                                        [tasks[i] for i in todo]))
+            for local, residual in (pair for slot in results for pair in slot):
+                found[todo[local]] = residual
+                if self._cache is not None:
+                    with atomic_open(self._cache_path(tasks[todo[local]])) as handle:
+                        np.save(handle, residual)
+        self.rollouts += len(todo)
+        self.reused += len(tasks) - len(todo)
+        return [found[i] for i in range(len(tasks))]
 
     def close(self) -> None:
         self._workers.close()
@@ -173,6 +221,7 @@ class Identification:
     rms_m: float
     rollouts: int
     wall_s: float
+    reused: int = 0
     offsets: np.ndarray | None = None
     iterations: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -180,7 +229,7 @@ class Identification:
 
     def as_json(self) -> dict[str, Any]:
         out = {"method": self.method, "kappa": [float(k) for k in self.kappa],
-               "rms_mm": 1000 * self.rms_m, "rollouts": self.rollouts,
+               "rms_mm": 1000 * self.rms_m, "rollouts": self.rollouts, "reused": self.reused,
                "wall_s": round(self.wall_s, 2), "iterations": self.iterations}
         if self.offsets is not None:
             out["offsets_rad"] = [float(o) for o in self.offsets]
@@ -199,6 +248,20 @@ def stable_kappa_max(config: ReplayConfig, dt_s: float) -> float:
     """
     step_s = dt_s / config.substeps
     return 10.0 * (0.002 / step_s) ** 2 * (12 / config.n_links) ** 3
+
+
+class _Iterates(list):
+    """The iterates of a method; each is also passed to ``callback`` (the progress report)
+    with the rollouts computed and reused so far."""
+
+    def __init__(self, callback: Callable[[dict], None] | None, pool: RolloutPool) -> None:
+        super().__init__()
+        self.callback, self.pool = callback, pool
+
+    def append(self, row: dict[str, Any]) -> None:
+        super().append(row)
+        if self.callback is not None:
+            self.callback({**row, "rollouts": self.pool.rollouts, "reused": self.pool.reused})
 
 
 def _rms(residual: np.ndarray) -> float:
@@ -273,14 +336,14 @@ def _gradient_descent(pool: RolloutPool, kappa0: np.ndarray, history: list,
     value = cost(pool.residuals([(kappa, 0.0, None)])[0])
     history.append({"kappa": kappa.tolist(), "cost_cm2": value})
     h = 1e-3
-    while pool.rollouts < max_rollouts:
+    while pool.evaluations < max_rollouts:
         probes = [kappa + h * kappa[i] * np.eye(2)[i] for i in range(2)]
         grad = np.array([(cost(r) - value) / (h * kappa[i]) for i, r in
                          enumerate(pool.residuals([(p, 0.0, None) for p in probes]))])
         if not np.isfinite(grad).all() or not grad.any():
             break
         step, accepted = 1.0, None
-        while accepted is None and step > 1e-8 and pool.rollouts < max_rollouts:
+        while accepted is None and step > 1e-8 and pool.evaluations < max_rollouts:
             trials = [np.clip(kappa - s * grad, low, high) for s in (step, step * beta)]
             values = [cost(r) for r in pool.residuals([(t, 0.0, None) for t in trials])]
             for s, trial, trial_value in zip((step, step * beta), trials, values):
@@ -305,12 +368,16 @@ def identify_stiffness(recording: JointRecording, method: str = "homotopy",
                        lambdas: Sequence[float] = HOMOTOPY_LAMBDAS,
                        mh_samples: int = 200, mh_burn_in: int = 100, rng: int = 0,
                        kappa_bounds: tuple[float, float] = KAPPA_BOUNDS,
+                       cache_dir: str | Path | None = None,
                        progress: Callable[[dict], None] | None = None) -> Identification:
     """Identify (κ_θ, κ_ψ) N m/rad of the loop from ``recording`` with ``method`` (see the
     module docstring), starting from ``seed_kappa``, searching inside ``kappa_bounds``
     (whose upper end must keep the model stable: :func:`stable_kappa_max`).
     ``max_rollouts`` bounds the gradient method (and each least-squares solve:
-    ``max_rollouts`` function evaluations)."""
+    ``max_rollouts`` function evaluations). ``cache_dir``: keep every rollout there, so the
+    same call after an interruption resumes without recomputing (see :class:`RolloutPool`);
+    ``rollouts`` then counts the rollouts computed by this call, ``reused`` those read back.
+    """
     if method not in METHODS:
         raise ParameterError(f"unknown identification method {method!r}; choose one of "
                              f"{', '.join(METHODS)}")
@@ -325,10 +392,10 @@ def identify_stiffness(recording: JointRecording, method: str = "homotopy",
             f"(the limit grows with substeps squared) or lower the bound")
     seed = _check_seed(seed_kappa, bounds)
     start = time.perf_counter()
-    history: list[dict[str, Any]] = []
     offsets = None
     posterior = None
-    with RolloutPool(recording, config, n_workers) as pool:
+    with RolloutPool(recording, config, n_workers, cache_dir) as pool:
+        history = _Iterates(progress, pool)
         if method == "gradient":
             kappa = _gradient_descent(pool, seed, history, max_rollouts, bounds)
         elif method == "mh":
@@ -343,14 +410,14 @@ def identify_stiffness(recording: JointRecording, method: str = "homotopy",
                 x = _least_squares(pool, x, lam, n_offsets, history,
                                    WAYPOINT_EVALUATIONS if waypoint else max_rollouts, bounds,
                                    xtol=WAYPOINT_XTOL if waypoint else 1e-4)
-                if progress is not None:
-                    progress({"lambda": lam, "kappa": np.exp(x[:2]).tolist()})
             kappa = np.exp(x[:2])
             offsets = x[2:] if n_offsets else None
         final = pool.residuals([(kappa, 0.0, offsets)])[0]
         return Identification(method=method, kappa=np.asarray(kappa), rms_m=_rms(final),
-                              rollouts=pool.rollouts, wall_s=time.perf_counter() - start,
-                              offsets=offsets, iterations=len(history), history=history,
+                              rollouts=pool.rollouts, reused=pool.reused,
+                              wall_s=time.perf_counter() - start,
+                              offsets=offsets, iterations=len(history),
+                              history=list(history),
                               posterior=posterior)
 
 

@@ -419,3 +419,46 @@ def test_bench_identify_loop_needs_two_seed_numbers(capsys):
         main(["bench", "identify-loop", "--seed-kappa", "5"])
     assert info.value.code == 2
     assert "expected two numbers" in capsys.readouterr().err
+
+
+# --- 11. checkpoint and resume ---------------------------------------------------------------
+@pytest.mark.slow
+def test_identification_resumes_from_its_rollout_cache(clean_recording, tmp_path):
+    cache = tmp_path / "rollouts"
+    first = identify_stiffness(clean_recording, "gradient", (3.0, 3.0), max_rollouts=14,
+                               cache_dir=cache)
+    files = sorted(cache.glob("*.npy"))
+    assert len(files) == first.rollouts > 4  # (the final check re-reads the last iterate)
+    # the same call again: every rollout read back, nothing computed, the same answer
+    again = identify_stiffness(clean_recording, "gradient", (3.0, 3.0), max_rollouts=14,
+                               cache_dir=cache)
+    assert again.rollouts == 0 and again.reused == first.rollouts + first.reused
+    np.testing.assert_array_equal(again.kappa, first.kappa)
+    assert again.history == first.history
+    # an interruption: the last rollouts never finished; resuming recomputes only them
+    for path in sorted(files, key=lambda p: p.stat().st_mtime_ns)[-3:]:
+        path.unlink()
+    resumed = identify_stiffness(clean_recording, "gradient", (3.0, 3.0), max_rollouts=14,
+                                 cache_dir=cache)
+    assert resumed.rollouts == 3
+    np.testing.assert_array_equal(resumed.kappa, first.kappa)
+    # another configuration does not reuse these rollouts: it computes and adds its own
+    before = len(list(cache.glob("*.npy")))
+    other = identify_stiffness(clean_recording, "gradient", (3.0, 3.0), max_rollouts=4,
+                               cache_dir=cache, config=ReplayConfig(solver_iterations=11))
+    assert other.rollouts >= 4
+    assert len(list(cache.glob("*.npy"))) == before + other.rollouts
+
+
+def test_calibrate_arm_loop_refuses_to_mix_runs_without_resume(clean_recording, tmp_path,
+                                                                capsys):
+    from residualsim.cli import main
+
+    path = save_joint_recording(clean_recording, tmp_path / "rec")
+    out = tmp_path / "out"
+    command = ["calibrate", "--scene", "arm-loop", "--data", str(path), "--method", "gradient",
+               "--seed-kappa", "3,3", "--out", str(out), "--quiet"]
+    (out / "rollouts").mkdir(parents=True)
+    (out / "rollouts" / "earlier.npy").write_bytes(b"")
+    assert main(command) == 2
+    assert "rollouts of an earlier run exist" in capsys.readouterr().err
