@@ -66,6 +66,18 @@ def test_committed_loop_assets_are_regenerated_exactly(n_links):
         LoopParameters().rescaled(n_links)
 
 
+def test_unshipped_loop_assets_go_to_the_user_cache(tmp_path, monkeypatch):
+    from residualsim.scenes.arm_loop import loop_asset
+
+    monkeypatch.setenv("RESIDUALSIM_CACHE", str(tmp_path / "cache"))
+    assert loop_asset(12) == ASSETS_DIR / "loop12.urdf"  # shipped: used in place
+    path = loop_asset(8)
+    assert path == tmp_path / "cache" / "loop8.urdf" and not (ASSETS_DIR / "loop8.urdf").exists()
+    assert read_loop_parameters(path) == LoopParameters().rescaled(8)
+    with pytest.raises(SceneError, match="links >= 3"):
+        loop_asset(2)
+
+
 def test_read_loop_parameters_round_trips_unusual_values(tmp_path):
     params = LoopParameters(n_links=7, radius_m=0.1 + 0.2, mass_kg=1 / 3, tube_radius_m=0.011,
                             kappa_theta=math.pi, kappa_psi=0.0, damping=1e-7,

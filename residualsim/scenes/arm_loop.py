@@ -64,11 +64,24 @@ class ArmLoopSettings:
 
 
 def loop_asset(n_links: int) -> Path:
-    """Path of the generated ``assets/loop<n>.urdf`` (written from the defaults if missing)."""
-    path = ASSETS_DIR / f"loop{n_links}.urdf"
+    """Path of the loop URDF with ``n_links`` links and the default parameters:
+    ``assets/loop<n>.urdf`` when shipped (12 and 24), otherwise generated once into the
+    user cache (``$RESIDUALSIM_CACHE``, else ``$XDG_CACHE_HOME/residualsim``, else
+    ``~/.cache/residualsim``), never into the installed package, which may be read-only."""
+    import os
+
+    if int(n_links) != n_links or n_links < 3:
+        raise SceneError(f"a loop needs an integer number of links >= 3, got {n_links!r}")
+    shipped = ASSETS_DIR / f"loop{n_links}.urdf"
+    if shipped.is_file():
+        return shipped
+    root = os.environ.get("RESIDUALSIM_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "residualsim"
+    path = Path(root) / f"loop{n_links}.urdf"
     if not path.is_file():
         from ..atomic import atomic_write_text
 
+        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, loop_urdf(LoopParameters().rescaled(n_links)))
     return path
 
