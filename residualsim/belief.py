@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -262,16 +262,22 @@ class _StepRequest:
     energy_tolerance_j: float
 
 
-def _particle_tasks(engine, slot: int, request: _StepRequest) -> list:
+def slot_particles(engine, slot: int, request) -> Iterator[tuple[int, np.ndarray, Any]]:
+    """The particles worker ``slot`` runs: (index, initial state, random generator or None)
+    for every ``request.n_slots``-th state from ``slot``, with the engine set to
+    ``request.params`` first. ``request.seeds[i]`` seeds particle i (None: deterministic)."""
     if engine.params != request.params:
         engine.set_params(request.params)
-    out = []
     for index in range(slot, len(request.states), request.n_slots):
         rng = None if request.seeds is None else np.random.default_rng(request.seeds[index])
-        out.append((index, _to_next_event(
-            engine, request.states[index], request.max_steps, request.policy, rng,
-            request.guard, request.penetration_tolerance_m, request.energy_tolerance_j)))
-    return out
+        yield index, request.states[index], rng
+
+
+def _particle_tasks(engine, slot: int, request: _StepRequest) -> list:
+    return [(index, _to_next_event(engine, state, request.max_steps, request.policy, rng,
+                                   request.guard, request.penetration_tolerance_m,
+                                   request.energy_tolerance_j))
+            for index, state, rng in slot_particles(engine, slot, request)]
 
 
 def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: int,

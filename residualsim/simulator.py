@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .belief import BeliefStep, GaussianMixtureBelief, propagate_belief
+from .belief import BeliefStep, GaussianMixtureBelief, propagate_belief, slot_particles
 from .errors import ParameterError
 
 __all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD"]
@@ -95,13 +95,10 @@ class _RolloutRequest:
 def _rollout_tasks(engine, slot: int, request: _RolloutRequest) -> list:
     from .rollout import residual_rollout
 
-    if engine.params != request.params:
-        engine.set_params(request.params)
     out = []
-    for index in range(slot, len(request.states), request.n_slots):
-        rng = None if request.seeds is None else np.random.default_rng(request.seeds[index])
-        run = residual_rollout(engine, request.states[index], request.n_steps, request.policy,
-                               rng, request.guard)
+    for index, state, rng in slot_particles(engine, slot, request):
+        run = residual_rollout(engine, state, request.n_steps, request.policy, rng,
+                               request.guard)
         out.append((index, run.states, (run.n_events, run.n_energy_clamped,
                                         run.n_normal_clamped, run.max_penetration_m)))
     return out
