@@ -403,8 +403,31 @@ def cmd_train(args: argparse.Namespace) -> None:
     _json_line({"command": "train", "out": str(args.out), **figures})
 
 
+def _predict_impacts(args: argparse.Namespace, model, data: Path) -> None:
+    from .data import load_impacts
+    from .data.splits import split_ids
+    from .impact_residual import predict_impacts
+    from .predictions import save_predictions
+
+    impacts = load_impacts(data, convention="corrected")
+    if args.split != "all":
+        impacts = impacts.subset(split_ids(impacts.rows.tolist())[args.split])
+    if args.limit is not None:
+        impacts = impacts.subset(impacts.rows[:args.limit])
+    start = time.perf_counter()
+    predictions = predict_impacts(model, impacts, samples=args.samples, seed=args.seed,
+                                  n_workers=args.workers, residual=not args.no_residual)
+    predictions.meta.update(model=str(args.model), data=str(data), split=args.split,
+                            command="predict")
+    save_predictions(args.out, predictions)
+    _json_line({"command": "predict", "model": str(args.model), "count": impacts.n_impacts,
+                "samples": predictions.post_velocity.shape[0],
+                "residual": not args.no_residual, "out": str(args.out),
+                "seconds": time.perf_counter() - start})
+
+
 def cmd_predict(args: argparse.Namespace) -> None:
-    from .data import load_trajectories
+    from .data import detect_format, load_trajectories
     from .data.splits import split_ids
     from .predictions import save_predictions
     from .residual import ResidualModel
@@ -412,6 +435,9 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     model = ResidualModel.load(args.model)
     data = resolve_data(args.data, model.scene)
+    if detect_format(data) == "mcube":
+        _predict_impacts(args, model, data)
+        return
     trajectories = load_trajectories(data)
     if args.split != "all":
         keep = split_ids(list(trajectories))[args.split]
