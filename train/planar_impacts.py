@@ -67,6 +67,8 @@ def main() -> None:
                           info={"kind": "impacts", "figures": figures, "command": command,
                                 "split": {k: len(v) for k, v in split.items()}})
     model.save(out)
+    atomic_write_text(out / "calibration-summary.json",
+                      (Path(calibration.path) / "summary.json").read_text())
     table = impact_table(model, impacts, split, n_workers=args.workers, seed=args.seed)
     atomic_write_text(out / "impact-table.json", json.dumps(table, indent=1) + "\n")
     atomic_write_text(out / "MODEL_CARD.md", _card(model, figures, table, split, command,
