@@ -435,7 +435,13 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     model = ResidualModel.load(args.model)
     data = resolve_data(args.data, model.scene)
-    if detect_format(data) == "mcube":
+    impact_data, impact_model = detect_format(data) == "mcube", \
+        model.info.get("kind") == "impacts"
+    if impact_data != impact_model:
+        raise DataError(f"{data}: {'planar impacts' if impact_data else 'trajectories'}, but "
+                        f"{args.model} is a model of "
+                        f"{'single impacts' if impact_model else 'trajectories'}")
+    if impact_data:
         _predict_impacts(args, model, data)
         return
     trajectories = load_trajectories(data)
@@ -485,25 +491,30 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     from .atomic import atomic_open
     from .data import load_trajectories
     from .plots import belief_plot
+    from .residual import ResidualModel
     from .scenes import make_scene
     from .simulator import INITIAL_STD, StochasticSimulator
 
     if (args.state is None) == (args.toss is None):
         raise ParameterError("give exactly one of --state and --toss")
+    model = ResidualModel.load(args.model)
+    for path in (args.out, args.plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
     recorded = None
     if args.toss is not None:
-        trajectories = load_trajectories(resolve_data(args.data, "cube"))
+        trajectories = load_trajectories(resolve_data(args.data, model.scene))
         if args.toss not in trajectories:
             raise DataError(f"no toss {args.toss!r} in the recordings")
         toss = trajectories[args.toss]
-        state = make_scene("cube").state_from_trajectory(toss, 0)
+        state = make_scene(model.scene).state_from_trajectory(toss, 0)
         recorded = toss.positions_m
         horizon = args.horizon if args.horizon is not None else toss.times_s[-1] - \
             toss.times_s[0]
     else:
         state, horizon = args.state, args.horizon if args.horizon is not None else 1.5
     start = time.perf_counter()
-    with StochasticSimulator(args.model, n_workers=args.workers,
+    with StochasticSimulator(model, n_workers=args.workers,
                              residual=not args.no_residual) as simulator:
         if state.shape == (13,):
             from .simulator import toss_state

@@ -101,3 +101,21 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
               "--grid", "1,-2"])
     assert info.value.code == 2
     assert "expected finite numbers >= 0" in capsys.readouterr().err
+
+
+def test_predict_refuses_a_model_of_the_other_kind_of_data(tmp_path, capsys, mcube_dir):
+    assert main(["predict", "--model", str(MODEL), "--data", str(mcube_dir),
+                 "--out", str(tmp_path / "p.npz")]) == 2
+    assert "is a model of trajectories" in capsys.readouterr().err
+    assert not (tmp_path / "p.npz").exists()
+
+
+def test_rollout_writes_into_a_new_directory(tmp_path, capsys):
+    out = tmp_path / "new" / "deeper" / "r.npz"
+    assert main(["rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0", "--samples", "2",
+                 "--particles", "4", "--events", "1", "--horizon", "0.5",
+                 "--out", str(out)]) == 0
+    with np.load(out) as saved:
+        assert saved["positions_m"].shape[0] == 2 and "event1_particles" in saved
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["beliefs"][0]["drawn"] == 4
