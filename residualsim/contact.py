@@ -11,6 +11,10 @@ static body into the moving body) and the tangents (t1, t2) in 3D or t in the pl
 * an impulse p (N s, contact frame) changes the velocity by  dq_dot = M^-1 J^T p,
   so dv_c = M_c^-1 p.
 * features x = (upper triangle of M_c, v_c): 6 + 3 = 9 numbers in 3D, 3 + 2 = 5 in the plane.
+* optional *spin* features s = r_g C ω (:func:`spin_features`): the body's angular velocity
+  in the contact frame, times its radius of gyration r_g (m/s): 3 more numbers in 3D, 1 in
+  the plane. (M_c, v_c) fix the contact point's velocity but not how fast the body turns
+  about it; on the real planar impacts that spin carries information the residual needs.
 
 The first tangent points along the pre-contact slip (the tangential part of v_c), so
 rotating the world about the normal leaves x unchanged. With no slip (below
@@ -36,6 +40,7 @@ __all__ = [
     "effective_inertia",
     "contact_features",
     "unpack_features",
+    "spin_features",
     "velocity_change",
     "in_friction_cone",
     "project_to_friction_cone",
@@ -133,6 +138,19 @@ def unpack_features(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inertia[..., rows, cols] = features[..., :len(rows)]
     inertia[..., cols, rows] = features[..., :len(rows)]
     return inertia, features[..., len(rows):]
+
+
+def spin_features(frame: np.ndarray, angular_velocity_world: np.ndarray,
+                  radius_of_gyration_m: float) -> np.ndarray:
+    """s = r_g C ω in m/s: (3,) in 3D (ω (3,) rad/s, world frame, on the frame rows (n, t1,
+    t2)), (1,) in the plane (ω about +z, signed by the frame's handedness (n × t)·z, so that
+    mirror-image impacts get the same features)."""
+    frame = np.asarray(frame, dtype=np.float64)
+    omega = np.asarray(angular_velocity_world, dtype=np.float64)
+    if frame.shape[0] == 2:
+        handedness = frame[0, 0] * frame[1, 1] - frame[0, 1] * frame[1, 0]
+        return np.array([radius_of_gyration_m * float(np.ravel(omega)[-1]) * handedness])
+    return radius_of_gyration_m * frame @ omega
 
 
 def velocity_change(mass_matrix: np.ndarray, contact_jacobian: np.ndarray,

@@ -7,7 +7,8 @@ is added after the engine resolved the contact, as Algorithm 1's velocity-space 
     v = v_e + α M⁻¹ Jᵀ p_res,    p_res ~ π(p | x),
 
 with x = (M_c, v_c) the impact's 5 contact features (pre-contact, from its Jacobian rows n
-and d), p = (p_n, p_t) N s in the contact frame (normal, then the tangent along the
+and d), optionally followed by the spin feature k ω (n × t)·z (m/s,
+:func:`~residualsim.contact.spin_features`: the shipped model uses it, see its card), p = (p_n, p_t) N s in the contact frame (normal, then the tangent along the
 pre-contact slip), and α ∈ [0, 1] the largest step that keeps the kinetic energy at most the
 pre-contact one and the contact point's normal velocity at least min(0, engine's) — the
 contact guard of :mod:`residualsim.rollout`, in closed form for one event. Because the
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .contact import contact_model
+from .contact import contact_model, spin_features
 from .data.impacts import PlanarImpacts
 from .errors import ParameterError
 
@@ -45,15 +46,16 @@ __all__ = ["ImpactContacts", "impact_contacts", "best_impulses", "guarded_correc
 
 @dataclasses.dataclass(frozen=True)
 class ImpactContacts:
-    """Contact quantities of N impacts: ``features`` (N, 5), ``jacobians`` (N, 2, 3) rows
-    (normal, tangent) in (x, y, θ) coordinates, ``mass_matrix`` (3, 3), ``pre_velocity``
-    (N, 3) and ``radius_of_gyration_m`` k."""
+    """Contact quantities of N impacts: ``features`` (N, 5), or (N, 6) with ``spin``,
+    ``jacobians`` (N, 2, 3) rows (normal, tangent) in (x, y, θ) coordinates,
+    ``mass_matrix`` (3, 3), ``pre_velocity`` (N, 3) and ``radius_of_gyration_m`` k."""
 
     features: np.ndarray
     jacobians: np.ndarray
     mass_matrix: np.ndarray
     pre_velocity: np.ndarray
     radius_of_gyration_m: float
+    spin: bool = False
 
     def velocity_changes(self, impulses: np.ndarray) -> np.ndarray:
         """M⁻¹ Jᵀ p (N, 3) for contact-frame impulses p (N, 2) N s."""
@@ -69,20 +71,25 @@ class ImpactContacts:
         return np.einsum("nkj,njv,nv->nk", inertia, self.jacobians, velocity_change)
 
 
-def impact_contacts(impacts: PlanarImpacts) -> ImpactContacts:
+def impact_contacts(impacts: PlanarImpacts, spin: bool = False) -> ImpactContacts:
     """Features and Jacobians of every impact from its pre-state and its Jacobian rows
-    (contact point (r_x, r_y) from the centre: n = (0, 1, r_x), d = (1, 0, −r_y))."""
+    (contact point (r_x, r_y) from the centre: n = (0, 1, r_x), d = (1, 0, −r_y)); with
+    ``spin``, each feature row ends with the spin feature."""
     mass = impacts.mass_matrix
+    k = impacts.radius_of_gyration_m
     features, jacobians = [], []
     for pre, n_row, d_row in zip(impacts.pre_state, impacts.normal_jacobian,
                                  impacts.tangent_jacobian):
         point_jacobian = np.stack([d_row, n_row, np.zeros(3)])  # world x, y, z rows
         model = contact_model(mass, point_jacobian, pre[3:6], np.zeros(3),
                               np.array([0.0, 1.0, 0.0]), planar=True)
-        features.append(model.features)
+        row = model.features
+        if spin:
+            row = np.concatenate([row, spin_features(model.frame, pre[5], k)])
+        features.append(row)
         jacobians.append(model.jacobian)
     return ImpactContacts(np.array(features), np.array(jacobians), mass,
-                          impacts.pre_state[:, 3:6].copy(), impacts.radius_of_gyration_m)
+                          impacts.pre_state[:, 3:6].copy(), k, spin=spin)
 
 
 def best_impulses(contacts: ImpactContacts, post_velocity: np.ndarray, friction: float
@@ -112,23 +119,24 @@ def guarded_correction(contacts: ImpactContacts, engine_post: np.ndarray,
                        impulses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """v_e + α M⁻¹Jᵀp with the largest α in [0, 1] that keeps the kinetic energy at most
     the pre-contact one and the normal velocity of the contact point at least
-    min(0, engine's). Returns (post velocities (N, 3), α (N,))."""
-    from .rollout import _largest_step
+    min(0, engine's). Returns (post velocities (N, 3), α (N,)); vectorised over impacts."""
+    from .rollout import largest_steps
 
     delta = contacts.velocity_changes(impulses)
     mass = contacts.mass_matrix
-    alphas = np.ones(len(delta))
-    for i, (jac, pre, post, change) in enumerate(zip(contacts.jacobians,
-                                                     contacts.pre_velocity, engine_post,
-                                                     delta)):
-        normal_now, normal_change = jac[0] @ post, jac[0] @ change
-        cap = 1.0
-        floor = min(0.0, normal_now)
-        if normal_now + normal_change < floor:
-            cap = max(0.0, (floor - normal_now) / normal_change)
-        kinetic_pre, kinetic_now = 0.5 * pre @ mass @ pre, 0.5 * post @ mass @ post
-        alphas[i] = _largest_step(0.5 * change @ mass @ change, post @ mass @ change,
-                                  kinetic_now - kinetic_pre, cap)
+    normal_rows = contacts.jacobians[:, 0]
+    normal_now = np.einsum("nv,nv->n", normal_rows, engine_post)
+    normal_change = np.einsum("nv,nv->n", normal_rows, delta)
+    floor = np.minimum(0.0, normal_now)
+    pushed = normal_now + normal_change < floor
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cap = np.where(pushed, np.maximum(0.0, (floor - normal_now) / normal_change), 1.0)
+    kinetic_pre = 0.5 * np.einsum("nv,vw,nw->n", contacts.pre_velocity, mass,
+                                  contacts.pre_velocity)
+    kinetic_now = 0.5 * np.einsum("nv,vw,nw->n", engine_post, mass, engine_post)
+    alphas = largest_steps(0.5 * np.einsum("nv,vw,nw->n", delta, mass, delta),
+                           np.einsum("nv,vw,nw->n", engine_post, mass, delta),
+                           kinetic_now - kinetic_pre, cap)
     return engine_post + alphas[:, None] * delta, alphas
 
 
@@ -193,7 +201,7 @@ def policy_post_velocity(policy, contacts: ImpactContacts, engine_post: np.ndarr
     rows = []
     for s in range(max(1, samples)):
         if samples == 0:
-            impulses = np.array([policy.mean(x) for x in contacts.features])
+            impulses = policy.mean(contacts.features)
         else:
             impulses = np.array([policy.sample(x, np.random.default_rng([seed, i, s]))
                                  for i, x in enumerate(contacts.features)])
@@ -206,7 +214,7 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
                           validation: np.ndarray, friction: float, *, budget: int = 3000,
                           sigma: float = 0.1, hidden: tuple[int, ...] = (6,),
                           n_components: int = 2, batch_size: int = 8, seed: int = 0,
-                          validate_every: int = 100, patience: int = 8,
+                          validate_every: int = 200, patience: int = 20,
                           checkpoint=None, resume: bool = False, progress: bool = False
                           ) -> tuple[Any, dict[str, Any]]:
     """Algorithm 2 on impacts: nevergrad (CMA) over the policy's flat parameters, loss = RMSE
@@ -225,8 +233,9 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
     fit, check = _subset(contacts, train), _subset(contacts, validation)
     targets = best_impulses(fit, recorded_post[train], friction) - \
         fit.impulses_of(engine_post[train] - fit.pre_velocity)
-    policy = ResidualPolicy.for_scene(True, n_components=n_components, hidden=hidden,
-                                      seed=seed).fit_scaling(fit.features, targets)
+    policy = ResidualPolicy.for_scene(True, spin=contacts.spin, n_components=n_components,
+                                      hidden=hidden, seed=seed
+                                      ).fit_scaling(fit.features, targets)
 
     def rmse(theta: np.ndarray, part: ImpactContacts, index: np.ndarray) -> float:
         policy.set_flat(theta)
@@ -253,7 +262,8 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
     init = policy.get_flat()
     fingerprint = {"train": np.asarray(train).tolist(), "validation":
                    np.asarray(validation).tolist(), "friction": friction, "hidden": list(hidden),
-                   "n_components": n_components, "sigma": sigma, "seed": seed}
+                   "n_components": n_components, "sigma": sigma, "seed": seed,
+                   "spin": contacts.spin}
     result = minimize(loss, init, budget=budget, sigma=sigma, batch_size=batch_size,
                       seed=seed, checkpoint=checkpoint, resume=resume,
                       fingerprint=fingerprint, after_batch=after_batch, progress=progress,
@@ -287,7 +297,8 @@ def predict_impacts(model, impacts: PlanarImpacts, samples: int = 0, seed: int =
     engine_post = simulate_impacts(model.scene, impacts, model.params, n_workers,
                                    model.substeps)
     if residual:
-        post = policy_post_velocity(model.sampling_policy(), impact_contacts(impacts),
+        post = policy_post_velocity(model.sampling_policy(),
+                                    impact_contacts(impacts, spin=model.policy.spin),
                                     engine_post, samples=int(samples), seed=seed)
     else:
         post = engine_post[None]
@@ -346,8 +357,13 @@ def impact_table(model, impacts: PlanarImpacts, split: dict[str, list[str]],
     gp = GPImpactResidual(friction, seed).fit(_subset(contacts, train), engine[train],
                                               recorded[train])
     predictions["GP residual on the engine"] = gp.predict(contacts, engine)
+    spinning = impact_contacts(impacts, spin=True)
+    gp = GPImpactResidual(friction, seed).fit(_subset(spinning, train), engine[train],
+                                              recorded[train])
+    predictions["GP residual on the engine, + spin feature"] = gp.predict(spinning, engine)
+    mdn_contacts = spinning if model.policy.spin else contacts
     predictions["residual MDN (mean)"] = policy_post_velocity(model.sampling_policy(),
-                                                              contacts, engine)[0]
+                                                              mdn_contacts, engine)[0]
     rows = []
     scale = np.array([1.0, 1.0, k])
     for name, velocity in predictions.items():

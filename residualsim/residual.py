@@ -2,7 +2,9 @@
 
 Input: the invariant contact features x = (upper triangle of M_c, v_c) of
 :mod:`residualsim.contact` (9 numbers in 3D, 5 in the plane; kg and m/s), standardised with
-the training set's mean and spread. Output: a mixture of K Gaussians with diagonal scales
+the training set's mean and spread; with ``spin=True`` the body's spin in the contact frame
+(:func:`residualsim.contact.spin_features`: 3 more numbers in 3D, 1 in the plane, m/s) is
+appended to x. Output: a mixture of K Gaussians with diagonal scales
 over the residual impulse in the contact frame (normal, tangent 1[, tangent 2]), in units
 of ``impulse_scale_ns`` (N s), so the network works on numbers of order one:
 
@@ -76,7 +78,8 @@ class NumpyPolicy:
 
     ``layers`` are (W (out, in), b (out,)) pairs of the tanh body followed by the head.
     ``spread`` multiplies the components' scales when sampling (see
-    :attr:`ResidualModel.spread`); the mean is unaffected.
+    :attr:`ResidualModel.spread`); the mean is unaffected. ``spin``: the features end with
+    the spin features (see :class:`ResidualPolicy`).
     """
 
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -86,26 +89,30 @@ class NumpyPolicy:
     n_components: int
     n_outputs: int
     spread: float = 1.0
+    spin: bool = False
 
     def components(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Mixture of one contact: weights (K,), means (K, k) and std (K, k) in N s."""
+        """Mixture of one contact (features (n,)) or of N contacts (features (N, n)):
+        weights (..., K), means (..., K, k) and std (..., K, k) in N s."""
         h = (np.asarray(features, dtype=np.float64) - self.feature_mean) / self.feature_std
         for weight, bias in self.layers[:-1]:
-            h = np.tanh(weight @ h + bias)
+            h = np.tanh(h @ weight.T + bias)
         weight, bias = self.layers[-1]
-        out = weight @ h + bias
+        out = h @ weight.T + bias
         k, d = self.n_components, self.n_outputs
-        logits = out[:k] - out[:k].max()
+        logits = out[..., :k] - out[..., :k].max(axis=-1, keepdims=True)
         weights = np.exp(logits)
-        weights /= weights.sum()
-        means = out[k:k + k * d].reshape(k, d) * self.impulse_scale_ns
-        scales = np.exp(np.clip(out[k + k * d:].reshape(k, d), *LOG_SCALE_BOUNDS))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        batch = out.shape[:-1]
+        means = out[..., k:k + k * d].reshape(*batch, k, d) * self.impulse_scale_ns
+        scales = np.exp(np.clip(out[..., k + k * d:].reshape(*batch, k, d), *LOG_SCALE_BOUNDS))
         return weights, means, scales * self.impulse_scale_ns
 
     def mean(self, features: np.ndarray) -> np.ndarray:
-        """Mean residual impulse (k,) N s, contact frame: Σ_k w_k μ_k."""
+        """Mean residual impulse Σ_k w_k μ_k, N s, contact frame: (k,) for one contact's
+        features (n,), (N, k) for N contacts' (N, n)."""
         weights, means, _ = self.components(features)
-        return weights @ means
+        return np.einsum("...k,...kd->...d", weights, means)
 
     def sample(self, features: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One residual impulse (k,) N s drawn from the mixture.
@@ -126,7 +133,7 @@ class ResidualPolicy:
     Parameters
     ----------
     n_features : int
-        9 for 3D contacts, 5 for planar ones.
+        9 for 3D contacts, 5 for planar ones (plus 3 or 1 with ``spin``).
     n_outputs : int
         Impulse components: 3 in 3D (normal, tangent 1, tangent 2), 2 in the plane.
     n_components : int
@@ -135,10 +142,12 @@ class ResidualPolicy:
         Hidden layer widths (tanh).
     seed : int
         Seed of the initial weights.
+    spin : bool
+        The last features are the spin features (the rollout appends them at events).
     """
 
     def __init__(self, n_features: int = 9, n_outputs: int = 3, n_components: int = 2,
-                 hidden: Sequence[int] = (16,), seed: int = 0) -> None:
+                 hidden: Sequence[int] = (16,), seed: int = 0, spin: bool = False) -> None:
         for name, value, low in (("n_features", n_features, 1), ("n_outputs", n_outputs, 1),
                                  ("n_components", n_components, 1)):
             if int(value) != value or value < low:
@@ -148,6 +157,11 @@ class ResidualPolicy:
             raise ParameterError(f"hidden widths must be >= 1, got {hidden}")
         self.n_features, self.n_outputs = int(n_features), int(n_outputs)
         self.n_components, self.hidden, self.seed = int(n_components), hidden, int(seed)
+        self.spin = bool(spin)
+        spin_width = {2: 6, 3: 12}.get(self.n_outputs)
+        if self.spin and self.n_features != spin_width:
+            raise ParameterError(f"a spin policy with {n_outputs} outputs has {spin_width} "
+                                 f"features (contact features plus spin), got {n_features}")
         generator = torch.Generator().manual_seed(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
@@ -159,9 +173,11 @@ class ResidualPolicy:
         self.impulse_scale_ns = 1.0
 
     @classmethod
-    def for_scene(cls, planar: bool, **kwargs: Any) -> ResidualPolicy:
-        """A policy sized for 3D (9 features, 3 outputs) or planar (5, 2) contacts."""
-        return cls(n_features=5 if planar else 9, n_outputs=2 if planar else 3, **kwargs)
+    def for_scene(cls, planar: bool, spin: bool = False, **kwargs: Any) -> ResidualPolicy:
+        """A policy sized for 3D (9 features, 3 outputs) or planar (5, 2) contacts, plus the
+        spin features (3 or 1) with ``spin``."""
+        n_features = (5 + spin) if planar else (9 + 3 * spin)
+        return cls(n_features=n_features, n_outputs=2 if planar else 3, spin=spin, **kwargs)
 
     def _zero_output(self) -> None:
         """Start from 'no correction': zero head weights, equal weights, σ = INITIAL_SCALE."""
@@ -262,14 +278,14 @@ class ResidualPolicy:
                            feature_std=self.feature_std.copy(),
                            impulse_scale_ns=float(self.impulse_scale_ns),
                            n_components=self.n_components, n_outputs=self.n_outputs,
-                           spread=float(spread))
+                           spread=float(spread), spin=self.spin)
 
     # --- persistence ---------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """Architecture and normalisation as strict JSON."""
         return {"format": _FORMAT, "n_features": self.n_features, "n_outputs": self.n_outputs,
                 "n_components": self.n_components, "hidden": list(self.hidden),
-                "seed": self.seed, "n_parameters": self.n_parameters,
+                "seed": self.seed, "spin": self.spin, "n_parameters": self.n_parameters,
                 "feature_mean": self.feature_mean.tolist(),
                 "feature_std": self.feature_std.tolist(),
                 "impulse_scale_ns": self.impulse_scale_ns}
@@ -292,7 +308,7 @@ class ResidualPolicy:
                             f"{_FORMAT!r})")
         try:
             policy = cls(config["n_features"], config["n_outputs"], config["n_components"],
-                         config["hidden"], config.get("seed", 0))
+                         config["hidden"], config.get("seed", 0), bool(config.get("spin", False)))
             policy.feature_mean = np.asarray(config["feature_mean"], dtype=np.float64)
             policy.feature_std = np.asarray(config["feature_std"], dtype=np.float64)
             policy.impulse_scale_ns = float(config["impulse_scale_ns"])

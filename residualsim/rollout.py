@@ -18,7 +18,7 @@ import numpy as np
 import pybullet as pb
 
 from .data.trajectory import Trajectory
-from .contact import contact_model
+from .contact import contact_model, spin_features
 from .engine import CONTACT_DISTANCE_M, Engine
 from .errors import DataError
 from .scenes import EngineParams, EngineSettings, make_scene, parse_params
@@ -232,20 +232,26 @@ class ResidualRollout:
     impulses: np.ndarray
 
 
-def _largest_step(a: float, b: float, c: float, cap: float) -> float:
-    """Largest α in [0, cap] with a α² + b α + c <= 0 (0 when only α = 0 comes close)."""
-    if c > 0.0 and (a <= 0.0 or b >= 0.0):
-        return 0.0
-    if a <= 1e-300:
-        return cap if b <= 0.0 else min(cap, -c / b)
+def largest_steps(a, b, c, cap) -> np.ndarray:
+    """Largest α in [0, cap] with a α² + b α + c <= 0, elementwise over arrays (0 where only
+    α = 0 comes close). With a = ½ΔᵀMΔ, b = vᵀMΔ and c = kinetic energy now minus the
+    allowed energy, it is the longest step along a correction Δ that keeps the energy
+    within the allowance."""
+    a, b, c, cap = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, c, cap)))
     disc = b * b - 4.0 * a * c
-    if disc < 0.0:
-        return 0.0
-    root = (-b + np.sqrt(disc)) / (2.0 * a)
-    lower = (-b - np.sqrt(disc)) / (2.0 * a)
-    if root < 0.0 or lower > cap:
-        return 0.0
-    return float(min(cap, root))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sqrt = np.sqrt(np.maximum(disc, 0.0))
+        root, lower = (-b + sqrt) / (2.0 * a), (-b - sqrt) / (2.0 * a)
+        linear = np.where(b <= 0.0, cap, np.minimum(cap, -c / b))
+    quadratic = np.where((disc < 0.0) | (root < 0.0) | (lower > cap), 0.0,
+                         np.minimum(cap, root))
+    alpha = np.where(a <= 1e-300, linear, quadratic)
+    return np.where((c > 0.0) & ((a <= 0.0) | (b >= 0.0)), 0.0, alpha)
+
+
+def _largest_step(a: float, b: float, c: float, cap: float) -> float:
+    """:func:`largest_steps` for one correction (scalars)."""
+    return float(largest_steps(a, b, c, cap))
 
 
 class _EventCorrector:
@@ -274,14 +280,19 @@ class _EventCorrector:
                               planar=scene.planar)
         if model.velocity[0] > -self.guard.min_approach_mps:
             return False
-        self.features.append(model.features)
+        features = model.features
+        if getattr(self.policy, "spin", False):
+            omega = scene.rigid_motion(pre_state[None])[3][0]
+            features = np.concatenate([features, spin_features(
+                model.frame, omega, scene.radius_of_gyration_m)])
+        self.features.append(features)
         if self.policy is None:  # engine alone: count and describe the event only
             self.impulses.append(np.zeros(len(model.velocity)))
             return True
         if self.rng is None:
-            impulse = self.policy.mean(model.features)
+            impulse = self.policy.mean(features)
         else:
-            impulse = self.policy.sample(model.features, self.rng)
+            impulse = self.policy.sample(features, self.rng)
         qdot = scene.generalized_velocity()
         delta = model.velocity_change(impulse)
         # No touching point's normal velocity may be pushed below min(0, engine's).
@@ -386,6 +397,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     states = scene.raw_to_states(raws)
     positions, quat, _, _ = scene.rigid_motion(states)
     width, n_features = (2, 5) if scene.planar else (3, 9)
+    if getattr(policy, "spin", False):
+        n_features += 1 if scene.planar else 3
     return ResidualRollout(
         positions_m=positions, quat_wxyz=quat, states=states, n_events=events,
         n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,

@@ -147,3 +147,60 @@ def test_real_impact_figures(mcube_dir):
                    pre_velocity=contacts.pre_velocity[sub])
     best = part.pre_velocity + part.velocity_changes(best_impulses(part, recorded, 0.177))
     assert impact_rmse(best, recorded, K) == pytest.approx(0.148, abs=0.005)
+
+
+def test_largest_steps_is_the_largest_feasible_step_on_a_grid():
+    from residualsim.rollout import largest_steps
+
+    rng = np.random.default_rng(5)
+    n = 400
+    a, b, c = np.abs(rng.normal(size=n)), rng.normal(size=n), rng.normal(size=n)
+    a[::9] = 0.0
+    cap = rng.uniform(0.0, 1.0, n)
+    alpha = largest_steps(a, b, c, cap)
+    grid = np.linspace(0.0, 1.0, 20001)
+    for i in range(n):
+        inside = grid[(grid <= cap[i]) & (a[i] * grid**2 + b[i] * grid + c[i] <= 0.0)]
+        feasible_at_alpha = a[i] * alpha[i] ** 2 + b[i] * alpha[i] + c[i] <= 1e-9
+        if alpha[i] > 0.0:
+            assert feasible_at_alpha and alpha[i] <= cap[i] + 1e-15
+        # nothing on the grid beyond α is feasible, unless it is cut off from 0 (then α = 0)
+        if len(inside) and inside[0] == 0.0:
+            assert alpha[i] >= inside.max() - 1e-4
+    assert (alpha > 0).any() and (alpha == 0).any()
+
+
+def test_spin_feature_is_mirror_invariant_and_appended():
+    impacts = synthetic_impacts()
+    plain, spinning = impact_contacts(impacts), impact_contacts(impacts, spin=True)
+    assert spinning.spin and spinning.features.shape == (120, 6)
+    np.testing.assert_array_equal(spinning.features[:, :5], plain.features)
+    # mirror the world about x = 0: x, θ and ω change sign, and so do r_x and the tangent row
+    pre = impacts.pre_state * np.array([-1, 1, -1, -1, 1, -1])
+    mirrored = PlanarImpacts(pre_state=pre, post_state=pre.copy(), rows=impacts.rows,
+                             normal_jacobian=impacts.normal_jacobian * np.array([1, 1, -1]),
+                             tangent_jacobian=impacts.tangent_jacobian,
+                             best_impulse=impacts.best_impulse, mass_kg=impacts.mass_kg,
+                             radius_of_gyration_m=K)
+    np.testing.assert_allclose(impact_contacts(mirrored, spin=True).features,
+                               spinning.features, atol=1e-12)
+    # the spin feature is k ω up to the frame's handedness, in m/s
+    np.testing.assert_allclose(np.abs(spinning.features[:, 5]), K * np.abs(pre[:, 5]))
+
+
+def test_a_spin_policy_round_trips_and_needs_the_spin_width(tmp_path):
+    from residualsim.residual import ResidualPolicy
+
+    policy = ResidualPolicy.for_scene(True, spin=True, hidden=(4,), seed=3)
+    assert policy.n_features == 6 and policy.numpy().spin
+    policy.set_flat(np.random.default_rng(0).normal(size=policy.n_parameters))
+    policy.save(tmp_path)
+    back = ResidualPolicy.load(tmp_path)
+    assert back.spin and back.n_features == 6
+    x = np.random.default_rng(1).normal(size=(7, 6))
+    np.testing.assert_allclose(back.numpy().mean(x), policy.numpy().mean(x))
+    # batched and one-at-a-time means agree
+    np.testing.assert_allclose(policy.numpy().mean(x),
+                               np.array([policy.numpy().mean(row) for row in x]), atol=1e-15)
+    with pytest.raises(ParameterError, match="spin"):
+        ResidualPolicy(n_features=5, n_outputs=2, spin=True)

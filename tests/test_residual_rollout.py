@@ -393,3 +393,32 @@ def test_zero_penetration_tolerance_never_pushes_a_touching_point_down(engine, l
     _, _, counts = _worst_event_energy_gain(engine, layout, starts, aggressive.numpy(), guard)
     assert counts["normal"] > 0
     assert np.isfinite(counts["pushed"]) and counts["pushed"] <= 1e-9
+
+
+def test_a_spin_policy_sees_the_contact_features_and_the_spin_at_each_event(engine, starts):
+    """With ``spin``, each event's features end with r_g C ω of the pre-step state."""
+    from residualsim.contact import spin_features
+
+    policy = ResidualPolicy.for_scene(False, spin=True, hidden=(4,), seed=1).numpy()
+    seen = []
+
+    class Recorder:
+        spin = True
+
+        def mean(self, features):
+            seen.append(np.array(features))
+            return policy.mean(features)
+
+    s0, n = next(iter(starts.values()))
+    run = residual_rollout(engine, s0, n, Recorder())
+    assert run.n_events >= 1 and run.features.shape == (run.n_events, 12)
+    np.testing.assert_array_equal(np.array(seen), run.features)
+    alone = residual_rollout(engine, s0, n)
+    np.testing.assert_array_equal(run.features[0, :9], alone.features[0])
+    # the first event's spin: the pre-contact angular velocity on the contact frame, × r_g
+    spin = run.features[0, 9:]
+    assert np.linalg.norm(spin) > 0
+    radius = engine.scene.radius_of_gyration_m
+    omega_norm = np.linalg.norm(spin) / radius
+    assert np.isclose(omega_norm, np.linalg.norm(spin_features(np.eye(3), s0[10:13], 1.0)),
+                      rtol=1e-6)  # a cube (isotropic inertia) keeps ω in free flight

@@ -41,6 +41,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--features", choices=("contact", "contact+spin"),
+                        default="contact+spin",
+                        help="policy input: the 5 contact features (M_c, v_c), or those and "
+                             "the spin feature k ω (default)")
     args = parser.parse_args()
     started = time.perf_counter()
     out = Path(args.out)
@@ -55,7 +59,7 @@ def main() -> None:
              for name, ids in split.items()}
     engine = simulate_impacts("planar-ellipse", impacts, calibration.params, args.workers,
                               calibration.substeps)
-    contacts = impact_contacts(impacts)
+    contacts = impact_contacts(impacts, spin=args.features == "contact+spin")
     policy, figures = train_impact_residual(
         contacts, engine, impacts.post_state[:, 3:6], index["train"], index["validation"],
         calibration.params.lateral_friction, budget=args.budget, sigma=args.sigma,
