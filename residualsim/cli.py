@@ -27,6 +27,7 @@ SPLITS = ("all", "train", "validation", "test")
 #: The bundled synthetic tosses the README's first command runs on.
 BUNDLED_SAMPLES = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 PRETRAINED_CUBE = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
+PRETRAINED = {"cube": PRETRAINED_CUBE, "planar-ellipse": PRETRAINED_CUBE.parent / "planar-ellipse"}
 
 
 def resolve_data(path: str | None, scene: str = "cube") -> Path:
@@ -642,6 +643,34 @@ def _kappa_option(text: str) -> tuple[float, float]:
     return values
 
 
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Impact table (planar-ellipse) or learning curve (cube) into --out."""
+    from .evaluate import evaluate_curve, evaluate_impacts, impact_markdown
+    from .learning_curve import CurveConfig, curve_table
+    from .residual import ResidualModel
+
+    start = time.perf_counter()
+    model = ResidualModel.load(args.model or PRETRAINED[args.scene])
+    if model.scene != args.scene:
+        raise DataError(f"{args.model}: a {model.scene!r} model, not {args.scene!r}")
+    data = resolve_data(args.data, args.scene)
+    if args.scene == "planar-ellipse":
+        table = evaluate_impacts(model, data, args.out, n_workers=args.workers, seed=args.seed)
+        print(impact_markdown(table), end="")
+        _json_line({"command": "evaluate", "scene": args.scene, "out": str(args.out),
+                    "table": {r["model"]: [r["validation"], r["test"]] for r in table},
+                    "seconds": time.perf_counter() - start})
+        return
+    config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats,
+                         methods=tuple(args.methods), mdn_budget=args.budget, seed=args.seed,
+                         workers=args.workers, guard=model.guard)
+    summary = evaluate_curve(model, data, args.out, config, resume=args.resume,
+                             heldout=args.heldout)
+    print(curve_table(summary), end="")
+    _json_line({"command": "evaluate", "scene": args.scene, "out": str(args.out),
+                "summary": summary, "seconds": time.perf_counter() - start})
+
+
 def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
     from .bench import bench_identify_loop
 
@@ -659,6 +688,7 @@ def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
+    from .learning_curve import METHODS, SIZES
 
     parser = argparse.ArgumentParser(prog="residualsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"residualsim {__version__}")
@@ -849,6 +879,25 @@ def build_parser() -> argparse.ArgumentParser:
     fs.add_argument("--seed", type=int, default=0)
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)
+
+    ev = commands.add_parser(
+        "evaluate", help="impact table (planar-ellipse) or learning curve (cube) on real data")
+    ev.add_argument("--scene", choices=("cube", "planar-ellipse"), required=True)
+    ev.add_argument("--model", help="model directory (default: the shipped model of the scene)")
+    ev.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    ev.add_argument("--out", required=True, help="output directory")
+    ev.add_argument("--sizes", type=_count(1), nargs="+", default=list(SIZES),
+                    help="cube: training-set sizes (tosses; capped at the training split)")
+    ev.add_argument("--repeats", type=_count(1), default=3, help="cube: subsets per size")
+    ev.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ev.add_argument("--budget", type=_count(1), default=96,
+                    help="cube: nevergrad evaluations per MDN fit")
+    ev.add_argument("--heldout", choices=("validation", "test"), default="test",
+                    help="cube: the split scored (validation is used for early stopping)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--resume", action="store_true", help="cube: continue an interrupted run")
+    add_workers(ev)
+    ev.set_defaults(run=cmd_evaluate)
 
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)

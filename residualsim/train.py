@@ -260,7 +260,15 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                     "evaluations": result.evaluations, "train_loss": result.best_loss}
             if chosen is None or last["loss"] < chosen["loss"]:
                 chosen = last
-        theta = result.candidates[chosen["index"]]
+        if chosen is None or chosen["loss"] >= engine_figures["loss"]:
+            # Validation at evaluation 0: no candidate beat the engine alone, so keep the
+            # starting point (no correction) rather than a policy that only fits training.
+            log.info("no candidate beat the engine on validation: keeping no correction")
+            chosen = {**engine_figures, "index": -1, "evaluations": 0,
+                      "train_loss": float(loss(init[None])[0])}
+            theta = init
+        else:
+            theta = result.candidates[chosen["index"]]
         policy.set_flat(theta)
         counts, deepest = loss.counts.copy(), loss.deepest_m
         restarts = workers.restarts
