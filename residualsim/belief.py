@@ -339,7 +339,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     if int(n_events) < 1 or int(n_particles) < 2:
         raise ParameterError(f"need n_events >= 1 and n_particles >= 2, got {n_events} and "
                              f"{n_particles}")
-    planar = model.policy.n_features == 5
+    planar = model.policy.n_outputs == 2  # (normal, tangent): a planar contact
     if initial.tangent.planar != planar:
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")

@@ -426,7 +426,7 @@ class ResidualModel:
             raise DataError(f"{path}: malformed model description ({exc})") from None
         policy = ResidualPolicy.load(directory)
         planar = make_scene(scene).planar
-        if policy.n_features != (5 if planar else 9):
+        if policy.n_features != (5 if planar else 9) + policy.spin * (1 if planar else 3):
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
