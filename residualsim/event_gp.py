@@ -117,11 +117,12 @@ from typing import Any
 import numpy as np
 import pybullet as pb
 
-from .contact import ContactModel, contact_model
+from .contact import ContactModel
 from .data.trajectory import Trajectory
 from .engine import CONTACT_DISTANCE_M, Engine
 from .errors import DataError, ParameterError, SceneError
-from .rollout import _MEMORY_STEPS, ContactGuard, _far_from, recording_settings
+from .rollout import (_MEMORY_STEPS, ContactGuard, _far_from, event_contact_model,
+                      recording_settings)
 
 __all__ = ["JUMP_THRESHOLD_MPS", "JUMP_EDGE_MPS", "EXTRA_STEPS", "MIN_SAMPLES",
            "REST_SPEED_MPS", "REST_SAMPLES", "TABLE_OFFSET_TOLERANCE_M", "LIFT_TOLERANCE_M",
@@ -429,19 +430,6 @@ class _EngineEvent:
     model: ContactModel
 
 
-def _event_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]) -> ContactModel:
-    """The contact model ``_EventCorrector`` builds at an event (same arithmetic)."""
-    scene = engine.scene
-    table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
-    weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
-    point = weights @ table[:, 0:3] / weights.sum()
-    normal = weights @ table[:, 3:6]
-    normal /= np.linalg.norm(normal)
-    return contact_model(engine.mass_matrix(), engine.point_jacobian(point),
-                         scene.generalized_velocity_of(pre_state), point, normal,
-                         planar=scene.planar)
-
-
 def _engine_window(engine: Engine, initial_state: np.ndarray, n_steps: int,
                    guard: ContactGuard) -> tuple[np.ndarray, list[_EngineEvent], np.ndarray]:
     """The engine from ``initial_state`` for ``n_steps``: states (n + 1, 13), the events
@@ -463,7 +451,7 @@ def _engine_window(engine: Engine, initial_state: np.ndarray, n_steps: int,
         if touching:
             fresh = [p for p in touching if _far_from(p[6], recent, spacing2)]
             if fresh:
-                model = _event_model(engine, scene.raw_to_states([raws[-1]])[0], fresh)
+                model = event_contact_model(engine, scene.raw_to_states([raws[-1]])[0], fresh)
                 if model.velocity[0] <= -guard.min_approach_mps:
                     events.append(_EngineEvent(index, model))
             recent.append([p[6] for p in touching])

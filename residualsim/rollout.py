@@ -18,7 +18,7 @@ import numpy as np
 import pybullet as pb
 
 from .data.trajectory import Trajectory
-from .contact import contact_model, spin_features
+from .contact import ContactModel, contact_model, spin_features
 from .engine import CONTACT_DISTANCE_M, Engine
 from .errors import DataError
 from .scenes import EngineParams, EngineSettings, make_scene, parse_params
@@ -254,6 +254,23 @@ def _largest_step(a: float, b: float, c: float, cap: float) -> float:
     return float(largest_steps(a, b, c, cap))
 
 
+def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
+                        ) -> ContactModel:
+    """The contact model of an event: at the normal-force-weighted mean of the new contact
+    ``points`` (PyBullet contact tuples; equal weights when no force acts yet) and their mean
+    normal, with the pre-step velocity of ``pre_state`` (scene layout). Every learner that
+    pairs recorded events with the rollout's uses this, so their features agree."""
+    scene = engine.scene
+    table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
+    weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
+    point = weights @ table[:, 0:3] / weights.sum()
+    normal = weights @ table[:, 3:6]
+    normal /= np.linalg.norm(normal)
+    return contact_model(engine.mass_matrix(), engine.point_jacobian(point),
+                         scene.generalized_velocity_of(pre_state), point, normal,
+                         planar=scene.planar)
+
+
 class _EventCorrector:
     """Applies the residual at contact events of one rollout and keeps the counts."""
 
@@ -269,15 +286,8 @@ class _EventCorrector:
         """Correct the velocity after a step that began an event at the new ``points``
         (``touching``: all points touching now); True when the step is an event."""
         engine, scene = self.engine, self.engine.scene
-        table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
-        weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
-        point = weights @ table[:, 0:3] / weights.sum()
-        normal = weights @ table[:, 3:6]
-        normal /= np.linalg.norm(normal)
-        mass = engine.mass_matrix()
-        model = contact_model(mass, engine.point_jacobian(point),
-                              scene.generalized_velocity_of(pre_state), point, normal,
-                              planar=scene.planar)
+        model = event_contact_model(engine, pre_state, points)
+        mass = model.mass_matrix
         if model.velocity[0] > -self.guard.min_approach_mps:
             return False
         features = model.features
