@@ -3,6 +3,8 @@ residual, training without re-simulation, and the figures on the real MCube impa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -215,7 +217,8 @@ def test_shipped_planar_model_beats_the_engine_on_validation(mcube_dir, tmp_path
     from residualsim.impact_residual import predict_impacts
     from residualsim.residual import ResidualModel
 
-    model = ResidualModel.load("data/pretrained/planar-ellipse")
+    shipped = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "planar-ellipse"
+    model = ResidualModel.load(shipped)
     assert model.policy.spin and model.info["kind"] == "impacts"
     impacts = load_impacts(mcube_dir, convention="corrected")
     part = impacts.subset(split_ids(impacts.rows.tolist())["validation"])
@@ -226,5 +229,5 @@ def test_shipped_planar_model_beats_the_engine_on_validation(mcube_dir, tmp_path
     assert impact_rmse(residual, recorded, K) == pytest.approx(0.227, abs=0.003)
     assert impact_rmse(engine, recorded, K) == pytest.approx(0.299, abs=0.003)
     out = tmp_path / "pred.npz"
-    assert main(["predict", "--model", "data/pretrained/planar-ellipse", "--data",
+    assert main(["predict", "--model", str(shipped), "--data",
                  str(mcube_dir), "--out", str(out), "--split", "validation"]) == 0

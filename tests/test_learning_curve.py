@@ -99,7 +99,7 @@ def test_evaluate_refuses_to_overwrite_and_checks_the_model_kind(tmp_path, capsy
                  "--methods", "engine", "--sizes", "1", "--repeats", "1"])
     assert code == 2 and "--resume" in capsys.readouterr().err
     code = main(["evaluate", "--scene", "planar-ellipse", "--data", str(BUNDLED),
-                 "--model", "data/pretrained/cube-contactnets", "--out", str(tmp_path / "x")])
+                 "--model", str(BUNDLED.parents[1] / "pretrained" / "cube-contactnets"), "--out", str(tmp_path / "x")])
     assert code == 2 and "not 'planar-ellipse'" in capsys.readouterr().err
 
 
