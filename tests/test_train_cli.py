@@ -359,3 +359,27 @@ def test_predict_with_truncated_weights_exits_2(trained, tmp_path):
     code, _, err = _quiet_main(["predict", "--model", copy, "--data", BUNDLED,
                                 "--out", tmp_path / "p.npz"])
     assert code == 2 and "policy.npz" in err
+
+
+def test_training_keeps_no_correction_when_no_candidate_beats_the_engine(tosses, tmp_path,
+                                                                        monkeypatch):
+    """Validation at evaluation 0: if the engine alone scores best on validation, the model
+    keeps the starting point (a zero mean correction), not the best training candidate."""
+    from residualsim.train import TrainingConfig, train_residual
+
+    real_validation = TrajectoryLoss.validation
+
+    def engine_always_best(self, theta):
+        figures = real_validation(self, theta)
+        return {**figures, "loss": 0.0 if theta is None else 1.0 + figures["loss"]}
+
+    monkeypatch.setattr(TrajectoryLoss, "validation", engine_always_best)
+    split = split_ids(list(tosses))
+    train = {k: tosses[k] for k in split["train"]}
+    validation = {k: tosses[k] for k in split["validation"]}
+    model, figures = train_residual(
+        "cube", train, validation, tmp_path, params=EngineParams(), substeps=10,
+        config=TrainingConfig(budget=16, batch_size=8, validate_every=8, hidden=(4,)))
+    assert figures["chosen_evaluation"] == 0 and figures["improvement"] == 0.0
+    features = np.random.default_rng(0).normal(size=(5, 9))
+    np.testing.assert_array_equal(model.policy.mean(features), np.zeros((5, 3)))
