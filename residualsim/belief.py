@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ParameterError
+from .rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
            "propagate_belief", "PENETRATION_TOLERANCE_M"]
@@ -36,18 +37,6 @@ __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_st
 #: at the deepest over the validation tosses with the engine alone (1.27 mm with the shipped
 #: residual; see its model card), so the tolerance sits just above the engine's own.
 PENETRATION_TOLERANCE_M = 0.002
-
-
-def _rotation(quat_wxyz: np.ndarray):
-    from scipy.spatial.transform import Rotation
-
-    quat_wxyz = np.atleast_2d(quat_wxyz)
-    return Rotation.from_quat(quat_wxyz[:, [1, 2, 3, 0]])
-
-
-def _quat_wxyz(rotation) -> np.ndarray:
-    quat = np.atleast_2d(rotation.as_quat())[:, [3, 0, 1, 2]]
-    return quat * np.where(quat[:, :1] < 0, -1.0, 1.0)  # w >= 0: one sign per rotation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,27 +66,25 @@ class StateTangent:
                                  f"of {size} numbers, got shape {states.shape}")
         if planar:
             return cls(True)
-        mean = _rotation(states[:, 3:7]).mean()
-        return cls(False, tuple(float(v) for v in _quat_wxyz(mean)[0]))
+        mean = as_rotation(states[:, 3:7]).mean()
+        return cls(False, tuple(float(v) for v in as_quat_wxyz(mean)[0]))
 
     def to_tangent(self, states: np.ndarray) -> np.ndarray:
         """(n, state size) scene states -> (n, size) tangent coordinates."""
         states = np.atleast_2d(np.asarray(states, dtype=float))
         if self.planar:
             return states.copy()
-        relative = _rotation(states[:, 3:7]) * _rotation(np.array(self.reference_wxyz)).inv()
-        return np.column_stack([states[:, 0:3], relative.as_rotvec(), states[:, 7:13]])
+        relative = quat_relative_rotvec(states[:, 3:7], np.array(self.reference_wxyz))
+        return np.column_stack([states[:, 0:3], relative, states[:, 7:13]])
 
     def from_tangent(self, tangent: np.ndarray) -> np.ndarray:
         """(n, size) tangent coordinates -> (n, state size) scene states."""
-        from scipy.spatial.transform import Rotation
-
         tangent = np.atleast_2d(np.asarray(tangent, dtype=float))
         if self.planar:
             return tangent.copy()
-        rotation = Rotation.from_rotvec(tangent[:, 3:6]) * _rotation(
-            np.array(self.reference_wxyz))
-        return np.column_stack([tangent[:, 0:3], _quat_wxyz(rotation), tangent[:, 6:12]])
+        quat = rotate_by_rotvec(np.array(self.reference_wxyz), tangent[:, 3:6])
+        quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)  # w >= 0: one sign per rotation
+        return np.column_stack([tangent[:, 0:3], quat, tangent[:, 6:12]])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,6 +86,7 @@ import torch
 from .data.trajectory import Trajectory
 from .engine import Engine
 from .errors import DataError, ParameterError, SceneError
+from .rotations import quat_relative_rotvec, rotate_by_rotvec
 from .scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params
 from .scenes.base import quat_wxyz_to_matrix
 
@@ -104,38 +105,6 @@ MIN_TRAINING_PAIRS = 8
 #: Output components whose training RMS is below this (m, rad, m/s or rad/s) stay zero.
 OUTPUT_RESOLUTION = 1e-9
 _ACTIVATIONS = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}
-
-
-# --- quaternions (w-x-y-z), vectorised ---------------------------------------------------------
-def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    w1, v1, w2, v2 = a[..., :1], a[..., 1:], b[..., :1], b[..., 1:]
-    return np.concatenate([w1 * w2 - np.sum(v1 * v2, -1, keepdims=True),
-                           w1 * v2 + w2 * v1 + np.cross(v1, v2)], axis=-1)
-
-
-def _quat_conjugate(q: np.ndarray) -> np.ndarray:
-    return q * np.array([1.0, -1.0, -1.0, -1.0])
-
-
-def _quat_to_rotvec(q: np.ndarray) -> np.ndarray:
-    """Rotation vectors (..., 3) rad of unit quaternions (..., 4), shortest rotation."""
-    q = np.where(q[..., :1] < 0.0, -q, q)
-    vector = q[..., 1:]
-    sine = np.linalg.norm(vector, axis=-1, keepdims=True)
-    angle = 2.0 * np.arctan2(sine, q[..., :1])
-    # angle / sin(angle / 2), with its limit 2 / w (w -> 1) at small angles.
-    small = sine < 1e-8
-    scale = np.where(small, 2.0 / q[..., :1], angle / np.where(small, 1.0, sine))
-    return vector * scale
-
-
-def _rotvec_to_quat(rotvec: np.ndarray) -> np.ndarray:
-    angle = np.linalg.norm(rotvec, axis=-1, keepdims=True)
-    half = 0.5 * angle
-    # sin(angle / 2) / angle, with its limit 1/2 - angle^2 / 48 at small angles.
-    small = angle < 1e-8
-    scale = np.where(small, 0.5 - angle**2 / 48.0, np.sin(half) / np.where(small, 1.0, angle))
-    return np.concatenate([np.cos(half), rotvec * scale], axis=-1)
 
 
 # --- state encodings ----------------------------------------------------------------------------
@@ -185,9 +154,7 @@ def tangent_difference(target: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     single = np.ndim(target) == 1 and np.ndim(predicted) == 1
     a = np.atleast_2d(np.asarray(target, dtype=np.float64))
     b = np.atleast_2d(np.asarray(predicted, dtype=np.float64))
-    qa = a[:, 3:7] / np.linalg.norm(a[:, 3:7], axis=1, keepdims=True)
-    qb = b[:, 3:7] / np.linalg.norm(b[:, 3:7], axis=1, keepdims=True)
-    rotation = _quat_to_rotvec(_quat_multiply(qa, _quat_conjugate(qb)))
+    rotation = quat_relative_rotvec(a[:, 3:7], b[:, 3:7])
     out = np.concatenate([a[:, 0:3] - b[:, 0:3], rotation, a[:, 7:13] - b[:, 7:13]], axis=1)
     return out[0] if single else out
 
@@ -211,9 +178,9 @@ def apply_tangent(predicted: np.ndarray, residual: np.ndarray) -> np.ndarray:
     single = np.ndim(predicted) == 1
     s = np.atleast_2d(np.asarray(predicted, dtype=np.float64)).copy()
     r = np.atleast_2d(np.asarray(residual, dtype=np.float64))
-    quat = _quat_multiply(_rotvec_to_quat(r[:, 3:6]), s[:, 3:7])
+    quat = rotate_by_rotvec(s[:, 3:7], r[:, 3:6])
     s[:, 0:3] += r[:, 0:3]
-    s[:, 3:7] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+    s[:, 3:7] = quat
     s[:, 7:13] += r[:, 6:12]
     return s[0] if single else s
 

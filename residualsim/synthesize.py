@@ -23,6 +23,7 @@ import numpy as np
 from .data.contactnets import SAMPLE_PERIOD_S, write_toss
 from .data.trajectory import Trajectory
 from .errors import DataError, ParameterError
+from .rotations import rotate_by_rotvec
 from .rollout import simulate_one, recording_settings, simulation_items
 from .scenes import make_scene, parse_params
 from .workers import ShardedWorkers
@@ -52,18 +53,6 @@ def sample_toss_states(n_tosses: int, rng: int | np.random.Generator | None = No
         rng.normal(0.0, 0.6, size=(n_tosses, 2)), rng.uniform(-1.0, 0.5, n_tosses),
         rng.normal(0.0, 4.0, size=(n_tosses, 3)),
     ])
-
-
-def _rotation_vector_to_quat(rotvec: np.ndarray) -> np.ndarray:
-    angle = np.linalg.norm(rotvec, axis=-1, keepdims=True)
-    axis = np.divide(rotvec, angle, out=np.zeros_like(rotvec), where=angle > 0)
-    return np.concatenate([np.cos(angle / 2), np.sin(angle / 2) * axis], axis=-1)
-
-
-def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    w1, v1, w2, v2 = a[..., :1], a[..., 1:], b[..., :1], b[..., 1:]
-    return np.concatenate([w1 * w2 - np.sum(v1 * v2, -1, keepdims=True),
-                           w1 * v2 + w2 * v1 + np.cross(v1, v2)], axis=-1)
 
 
 def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
@@ -109,8 +98,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
     for result in results:
         n = len(result.positions_m)
         positions = result.positions_m + rng.normal(0.0, noise_m, size=(n, 3))
-        noise = _rotation_vector_to_quat(rng.normal(0.0, noise_rad, size=(n, 3)))
-        quat = _quat_multiply(noise, result.quat_wxyz)
+        quat = rotate_by_rotvec(result.quat_wxyz, rng.normal(0.0, noise_rad, size=(n, 3)))
         out[result.traj_id] = Trajectory(
             traj_id=result.traj_id, times_s=np.arange(n) * settings.dt_s,
             positions_m=positions, quat_wxyz=quat / np.linalg.norm(quat, axis=1, keepdims=True),
