@@ -15,8 +15,9 @@ from residualsim.contact import contact_model, free_body_mass_matrix, free_body_
 from residualsim.data import Trajectory
 from residualsim.engine import Engine
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.event_gp import (JUMP_THRESHOLD_MPS, EventGPResidual, best_impulse_3d,
-                                  contact_runs, segment_events, table_offset, velocity_jumps)
+from residualsim.event_gp import EventGPResidual
+from residualsim.recorded_events import (JUMP_THRESHOLD_MPS, best_impulse_3d, contact_runs,
+                                         segment_events, table_offset, velocity_jumps)
 from residualsim.rollout import ContactGuard, recording_settings, residual_rollout
 from residualsim.synthesize import synthesize_tosses
 
