@@ -549,15 +549,26 @@ def cmd_rollout(args: argparse.Namespace) -> None:
                 "seconds": time.perf_counter() - start})
 
 
-def _model_and_tosses(args: argparse.Namespace, split: str):
-    """The model of ``--model`` and the first ``--tosses`` recordings of ``split``."""
+def _model_and_tosses(args: argparse.Namespace, split: str, unseen: bool = False):
+    """The model of ``--model`` and the first ``--tosses`` recordings of ``split``; with
+    ``unseen``, only those the model was not trained on (``info["train_ids"]``)."""
     from .data import load_trajectories
     from .data.splits import split_ids
     from .residual import ResidualModel
 
     model = ResidualModel.load(args.model)
     trajectories = load_trajectories(resolve_data(args.data, model.scene))
-    keep = split_ids(list(trajectories))[split][:args.tosses]
+    keep = split_ids(list(trajectories))[split]
+    if unseen:
+        if "train_ids" not in model.info:
+            raise ParameterError(f"{args.model}: the model does not record which tosses it "
+                                 f"was trained on (info.train_ids), so --unseen cannot apply")
+        trained = set(model.info["train_ids"])
+        keep = [k for k in keep if k not in trained]
+        if not keep:
+            raise DataError(f"{args.model}: every {split} toss was used in training; "
+                            f"nothing is left for --unseen")
+    keep = keep[:args.tosses]
     return model, {k: trajectories[k] for k in keep}
 
 
@@ -583,11 +594,12 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
 
     from .train import fit_spread
 
-    model, tosses = _model_and_tosses(args, "train")
+    model, tosses = _model_and_tosses(args, "train", unseen=args.unseen)
     start = time.perf_counter()
     spread, rows = fit_spread(model, tosses, samples=args.samples, grid=args.grid,
                               seed=args.seed, n_workers=args.workers)
     info = dict(model.info, spread_fit={"training_tosses": len(tosses),
+                                        "unseen_by_training": args.unseen,
                                         "samples": args.samples, "seed": args.seed,
                                         "rows": rows})
     dataclasses.replace(model, spread=spread, info=info).save(args.model)
@@ -873,6 +885,10 @@ def build_parser() -> argparse.ArgumentParser:
     fs.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     fs.add_argument("--tosses", type=_count(1), default=60,
                     help="first N tosses of the training split (default 60)")
+    fs.add_argument("--unseen", action="store_true",
+                    help="only training-split tosses the model was not trained on (its "
+                         "mean fits its own training tosses better, which would make the "
+                         "spread too narrow)")
     fs.add_argument("--samples", type=_count(2), default=32)
     fs.add_argument("--grid", type=_float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
                     help="spreads to try (default 1,1.5,2,3,4)")

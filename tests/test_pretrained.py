@@ -103,6 +103,27 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
     assert "expected finite numbers >= 0" in capsys.readouterr().err
 
 
+def test_fit_spread_unseen_uses_only_tosses_the_model_was_not_trained_on(tmp_path, capsys):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    train_ids = split_ids(list(load_trajectories(SAMPLES)))["train"]
+    meta = json.loads((model_dir / "model.json").read_text())
+    meta["info"]["train_ids"] = train_ids[:-1]  # one training toss left unseen
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES), "--unseen",
+                 "--samples", "2", "--grid", "1"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["tosses"] == 1
+    assert ResidualModel.load(model_dir).info["spread_fit"]["unseen_by_training"] is True
+    meta["info"]["train_ids"] = train_ids
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES), "--unseen",
+                 "--samples", "2", "--grid", "1"]) == 2
+    assert "nothing is left for --unseen" in capsys.readouterr().err
+
+
 def test_predict_refuses_a_model_of_the_other_kind_of_data(tmp_path, capsys, mcube_dir):
     assert main(["predict", "--model", str(MODEL), "--data", str(mcube_dir),
                  "--out", str(tmp_path / "p.npz")]) == 2
