@@ -137,11 +137,14 @@ def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth:
 
 # --- the arm + loop scene -----------------------------------------------------------------
 #: End-effector waypoints of the synthetic arm motion, relative to the grasp pose:
-#: (dx, dy, dz m, yaw rad about the vertical), one every ``segment_s``: hold, stretch up,
-#: bend in the loop's plane both ways, bend out of it both ways, twist both ways, mixtures.
-ARM_LOOP_WAYPOINTS = ((0, 0, 0, 0), (0, 0, 0.02, 0), (0, 0.04, 0, 0), (0, -0.04, 0.01, 0),
-                      (0.03, 0, 0, 0), (-0.03, 0, 0.01, 0), (0, 0, 0, 0.2),
-                      (0, 0, 0.015, -0.2), (0.02, 0.025, 0.0, 0.12), (0, 0, 0, 0),
+#: (dx, dy, dz m, yaw rad about the vertical), one every ``segment_s``: hold, stretch up
+#: 4 cm, bend in the loop's plane both ways (±6 cm, lifted 2 cm), twice, then bend out of
+#: the plane while twisting both ways (±3 cm, ±0.2 rad), a mixture, back to the start.
+#: In-plane bending is what the ψ springs resist, so it fills most of the 20 s; larger
+#: excursions (±7 cm with a 5 cm stretch) break the loop's closure in this model.
+ARM_LOOP_WAYPOINTS = ((0, 0, 0, 0), (0, 0, 0.04, 0), (0, 0.06, 0.02, 0), (0, -0.06, 0.02, 0),
+                      (0, 0, 0.04, 0), (0, 0.06, 0.02, 0), (0, -0.06, 0.02, 0),
+                      (0.03, 0, 0, 0.2), (-0.03, 0, 0.01, -0.2), (0.02, 0.04, 0.02, 0.12),
                       (0, 0, 0, 0))
 
 
