@@ -589,7 +589,7 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
 
 
 def cmd_fit_spread(args: argparse.Namespace) -> None:
-    """Set a model's sampling spread from its training tosses (energy score)."""
+    """Set a model's sampling spread from its training tosses (energy score or coverage)."""
     import dataclasses
 
     from .train import fit_spread
@@ -597,9 +597,11 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
     model, tosses = _model_and_tosses(args, "train", unseen=args.unseen)
     start = time.perf_counter()
     spread, rows = fit_spread(model, tosses, samples=args.samples, grid=args.grid,
-                              seed=args.seed, n_workers=args.workers)
+                              seed=args.seed, n_workers=args.workers,
+                              criterion=args.criterion)
     info = dict(model.info, spread_fit={"training_tosses": len(tosses),
                                         "unseen_by_training": args.unseen,
+                                        "criterion": args.criterion,
                                         "samples": args.samples, "seed": args.seed,
                                         "rows": rows})
     dataclasses.replace(model, spread=spread, info=info).save(args.model)
@@ -893,6 +895,10 @@ def build_parser() -> argparse.ArgumentParser:
     fs.add_argument("--grid", type=_float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
                     help="spreads to try (default 1,1.5,2,3,4)")
     fs.add_argument("--seed", type=int, default=0)
+    fs.add_argument("--criterion", choices=("energy", "coverage"), default="energy",
+                    help="energy: lowest energy score (default); coverage: 50 %% and 90 %% "
+                         "sample regions closest to their nominal coverage on the table "
+                         "plane, |c50 - 0.5| + |c90 - 0.9|")
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)
 

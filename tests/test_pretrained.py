@@ -103,6 +103,30 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
     assert "expected finite numbers >= 0" in capsys.readouterr().err
 
 
+def test_fit_spread_by_coverage_picks_the_best_calibrated_regions(tmp_path, capsys):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+                 "--tosses", "4", "--samples", "8", "--grid", "0,10,200",
+                 "--criterion", "coverage"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = line["rows"]
+    for row in rows:
+        assert row["miscalibration_xy"] == pytest.approx(
+            abs(row["coverage_xy_50"] - 0.5) + abs(row["coverage_xy_90"] - 0.9))
+    # spread 0: every sample is the mean, so no region holds a recording (c50 = c90 = 0)
+    assert rows[0]["coverage_xy_50"] == rows[0]["coverage_xy_90"] == 0.0
+    best = min(rows, key=lambda r: (r["miscalibration_xy"], r["energy_score_m"]))
+    assert line["spread"] == best["spread"] != 0.0
+    # here the criteria disagree: the energy score prefers a narrower spread
+    assert min(rows, key=lambda r: r["energy_score_m"])["spread"] != best["spread"]
+    model = ResidualModel.load(model_dir)
+    assert model.spread == best["spread"]
+    assert model.info["spread_fit"]["criterion"] == "coverage"
+
+
 def test_fit_spread_unseen_uses_only_tosses_the_model_was_not_trained_on(tmp_path, capsys):
     import shutil
 
