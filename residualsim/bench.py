@@ -14,6 +14,7 @@ several interleaved repeats, reported next to its baseline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -354,8 +355,27 @@ def bench_identify_loop(method: str = "lsq", seed_kappa=(5.0, 5.0), n_links: int
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class _BareRequest:
+    n_slots: int
+    states: np.ndarray
+    n_steps: int
+    params: object
+    seeds: None = None
+
+
+def _bare_tasks(engine, slot: int, request: _BareRequest) -> None:
+    """Worker function: the bare engine loop (:meth:`Engine.rollout_poses`: step and read
+    the pose, no contact queries, no residual) for every ``n_slots``-th state."""
+    from .belief import slot_particles
+
+    for _, state, _ in slot_particles(engine, slot, request):
+        engine.rollout_poses(state, request.n_steps)
+
+
 def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
-                  n_workers: int = 2, n_events: int = 3, seed: int = 0) -> dict:
+                  n_workers: int = 2, n_events: int = 3, seed: int = 0,
+                  bare_substeps: tuple[int, ...] = (1,)) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -365,6 +385,11 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     event-to-event belief propagation (:func:`~residualsim.belief.propagate_belief`) over
     ``n_events`` contacts with its rejection counts. Ratios: wall time / simulated time
     (below 1: faster than real time) and residual / engine.
+
+    The floor any PyBullet propagation pays: the same particles through the bare engine
+    loop (step and read the pose, nothing else) at the model's substeps and at each of
+    ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
+    meaningful at other substep counts: the model was calibrated at its own.
     """
     from .belief import GaussianMixtureBelief
     from .scenes import make_scene
@@ -373,8 +398,15 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     scene = make_scene(model.scene)
     rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
                         "rejected_penetration": 0, "rejected_energy": 0}
-    with StochasticSimulator(model, n_workers) as residual, \
-            StochasticSimulator(model, n_workers, residual=False) as engine:
+    slots = list(range(max(1, int(n_workers))))
+    bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
+    bare_s = dict.fromkeys(bare_counts, 0.0)
+    with contextlib.ExitStack() as stack:
+        residual = stack.enter_context(StochasticSimulator(model, n_workers))
+        engine = stack.enter_context(StochasticSimulator(model, n_workers, residual=False))
+        bare_pools = {n: stack.enter_context(ShardedWorkers(
+            model.scene, slots, len(slots), dataclasses.replace(model.settings(), substeps=n)))
+            for n in bare_counts}
         for traj_id, traj in trajectories.items():
             state = scene.state_from_trajectory(traj, 0)
             belief = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=scene.planar)
@@ -389,6 +421,14 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             steps = residual.beliefs(belief, n_events=n_events, n_particles=particles,
                                      seed=seed)
             belief_s = time.perf_counter() - start
+            request = _BareRequest(
+                n_slots=len(slots), params=model.params,
+                states=belief.sample(particles, np.random.default_rng([seed, 2**32 - 1])),
+                n_steps=max(1, int(round(horizon / model.dt_s))))
+            for n, pool in bare_pools.items():
+                start = time.perf_counter()
+                pool.map(_bare_tasks, request)
+                bare_s[n] += time.perf_counter() - start
             for step in steps:
                 summary = step.summary()
                 totals["propagated"] += summary["drawn"]
@@ -407,6 +447,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             "engine_over_real_time": sum(r["engine_s"] for r in rows) / simulated,
             "residual_over_engine": sum(r["residual_s"] for r in rows) /
             sum(r["engine_s"] for r in rows),
+            "bare_over_real_time": {str(n): t / simulated for n, t in bare_s.items()},
             "beliefs_s_per_toss": sum(r["beliefs_s"] for r in rows) / len(rows),
             **totals, "rejected_fraction": (totals["rejected_penetration"] +
                                             totals["rejected_energy"]) / max(met, 1),

@@ -620,6 +620,9 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     print(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
           f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
           f"time); residual / engine {report['residual_over_engine']:.2f}")
+    floor = ", ".join(f"{ratio:.2f} at {n} substep{'s' if n != '1' else ''}"
+                      for n, ratio in report["bare_over_real_time"].items())
+    print(f"  floor, the bare engine loop (step and read the pose only): {floor}")
     print(f"  beliefs: {report['propagated']} particles propagated to their next event, "
           f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
           f"penetration, {report['rejected_energy']} for energy gain "

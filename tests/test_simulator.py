@@ -187,3 +187,25 @@ def test_beliefs_from_a_state(sim):
     assert len(steps[0].particles) >= 8
     again = sim.beliefs(_toss(), n_events=1, n_particles=16, seed=0)
     np.testing.assert_array_equal(again[0].particles, steps[0].particles)
+
+
+def test_bench_beliefs_reports_every_figure_with_its_floor(model):
+    """The beliefs benchmark on one synthetic toss: ratios for the residual, the engine and
+    the bare loop at 1 substep and at the model's; particle counts add up."""
+    from residualsim.bench import bench_beliefs
+    from residualsim.data.trajectory import Trajectory
+
+    state, n = _toss(), 40
+    toss = Trajectory("synthetic", np.arange(n) * DT_S, np.tile(state[:3], (n, 1)),
+                      np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)),
+                      np.tile(state[10:], (n, 1)), source="test")
+    report = bench_beliefs(model, {"synthetic": toss}, particles=6, n_workers=1, n_events=2)
+    assert report["simulated_s"] == pytest.approx((n - 1) * DT_S)
+    assert set(report["bare_over_real_time"]) == {"1", str(model.substeps)}
+    ratios = [report["residual_over_real_time"], report["engine_over_real_time"],
+              *report["bare_over_real_time"].values()]
+    assert all(np.isfinite(r) and r > 0 for r in ratios)
+    assert report["propagated"] == (report["accepted"] + report["no_event"]
+                                    + report["rejected_penetration"]
+                                    + report["rejected_energy"])
+    assert report["propagated"] >= 6
