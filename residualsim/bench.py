@@ -423,7 +423,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             belief_s = time.perf_counter() - start
             request = _BareRequest(
                 n_slots=len(slots), params=model.params,
-                states=belief.sample(particles, np.random.default_rng([seed, 2**32 - 1])),
+                states=runs.initial_states,  # the residual rollouts' own draws
                 n_steps=max(1, int(round(horizon / model.dt_s))))
             for n, pool in bare_pools.items():
                 start = time.perf_counter()
