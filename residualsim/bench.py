@@ -10,6 +10,10 @@ several interleaved repeats, reported next to its baseline.
 * residual rollouts against the calibrated engine alone (:func:`bench_residual`).
 * executors: training evaluations per second with 1 and 2 local workers and 2 Ray actors,
   and the cost of one map call on each (:func:`bench_executors`).
+* arm + loop stiffness identification: generate, identify, error and wall time
+  (:func:`bench_identify_loop`).
+* beliefs: particles through whole real tosses against real time, the engine alone and the
+  bare PyBullet loop, with the belief filter's rejection counts (:func:`bench_beliefs`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from .synthesize import sample_toss_states
 from .workers import ShardedWorkers
 
 __all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual",
-           "bench_executors"]
+           "bench_executors", "bench_identify_loop", "bench_beliefs"]
 
 
 def _best_of(function, repeats: int) -> float:
