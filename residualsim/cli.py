@@ -588,6 +588,24 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
     _json_line({"command": "bench residual", **report})
 
 
+def _fit_state_noise(args: argparse.Namespace, model):
+    """The initial-velocity noise estimated on the whole training split (the tracker's
+    noise does not depend on which tosses the policy saw)."""
+    from .data import load_trajectories
+    from .data.splits import split_ids
+    from .state_noise import estimate_state_noise
+
+    trajectories = load_trajectories(resolve_data(args.data, model.scene))
+    noise = estimate_state_noise({k: trajectories[k]
+                                  for k in split_ids(list(trajectories))["train"]})
+    logging.getLogger(__name__).info(
+        "initial-state noise from %d training tosses: velocity %s m/s, angular velocity %s "
+        "rad/s (world x, y, z)", noise.n_recordings,
+        [round(v, 4) for v in noise.velocity_std_mps],
+        [round(v, 3) for v in noise.omega_std_radps])
+    return noise
+
+
 def cmd_fit_spread(args: argparse.Namespace) -> None:
     """Set a model's sampling spread from its training tosses (energy score or coverage)."""
     import dataclasses
@@ -596,6 +614,8 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
 
     model, tosses = _model_and_tosses(args, "train", unseen=args.unseen)
     start = time.perf_counter()
+    if args.state_noise:
+        model = dataclasses.replace(model, state_noise=_fit_state_noise(args, model))
     spread, rows = fit_spread(model, tosses, samples=args.samples, grid=args.grid,
                               seed=args.seed, n_workers=args.workers,
                               criterion=args.criterion)
@@ -606,6 +626,7 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
                                         "rows": rows})
     dataclasses.replace(model, spread=spread, info=info).save(args.model)
     _json_line({"command": "fit-spread", "model": str(args.model), "spread": spread,
+                "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
                 "rows": rows, "tosses": len(tosses), "seconds": time.perf_counter() - start})
 
 
@@ -902,6 +923,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="energy: lowest energy score (default); coverage: 50 %% and 90 %% "
                          "sample regions closest to their nominal coverage on the table "
                          "plane, |c50 - 0.5| + |c90 - 0.9|")
+    fs.add_argument("--state-noise", action="store_true",
+                    help="first estimate the noise of the recorded initial velocities from "
+                         "the free flight before the first contact (whole training split) "
+                         "and draw each sample's initial state from it")
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)
 

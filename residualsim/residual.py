@@ -364,6 +364,10 @@ class ResidualModel:
     #: error, which leaves its scales uncalibrated; :func:`residualsim.train.fit_spread`
     #: sets this from the training tosses' energy score. 1.0 for models without one.
     spread: float = 1.0
+    #: Noise of a recording's initial velocities (:class:`~residualsim.state_noise.StateNoise`),
+    #: drawn for each stochastic sample before its rollout; None: samples start from the
+    #: recorded state exactly. Set by ``fit-spread --state-noise``.
+    state_noise: Any = None
 
     def sampling_policy(self):
         """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread."""
@@ -391,6 +395,8 @@ class ResidualModel:
                   "scene": self.scene, "params": self.params.as_json(),
                   "settings": {"dt_s": self.dt_s, "substeps": self.substeps},
                   "guard": dataclasses.asdict(self.guard), "spread": self.spread,
+                  "state_noise": (None if self.state_noise is None
+                                  else self.state_noise.as_json()),
                   "info": self.info}
         atomic_write_text(directory / "model.json", json.dumps(header, indent=2))
         return directory
@@ -400,6 +406,7 @@ class ResidualModel:
         """Read a model directory; a clear DataError names what is missing or wrong."""
         from .rollout import ContactGuard
         from .scenes import make_scene, parse_params
+        from .state_noise import StateNoise
 
         directory = Path(directory)
         path = directory / "model.json"
@@ -418,11 +425,13 @@ class ResidualModel:
             guard = ContactGuard(**dict(header.get("guard", {})))
             info = dict(header.get("info", {}))
             spread = float(header.get("spread", 1.0))
+            noise = header.get("state_noise")
+            state_noise = None if noise is None else StateNoise.from_json(noise)
             if not (dt_s > 0 and substeps >= 1):
                 raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
             if not (math.isfinite(spread) and spread >= 0):
                 raise ValueError(f"spread {spread} must be finite and >= 0")
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, DataError) as exc:
             raise DataError(f"{path}: malformed model description ({exc})") from None
         policy = ResidualPolicy.load(directory)
         planar = make_scene(scene).planar
@@ -430,4 +439,4 @@ class ResidualModel:
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
-                   guard=guard, info=info, spread=spread)
+                   guard=guard, info=info, spread=spread, state_noise=state_noise)

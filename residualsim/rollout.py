@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pybullet as pb
@@ -217,7 +218,9 @@ class ResidualRollout:
     had already gained energy (the residual was then limited to what does not add more, or
     dropped);
     ``max_penetration_m`` the deepest penetration seen after any step (>= 0);
-    ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals.
+    ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals, in the
+    contact frames ``frames`` (E, k, 3) (rows n, t1[, t2]: world-frame unit vectors, so the
+    world-frame impulse is ``frames[e].T @ impulses[e]``).
     """
 
     positions_m: np.ndarray
@@ -230,6 +233,7 @@ class ResidualRollout:
     max_penetration_m: float
     features: np.ndarray
     impulses: np.ndarray
+    frames: np.ndarray
 
 
 def largest_steps(a, b, c, cap) -> np.ndarray:
@@ -279,6 +283,7 @@ class _EventCorrector:
         self.engine, self.policy, self.rng, self.guard = engine, policy, rng, guard
         self.features: list[np.ndarray] = []
         self.impulses: list[np.ndarray] = []
+        self.frames: list[np.ndarray] = []
         self.energy_clamped = self.normal_clamped = self.engine_gain = 0
 
     def __call__(self, pre_state: np.ndarray, points: list[tuple], touching: list[tuple]
@@ -296,6 +301,7 @@ class _EventCorrector:
             features = np.concatenate([features, spin_features(
                 model.frame, omega, scene.radius_of_gyration_m)])
         self.features.append(features)
+        self.frames.append(model.frame)
         if self.policy is None:  # engine alone: count and describe the event only
             self.impulses.append(np.zeros(len(model.velocity)))
             return True
@@ -414,7 +420,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,
         n_engine_energy_gain=correct.engine_gain, max_penetration_m=float(deepest),
         features=np.array(correct.features).reshape(-1, n_features),
-        impulses=np.array(correct.impulses).reshape(-1, width))
+        impulses=np.array(correct.impulses).reshape(-1, width),
+        frames=np.array(correct.frames).reshape(-1, width, 3))
 
 
 # --- batches of residual rollouts over worker processes -------------------------------------------
@@ -426,7 +433,9 @@ class RolloutRequest:
     samples per item (0: one deterministic rollout with the policy mean); sample s of item
     i draws from ``numpy.random.default_rng([seed, i, s])``, the same stream for every
     candidate (common random numbers); ``split`` restricts the rollout to items of that
-    split (the others return None).
+    split (the others return None); ``state_noise`` (a
+    :class:`~residualsim.state_noise.StateNoise` or None) perturbs each stochastic
+    sample's initial velocities, drawn first from the sample's stream.
     """
 
     params: EngineParams
@@ -435,6 +444,7 @@ class RolloutRequest:
     seed: int = 0
     guard: ContactGuard = ContactGuard()
     split: str | None = None
+    state_noise: Any = None
 
 
 def trajectory_items(scene: str, trajectories: Mapping[str, Trajectory],
@@ -471,10 +481,19 @@ def item_rollouts(engine: Engine, item: tuple, request: RolloutRequest
             runs.append([residual_rollout(engine, initial_state, n_steps, policy, None,
                                           request.guard)])
         else:
-            runs.append([residual_rollout(engine, initial_state, n_steps, policy,
-                                          np.random.default_rng([request.seed, index, s]),
-                                          request.guard) for s in range(request.samples)])
+            runs.append([_sample_rollout(engine, initial_state, n_steps, policy, request,
+                                         np.random.default_rng([request.seed, index, s]))
+                         for s in range(request.samples)])
     return runs
+
+
+def _sample_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy,
+                    request: RolloutRequest, rng: np.random.Generator) -> ResidualRollout:
+    """One stochastic rollout: the initial state perturbed by the request's state noise
+    (if any), then residual samples, all from ``rng``."""
+    if request.state_noise is not None:
+        initial_state = request.state_noise.perturb(initial_state, rng)
+    return residual_rollout(engine, initial_state, n_steps, policy, rng, request.guard)
 
 
 def residual_errors(engine: Engine, item: tuple, request: RolloutRequest) -> np.ndarray | None:
@@ -524,7 +543,8 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
 
     Rolls out each recording from its first sample over its recorded length with the
     model's engine and policy: ``samples=0`` the deterministic mean prediction (S = 1), S >= 1
-    stochastic samples (sample s of the k-th recording uses ``default_rng([seed, k, s])``);
+    stochastic samples (sample s of the k-th recording uses ``default_rng([seed, k, s])``,
+    and starts from the recorded state perturbed by the model's ``state_noise``, if any);
     ``residual=False`` the model's engine alone. Returns (TrajectoryPredictions, stats) with
     stats summing the event, clamp and penetration counts of every rollout.
     """
@@ -540,7 +560,8 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
                         f"at {1 / model.dt_s:.3f} Hz")
     policy = model.sampling_policy() if residual else None
     request = RolloutRequest(params=model.params, policies=(policy,), samples=int(samples),
-                             seed=int(seed), guard=guard or model.guard)
+                             seed=int(seed), guard=guard or model.guard,
+                             state_noise=model.state_noise if residual else None)
     items = trajectory_items(model.scene, trajectories)
     with ShardedWorkers(model.scene, items, n_workers, settings) as workers:
         results = workers.map(residual_trajectories, request)

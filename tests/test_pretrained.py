@@ -164,3 +164,47 @@ def test_rollout_writes_into_a_new_directory(tmp_path, capsys):
         assert saved["positions_m"].shape[0] == 2 and "event1_particles" in saved
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["beliefs"][0]["drawn"] == 4
+
+
+def test_fit_spread_with_state_noise_stores_it_and_samples_start_apart(tmp_path, capsys):
+    import dataclasses
+    import shutil
+
+    from residualsim.state_noise import estimate_state_noise
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+                 "--tosses", "2", "--samples", "3", "--grid", "0", "--state-noise"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    trajectories = load_trajectories(SAMPLES)
+    train = {k: trajectories[k] for k in split_ids(list(trajectories))["train"]}
+    expected = estimate_state_noise(train)  # the whole training split, not --tosses
+    model = ResidualModel.load(model_dir)
+    assert model.state_noise == expected and line["state_noise"] == expected.as_json()
+    # Spread 0: each sample takes one component's mean; the state noise spreads them more.
+    few = dict(list(trajectories.items())[:2])
+    noisy, _ = predict_trajectories(model, few, samples=3, seed=5)
+    again, _ = predict_trajectories(model, few, samples=3, seed=5)
+    exact, _ = predict_trajectories(dataclasses.replace(model, state_noise=None), few,
+                                    samples=3, seed=5)
+    for traj_id in few:
+        positions = noisy[traj_id][0]
+        np.testing.assert_array_equal(positions, again[traj_id][0])  # seeded
+        np.testing.assert_array_equal(positions[:, 0], exact[traj_id][0][:, 0])  # same start
+        spread = np.ptp(positions[:, -1], axis=0).max()
+        assert spread > 1e-3 and spread > 1.5 * np.ptp(exact[traj_id][0][:, -1], axis=0).max()
+
+
+def test_a_bad_state_noise_in_model_json_is_named(tmp_path):
+    import shutil
+
+    from residualsim.errors import DataError
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    header = json.loads((model_dir / "model.json").read_text())
+    header["state_noise"] = {"velocity_std_mps": [0.01, -1, 0.0], "omega_std_radps": [0, 0, 0]}
+    (model_dir / "model.json").write_text(json.dumps(header))
+    with pytest.raises(DataError, match=r"model\.json.*velocity_std_mps"):
+        ResidualModel.load(model_dir)

@@ -157,6 +157,17 @@ def test_mean_mode_is_deterministic_and_corrects(engine, starts, aggressive):
     assert changed >= 3
 
 
+def test_event_frames_are_orthonormal_with_the_table_normal_first(engine, starts, aggressive):
+    run = residual_rollout(engine, *list(starts.values())[0], aggressive.numpy())
+    assert run.n_events > 0 and run.frames.shape == (run.n_events, 3, 3)
+    for frame in run.frames:
+        np.testing.assert_allclose(frame @ frame.T, np.eye(3), atol=1e-9)
+        np.testing.assert_allclose(frame[0], [0.0, 0.0, 1.0], atol=1e-6)  # table normal, up
+    # the world-frame impulse keeps the contact-frame normal component along +z
+    world = np.einsum("eki,ek->ei", run.frames, run.impulses)
+    np.testing.assert_allclose(world[:, 2], run.impulses[:, 0], atol=1e-9)
+
+
 class _Spy:
     """Wraps a NumpyPolicy; at each event records what the engine resolved before the
     residual is applied: the post-step state, its energy and the touching points."""
