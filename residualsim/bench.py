@@ -384,7 +384,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
 
     For each toss (initial state from its first sample, horizon its recorded length), in
     the same run: ``particles`` residual rollouts drawn from the initial belief (a Gaussian
-    of :data:`~residualsim.simulator.INITIAL_STD` about the recorded state), the same number
+    of :func:`~residualsim.simulator.default_initial_std` about the recorded state), the same number
     of rollouts of the calibrated engine alone from the same initial states, and the
     event-to-event belief propagation (:func:`~residualsim.belief.propagate_belief`) over
     ``n_events`` contacts with its rejection counts. Ratios: wall time / simulated time
@@ -397,7 +397,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     """
     from .belief import GaussianMixtureBelief
     from .scenes import make_scene
-    from .simulator import INITIAL_STD, StochasticSimulator
+    from .simulator import StochasticSimulator, default_initial_std
 
     scene = make_scene(model.scene)
     rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
@@ -413,7 +413,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             for n in bare_counts}
         for traj_id, traj in trajectories.items():
             state = scene.state_from_trajectory(traj, 0)
-            belief = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=scene.planar)
+            belief = GaussianMixtureBelief.gaussian(state, default_initial_std(model),
+                                                    planar=scene.planar)
             horizon = float(traj.times_s[-1] - traj.times_s[0])
             start = time.perf_counter()
             runs = residual.rollout(belief, horizon, samples=particles, seed=seed)

@@ -494,7 +494,7 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     from .plots import belief_plot
     from .residual import ResidualModel
     from .scenes import make_scene
-    from .simulator import INITIAL_STD, StochasticSimulator
+    from .simulator import StochasticSimulator, default_initial_std
 
     if (args.state is None) == (args.toss is None):
         raise ParameterError("give exactly one of --state and --toss")
@@ -527,7 +527,7 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,
               "times_s": runs.times_s, "initial_state": state, "n_events": runs.n_events,
               "max_penetration_m": runs.max_penetration_m,
-              "initial_std": INITIAL_STD}
+              "initial_std": default_initial_std(model)}
     for k, step in enumerate(steps, start=1):
         arrays[f"event{k}_particles"] = step.particles
         if step.belief is not None:
@@ -622,6 +622,7 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
     info = dict(model.info, spread_fit={"training_tosses": len(tosses),
                                         "unseen_by_training": args.unseen,
                                         "criterion": args.criterion,
+                                        "state_noise_fitted": args.state_noise,
                                         "samples": args.samples, "seed": args.seed,
                                         "rows": rows})
     dataclasses.replace(model, spread=spread, info=info).save(args.model)

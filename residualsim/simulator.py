@@ -28,7 +28,8 @@ import numpy as np
 from .belief import BeliefStep, GaussianMixtureBelief, propagate_belief, slot_particles
 from .errors import ParameterError
 
-__all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD"]
+__all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD",
+           "default_initial_std"]
 
 #: Random stream of the initial states drawn from a belief (no sample index reaches it).
 _INITIAL_STREAM = 2 ** 32 - 1
@@ -38,6 +39,18 @@ _INITIAL_STREAM = 2 ** 32 - 1
 #: 1 mm, 0.01 rad, 0.02 m/s, 0.2 rad/s — the order of the ContactNets pose noise and of
 #: finite-difference velocities at 148 Hz.
 INITIAL_STD = np.r_[[1e-3] * 3, [0.01] * 3, [0.02] * 3, [0.2] * 3]
+
+
+def default_initial_std(model) -> np.ndarray:
+    """The initial-state uncertainty a belief starts from when only a state is given:
+    :data:`INITIAL_STD`, with the velocity and angular-velocity entries replaced by the
+    model's estimated recording noise (:attr:`ResidualModel.state_noise`, m/s and rad/s
+    per world axis) when it has one."""
+    std = INITIAL_STD.copy()
+    noise = getattr(model, "state_noise", None)
+    if noise is not None and not _planar(model.scene):
+        std[6:9], std[9:12] = noise.velocity_std_mps, noise.omega_std_radps
+    return std
 
 
 def toss_state(position_m, quat_wxyz, velocity_mps, omega_radps) -> np.ndarray:
@@ -169,9 +182,9 @@ class StochasticSimulator:
     def beliefs(self, initial, n_events: int = 3, n_particles: int = 1000, seed: int = 0,
                 initial_std: np.ndarray | None = None, **options: Any) -> list[BeliefStep]:
         """Per-contact beliefs (:func:`~residualsim.belief.propagate_belief`) from a belief
-        or from a state with ``initial_std`` (default :data:`INITIAL_STD`)."""
+        or from a state with ``initial_std`` (default :func:`default_initial_std`)."""
         if not isinstance(initial, GaussianMixtureBelief):
-            std = INITIAL_STD if initial_std is None else initial_std
+            std = default_initial_std(self.model) if initial_std is None else initial_std
             initial = GaussianMixtureBelief.gaussian(np.asarray(initial, float), std,
                                                      planar=_planar(self.model.scene))
         return propagate_belief(self.model, initial, n_events=n_events,

@@ -145,3 +145,23 @@ def test_importing_the_package_is_light():
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     assert result.stdout.strip() == "False"
+
+
+def test_describe_splits_cube_time_into_flight_contact_and_rest(tmp_path):
+    # 10 samples falling high above the table, 20 moving on it, 10 at rest: the shares are
+    # measured between samples, so 10 / 20 / 9 periods of the 39.
+    n, half = 40, 0.05
+    z = np.where(np.arange(n) < 10, 0.5, half)
+    speed = np.where(np.arange(n) < 30, 1.0, 0.0)
+    traj = Trajectory(traj_id="c", times_s=np.arange(n) / 148.0,
+                      positions_m=np.c_[np.zeros(n), np.zeros(n), z],
+                      quat_wxyz=np.tile([1.0, 0, 0, 0], (n, 1)),
+                      linear_velocity_mps=np.c_[speed, np.zeros(n), np.zeros(n)],
+                      angular_velocity_world_radps=np.zeros((n, 3)),
+                      metadata={"half_width_m": half})
+    save_trajectories(tmp_path / "c", [traj])
+    share = describe(tmp_path / "c")["time_share"]
+    assert share == pytest.approx({"flight": 10 / 39, "contact": 20 / 39, "rest": 9 / 39},
+                                  abs=1e-4)
+    save_trajectories(tmp_path / "p", [_planar("p1")])
+    assert describe(tmp_path / "p")["time_share"] is None

@@ -95,3 +95,18 @@ def test_bad_noise_is_refused_and_json_round_trips():
     noise = StateNoise((0.01, 0.02, 0.03), (0.1, 0.2, 0.3), (0.0, 0.0, -0.02), n_recordings=5)
     assert StateNoise.from_json(json.loads(json.dumps(noise.as_json()))) == noise
     assert dataclasses.replace(noise, n_recordings=6) != noise
+
+
+def test_a_model_s_state_noise_sets_the_default_initial_belief_velocities():
+    from residualsim.simulator import INITIAL_STD, default_initial_std
+
+    class _Model:  # what default_initial_std reads of a ResidualModel
+        scene, state_noise = "cube", None
+
+    model = _Model()
+    np.testing.assert_array_equal(default_initial_std(model), INITIAL_STD)
+    model.state_noise = StateNoise((0.01, 0.02, 0.03), (0.1, 0.2, 0.3))
+    std = default_initial_std(model)
+    np.testing.assert_array_equal(std[:6], INITIAL_STD[:6])  # pose noise unchanged
+    np.testing.assert_array_equal(std[6:], [0.01, 0.02, 0.03, 0.1, 0.2, 0.3])
+    assert INITIAL_STD[6] == 0.02  # the module default is not modified

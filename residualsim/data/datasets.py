@@ -180,6 +180,7 @@ def _describe_trajectories(path: Path, kind: str) -> dict[str, Any]:
     }
     contact_times = []
     n_cubes = 0
+    shares = np.zeros(3)  # seconds in free flight, contact phases, rest
     for traj in trajs:
         half_width = traj.metadata.get("half_width_m")
         if traj.planar or not isinstance(half_width, (int, float)):
@@ -188,12 +189,35 @@ def _describe_trajectories(path: Path, kind: str) -> dict[str, Any]:
         index = first_contact_index(traj, float(half_width))
         if index is not None:
             contact_times.append(traj.times_s[index] - traj.times_s[0])
+        shares += _phase_seconds(traj, index)
     contact: dict[str, Any] = {"tolerance_m": CONTACT_TOLERANCE_M, "count": len(contact_times)}
     contact["without_contact"] = n_cubes - len(contact_times)
     if contact_times:
         contact.update(_stats(np.array(contact_times)))
     result["first_contact_s"] = contact if n_cubes else None
+    result["time_share"] = (dict(zip(("flight", "contact", "rest"),
+                                     (shares / shares.sum()).round(4).tolist()))
+                            if n_cubes and shares.sum() > 0 else None)
     return result
+
+
+#: A recording is at rest from the first sample after which its speed stays below these.
+REST_SPEED_MPS, REST_SPIN_RADPS = 0.02, 0.2
+
+
+def _phase_seconds(traj: Trajectory, first_contact: int | None) -> np.ndarray:
+    """Seconds of a cube recording in free flight (before its first contact), at rest (from
+    the sample after its last one moving faster than ``REST_SPEED_MPS`` or
+    ``REST_SPIN_RADPS``) and in the contact phases between (bounces, tumbling, sliding)."""
+    times = traj.times_s - traj.times_s[0]
+    if first_contact is None:
+        return np.array([times[-1], 0.0, 0.0])
+    moving = np.flatnonzero(
+        (np.linalg.norm(traj.linear_velocity_mps, axis=1) > REST_SPEED_MPS)
+        | (np.linalg.norm(traj.angular_velocity_world_radps, axis=1) > REST_SPIN_RADPS))
+    rest_from = min(max(moving[-1] + 1 if moving.size else 0, first_contact), len(times) - 1)
+    flight, rest = times[first_contact], times[-1] - times[rest_from]
+    return np.array([flight, times[-1] - flight - rest, rest])
 
 
 def _describe_impacts(path: Path) -> dict[str, Any]:
