@@ -473,6 +473,14 @@ def _float_list(text: str) -> tuple[float, ...]:
     return values
 
 
+def _nonnegative_float(text: str) -> float:
+    """argparse type: one finite number >= 0."""
+    (value,) = _float_list(text) if "," not in text else (None,)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
+    return value
+
+
 def _state_option(text: str):
     import numpy as np
 
@@ -700,9 +708,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                     "table": {r["model"]: [r["validation"], r["test"]] for r in table},
                     "seconds": time.perf_counter() - start})
         return
+    guard = model.guard
+    if args.penetration_tolerance is not None:
+        import dataclasses
+
+        guard = dataclasses.replace(guard, penetration_tolerance_m=args.penetration_tolerance)
     config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats,
                          methods=tuple(args.methods), mdn_budget=args.budget, seed=args.seed,
-                         workers=args.workers, guard=model.guard)
+                         workers=args.workers, guard=guard)
     summary = evaluate_curve(model, data, args.out, config, resume=args.resume,
                              heldout=args.heldout)
     print(curve_table(summary), end="")
@@ -946,6 +959,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",
                     help="cube: the split scored (validation is used for early stopping)")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--penetration-tolerance", type=_nonnegative_float, default=None,
+                    metavar="M", help="cube: the contact guard's penetration tolerance for the "
+                    "MDN and GP rollouts, m (default: the model's)")
     ev.add_argument("--resume", action="store_true", help="cube: continue an interrupted run")
     add_workers(ev)
     ev.set_defaults(run=cmd_evaluate)

@@ -113,3 +113,16 @@ def test_evaluate_cube_writes_table_plot_and_json(tmp_path, capsys):
     summary = json.loads((out / "curve-summary.json").read_text())
     assert [s["n_train"] for s in summary] == [1, 2]
     assert "| training tosses | engine |" in (out / "curve.md").read_text()
+
+
+def test_evaluate_records_the_guard_tolerance_and_resume_refuses_another(tmp_path, capsys):
+    out = tmp_path / "curve"
+    args = ["evaluate", "--scene", "cube", "--data", str(BUNDLED), "--out", str(out),
+            "--methods", "engine", "--sizes", "1", "--repeats", "1", "--heldout", "validation"]
+    assert main(args + ["--penetration-tolerance", "0.001"]) == 0, capsys.readouterr().err
+    config = json.loads((out / "curve-config.json").read_text())
+    assert config["guard"]["penetration_tolerance_m"] == 0.001  # the shipped model's is 0
+    # resuming with the model's own tolerance would mix two settings in one curve
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 2
+    assert "other settings (guard)" in capsys.readouterr().err
