@@ -8,10 +8,15 @@ engine and contact guard:
    the model policy's impulse scale) that minimises that toss's position RMSE. The mean
    oracle RMSE is an upper bound on what any first-event residual can do; it is fitted on
    the toss itself, so it is not a prediction.
-2. **Predictability.** Regressors from the 9 contact features of the first event to the
-   oracle impulse (ridge, Gaussian process) are fitted on the training tosses and scored on
-   the validation tosses (R² per component): a feature-conditioned policy can only learn
-   what the features predict.
+2. **Predictability.** Regressors from the first event's inputs to the oracle impulse
+   (ridge, Gaussian process) are fitted on the training tosses and scored on the
+   validation tosses (R² per component): a feature-conditioned policy can only learn what
+   its inputs predict. Three input sets: the 9 contact features (M_c, v_c); those plus the
+   spin r_g C ω (12); and the recorded initial state's estimation error, the free-flight
+   fit minus the recorded first-sample velocities (:mod:`residualsim.state_noise`),
+   rotated into the event's contact frame (6). The last is not available to a policy (it
+   uses samples after the first); it asks whether the oracle is compensating the error
+   of the recorded initial state.
 3. **A constant correction.** The validation RMSE when the training tosses' mean oracle
    impulse is applied at every first event (what a policy learns from uninformative
    features).
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +41,15 @@ from residualsim.data.splits import split_ids
 from residualsim.residual import ResidualModel
 from residualsim.rollout import recording_settings, residual_rollout
 from residualsim.scenes import make_scene
+from residualsim.state_noise import free_flight_velocities
 from residualsim.workers import ShardedWorkers
 
 
 class FirstEventImpulse:
-    """A stand-in policy: ``impulse`` (contact frame, N s) at the first event, then nothing."""
+    """A stand-in policy: ``impulse`` (contact frame, N s) at the first event, then nothing.
+    It asks for the spin features, so the rollout records all 12 inputs."""
+
+    spin = True
 
     def __init__(self, impulse: np.ndarray) -> None:
         self.impulse, self.calls = np.asarray(impulse, dtype=np.float64), 0
@@ -58,8 +68,8 @@ def _rollout(engine, item, impulse, guard):
 
 
 def oracle_one(engine, item, payload):
-    """Worker function: (engine RMSE, oracle RMSE, first-event features or NaN, applied
-    impulse or NaN) of one toss."""
+    """Worker function: (engine RMSE, oracle RMSE, first-event features (12) or NaN, applied
+    impulse or NaN, the first event's contact frame (3, 3) or NaN) of one toss."""
     import nevergrad as ng
 
     params, guard, scale, budget, seed = payload
@@ -67,7 +77,8 @@ def oracle_one(engine, item, payload):
         engine.set_params(params)
     engine_rmse, run = _rollout(engine, item, np.zeros(3), guard)
     if run.n_events == 0:
-        return engine_rmse, engine_rmse, np.full(9, np.nan), np.full(3, np.nan)
+        return (engine_rmse, engine_rmse, np.full(12, np.nan), np.full(3, np.nan),
+                np.full((3, 3), np.nan))
     parametrization = ng.p.Array(init=np.zeros(3)).set_mutation(sigma=0.3)
     parametrization.random_state = np.random.RandomState(seed)
     optimizer = ng.optimizers.registry["CMA"](parametrization=parametrization, budget=budget)
@@ -75,7 +86,8 @@ def oracle_one(engine, item, payload):
     best_rmse, best_run = _rollout(engine, item, scale * found, guard)
     if best_rmse >= engine_rmse:
         best_rmse, best_run = engine_rmse, run
-    return engine_rmse, best_rmse, best_run.features[0], best_run.impulses[0]
+    return (engine_rmse, best_rmse, best_run.features[0], best_run.impulses[0],
+            best_run.frames[0])
 
 
 def constant_one(engine, item, payload):
@@ -84,6 +96,20 @@ def constant_one(engine, item, payload):
     if engine.params != params:
         engine.set_params(params)
     return _rollout(engine, item, impulse, guard)[0]
+
+
+def state_errors(chosen: dict, frames: np.ndarray) -> np.ndarray:
+    """(N, 6): free-flight fit minus recorded initial (velocity m/s, angular velocity
+    rad/s), each rotated into the toss's first-event contact frame; NaN where either is
+    missing."""
+    out = np.full((len(chosen), 6), np.nan)
+    for row, (traj, frame) in enumerate(zip(chosen.values(), frames)):
+        fitted = free_flight_velocities(traj, float(traj.metadata["half_width_m"]))
+        if fitted is None or not np.isfinite(frame).all():
+            continue
+        out[row, :3] = frame @ (fitted[0] - traj.linear_velocity_mps[0])
+        out[row, 3:] = frame @ (fitted[1] - traj.angular_velocity_world_radps[0])
+    return out
 
 
 def _r2(predicted: np.ndarray, truth: np.ndarray, train_mean: np.ndarray) -> list[float]:
@@ -103,11 +129,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", help="JSON file for the figures")
     args = parser.parse_args(argv)
 
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
     from sklearn.linear_model import Ridge
     from sklearn.preprocessing import StandardScaler
 
+    warnings.filterwarnings("ignore", category=ConvergenceWarning)  # GP bounds on 3 targets
     started = time.perf_counter()
     model = ResidualModel.load(args.model)
     tosses = load_trajectories(args.data)
@@ -124,7 +152,8 @@ def main(argv: list[str] | None = None) -> dict:
                                          model.policy.impulse_scale_ns, args.budget, args.seed))
             results[name] = {
                 "engine": np.array([r[0] for r in rows]), "oracle": np.array([r[1] for r in rows]),
-                "features": np.array([r[2] for r in rows]), "impulses": np.array([r[3] for r in rows])}
+                "features": np.array([r[2] for r in rows]), "impulses": np.array([r[3] for r in rows]),
+                "state_error": state_errors(chosen, np.array([r[4] for r in rows]))}
             if name == "validation":
                 train = results["train"]
                 usable = np.isfinite(train["features"]).all(axis=1)
@@ -137,18 +166,27 @@ def main(argv: list[str] | None = None) -> dict:
                                                      / results[name]["engine"].mean())}
         print(name, json.dumps(figures[name]), flush=True)
     train, val = results["train"], results["validation"]
-    fit = np.isfinite(train["features"]).all(axis=1)
-    test = np.isfinite(val["features"]).all(axis=1)
-    scaler = StandardScaler().fit(train["features"][fit])
-    regressors = {"ridge": Ridge(alpha=1.0),
-                  "gaussian_process": GaussianProcessRegressor(
-                      ConstantKernel() * RBF(np.ones(9)) + WhiteKernel(), normalize_y=True,
-                      random_state=args.seed)}
+    inputs = {"contact_features_9": lambda r: r["features"][:, :9],
+              "with_spin_12": lambda r: r["features"],
+              "state_error_6": lambda r: r["state_error"]}
     figures["validation_r2"] = {}
-    for label, regressor in regressors.items():
-        regressor.fit(scaler.transform(train["features"][fit]), train["impulses"][fit])
-        predicted = regressor.predict(scaler.transform(val["features"][test]))
-        figures["validation_r2"][label] = _r2(predicted, val["impulses"][test], mean_impulse)
+    for name, pick in inputs.items():
+        x_train, x_val = pick(train), pick(val)
+        fit = np.isfinite(x_train).all(axis=1) & np.isfinite(train["impulses"]).all(axis=1)
+        test = np.isfinite(x_val).all(axis=1) & np.isfinite(val["impulses"]).all(axis=1)
+        scaler = StandardScaler().fit(x_train[fit])
+        width = x_train.shape[1]
+        regressors = {"ridge": Ridge(alpha=1.0),
+                      "gaussian_process": GaussianProcessRegressor(
+                          ConstantKernel() * RBF(np.ones(width)) + WhiteKernel(),
+                          normalize_y=True, random_state=args.seed)}
+        for label, regressor in regressors.items():
+            regressor.fit(scaler.transform(x_train[fit]), train["impulses"][fit])
+            predicted = regressor.predict(scaler.transform(x_val[test]))
+            figures["validation_r2"][f"{name}/{label}"] = _r2(
+                predicted, val["impulses"][test], mean_impulse)
+            print(name, label, "R2 (normal, slip, second tangent):",
+                  np.round(figures["validation_r2"][f"{name}/{label}"], 3), flush=True)
     figures["constant_impulse_ns"] = mean_impulse.tolist()
     figures["constant_validation_rmse_m"] = float(constant.mean())
     figures["seconds"] = time.perf_counter() - started
