@@ -708,10 +708,15 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                     "table": {r["model"]: [r["validation"], r["test"]] for r in table},
                     "seconds": time.perf_counter() - start})
         return
+    import dataclasses
+
+    if args.params is not None:  # another engine under the same curve (e.g. the defaults)
+        from .scenes import parse_params
+
+        model = dataclasses.replace(
+            model, params=parse_params(None if args.params == "default" else args.params))
     guard = model.guard
     if args.penetration_tolerance is not None:
-        import dataclasses
-
         guard = dataclasses.replace(guard, penetration_tolerance_m=args.penetration_tolerance)
     config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats,
                          methods=tuple(args.methods), mdn_budget=args.budget, seed=args.seed,
@@ -959,6 +964,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",
                     help="cube: the split scored (validation is used for early stopping)")
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--params", metavar="P",
+                    help="cube: engine parameters for every method instead of the model's "
+                         "calibrated ones: k=v,..., a JSON file, or 'default' (PyBullet's)")
     ev.add_argument("--penetration-tolerance", type=_nonnegative_float, default=None,
                     metavar="M", help="cube: the contact guard's penetration tolerance for the "
                     "MDN and GP rollouts, m (default: the model's)")

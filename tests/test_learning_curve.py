@@ -126,3 +126,18 @@ def test_evaluate_records_the_guard_tolerance_and_resume_refuses_another(tmp_pat
     capsys.readouterr()
     assert main(args + ["--resume"]) == 2
     assert "other settings (guard)" in capsys.readouterr().err
+
+
+def test_evaluate_can_run_the_curve_on_other_engine_parameters(tmp_path, capsys):
+    from residualsim.scenes import EngineParams
+
+    out = tmp_path / "curve"
+    assert main(["evaluate", "--scene", "cube", "--data", str(BUNDLED), "--out", str(out),
+                 "--methods", "engine", "--sizes", "1", "--repeats", "1",
+                 "--heldout", "validation", "--params", "default"]) == 0, \
+        capsys.readouterr().err
+    config = json.loads((out / "curve-config.json").read_text())
+    assert config["params"] == json.loads(json.dumps(EngineParams().as_json()))
+    shipped = json.loads((BUNDLED.parents[1] / "pretrained" / "cube-contactnets"
+                          / "model.json").read_text())["params"]
+    assert config["params"] != shipped
