@@ -43,7 +43,8 @@ from .scenes import EngineParams, make_scene
 from .workers import current_backend
 
 __all__ = ["calibrate", "point_estimate", "Calibration", "load_calibration", "is_calibration",
-           "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT"]
+           "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT", "CUBE_CALIBRATED",
+           "CUBE_CALIBRATION_BOUNDS"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ log = logging.getLogger(__name__)
 DEFAULT_TRAJECTORY_SUBSTEPS = 1
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
+#: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
+#: substeps, nevergrad), with spinning and rolling friction bounded to plausible lengths (m).
+CUBE_CALIBRATED = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction",
+                   "contact_stiffness", "contact_damping")
+CUBE_CALIBRATION_BOUNDS = {"spinning_friction": (0.0, 0.1), "rolling_friction": (0.0, 0.05)}
 
 
 @dataclass(frozen=True)

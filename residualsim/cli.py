@@ -745,7 +745,7 @@ def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from . import __version__
-    from .learning_curve import METHODS, SIZES
+    from .learning_curve import DEFAULT_METHODS, METHODS, SIZES
 
     parser = argparse.ArgumentParser(prog="residualsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"residualsim {__version__}")
@@ -958,7 +958,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--sizes", type=_count(1), nargs="+", default=list(SIZES),
                     help="cube: training-set sizes (tosses; capped at the training split)")
     ev.add_argument("--repeats", type=_count(1), default=3, help="cube: subsets per size")
-    ev.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    ev.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS),
+                    help="cube: methods to fit (default: %(default)s; 'calibrated' fits the "
+                         "engine's parameters on each training subset instead)")
     ev.add_argument("--budget", type=_count(1), default=96,
                     help="cube: nevergrad evaluations per MDN fit")
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",

@@ -11,13 +11,18 @@ trained on those N tosses and scored on the held-out tosses:
 * ``gp``: the Gaussian-process residual on per-event optimal impulses
   (:class:`residualsim.event_gp.EventGPResidual`), applied by the same rollout as the MDN;
 * ``sian``: the SIAN-like per-step residual (:class:`residualsim.sian.SianResidual`, early
-  stopping on the validation split's one-step loss).
+  stopping on the validation split's one-step loss);
+* ``calibrated``: no residual; the engine's parameters
+  (:data:`~residualsim.calibrate.CUBE_CALIBRATED`) fitted by nevergrad CMA on the N
+  training tosses alone (``calibration_budget`` evaluations), at the curve's substeps. It
+  answers the other question a researcher with N tosses has: calibrate, or learn a residual?
 
 A method that cannot be fitted on a training set (no contact event to learn from) makes no
 correction: its row holds the engine's score and a ``fallback`` note.
 
-The engine's parameters are the same for every method and size (calibrated once on the
-training split): the curve measures what the residual learns from N tosses. The score of a
+The engine's parameters are the same for every residual method and size (those of the
+model, or any others the caller gives): the curve measures what the residual learns from N
+tosses. The score of a
 method is the mean over held-out tosses of each toss's position RMSE over time (metres,
 world frame, deterministic prediction from the recorded first sample). Rows are appended to
 ``curve.jsonl`` (atomically rewritten), so an interrupted run resumes where it stopped.
@@ -41,12 +46,14 @@ from .errors import DataError, ParameterError
 from .rollout import ContactGuard
 from .scenes import EngineParams
 
-__all__ = ["CurveConfig", "SIZES", "METHODS", "training_subsets", "position_rmse",
+__all__ = ["CurveConfig", "SIZES", "METHODS", "DEFAULT_METHODS", "training_subsets", "position_rmse",
            "run_learning_curve", "summarize", "curve_table", "curve_plot"]
 
 #: Training-set sizes of the issue (tosses); sizes above the training split are capped to it.
 SIZES = (1, 2, 5, 10, 25, 50, 100, 200, 300)
-METHODS = ("engine", "mdn", "gp", "sian")
+METHODS = ("engine", "mdn", "gp", "sian", "calibrated")
+#: What a curve runs unless told otherwise (``calibrated`` costs a calibration per fit).
+DEFAULT_METHODS = ("engine", "mdn", "gp", "sian")
 
 
 @dataclass(frozen=True)
@@ -54,23 +61,27 @@ class CurveConfig:
     """Settings of a learning-curve run (recorded with every row).
 
     ``mdn_budget`` nevergrad evaluations per MDN fit (``mdn_hidden`` its hidden widths);
-    ``guard`` the rollout's event definition and limits (that of the shipped model).
+    ``guard`` the rollout's event definition and limits (that of the shipped model);
+    ``calibration_budget`` nevergrad evaluations per ``calibrated`` fit.
     """
 
     sizes: tuple[int, ...] = SIZES
     repeats: int = 3
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     mdn_budget: int = 96
     mdn_hidden: tuple[int, ...] = (6,)
     seed: int = 0
     workers: int = 1
     guard: ContactGuard = field(default_factory=ContactGuard)
+    calibration_budget: int = 300
 
     def __post_init__(self) -> None:
         if not self.sizes or any(int(n) != n or n < 1 for n in self.sizes):
             raise ParameterError(f"sizes must be integers >= 1, got {self.sizes!r}")
-        if int(self.repeats) != self.repeats or self.repeats < 1:
-            raise ParameterError(f"repeats must be an integer >= 1, got {self.repeats!r}")
+        for name in ("repeats", "mdn_budget", "calibration_budget"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
         unknown = set(self.methods) - set(METHODS)
         if unknown or not self.methods:
             raise ParameterError(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
@@ -157,8 +168,24 @@ def _sian_positions(train, validation, heldout, params, substeps, config, scratc
         return {k: positions for k, (positions, _) in sian.predict(heldout).items()}
 
 
+def _calibrated_positions(train, validation, heldout, params, substeps, config, scratch
+                          ) -> dict:
+    from .calibrate import CUBE_CALIBRATED, CUBE_CALIBRATION_BOUNDS, point_estimate
+    from .likelihood import TrajectoryLikelihood
+    from .paramspace import ParamSpace
+
+    space = ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
+    with TrajectoryLikelihood("cube", train, substeps, None, config.workers) as likelihood:
+        found = point_estimate(
+            lambda x: -likelihood([space.engine_params(row) for row in x]) / len(train),
+            space, budget=config.calibration_budget, batch_size=4, rng=config.seed)
+    calibrated = space.engine_params(found["x"])
+    return _engine_positions(heldout, calibrated, substeps, config)
+
+
 _FITTERS: dict[str, Callable[..., dict]] = {"mdn": _mdn_positions, "gp": _gp_positions,
-                                            "sian": _sian_positions}
+                                            "sian": _sian_positions,
+                                            "calibrated": _calibrated_positions}
 
 
 def run_learning_curve(trajectories: Mapping[str, Trajectory], split: Mapping[str, list[str]],

@@ -141,3 +141,19 @@ def test_evaluate_can_run_the_curve_on_other_engine_parameters(tmp_path, capsys)
     shipped = json.loads((BUNDLED.parents[1] / "pretrained" / "cube-contactnets"
                           / "model.json").read_text())["params"]
     assert config["params"] != shipped
+
+
+def test_calibrated_method_fits_the_engine_on_the_training_subset(tmp_path):
+    # The synthetic tosses were made with friction 0.18 and restitution 0.3 (rigid contact);
+    # PyBullet's defaults (restitution 0) are far off, and calibrating on 3 of them helps.
+    tosses = load_trajectories(BUNDLED)
+    ids = list(tosses)
+    split = {"train": ids[:5], "validation": ids[5:6], "test": ids[6:8]}
+    config = CurveConfig(sizes=(3,), repeats=1, methods=("engine", "calibrated"),
+                         calibration_budget=60, seed=0)
+    rows = run_learning_curve(tosses, split, EngineParams(), 10, tmp_path, config,
+                              log=lambda line: None)
+    engine, calibrated = (r["heldout_rmse_m"] for r in rows)
+    assert calibrated < 0.7 * engine
+    with pytest.raises(ParameterError, match="calibration_budget"):
+        CurveConfig(calibration_budget=0)

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import atomic_write_text
+from residualsim.calibrate import CUBE_CALIBRATED as CALIBRATED
+from residualsim.calibrate import CUBE_CALIBRATION_BOUNDS as CALIBRATION_BOUNDS
 from residualsim.calibrate import calibrate
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
@@ -35,9 +37,6 @@ from residualsim.residual import ResidualModel
 from residualsim.rollout import predict_trajectories
 from residualsim.train import TrainingConfig, run_training
 
-CALIBRATED = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction",
-              "contact_stiffness", "contact_damping")
-CALIBRATION_BOUNDS = {"spinning_friction": (0.0, 0.1), "rolling_friction": (0.0, 0.05)}
 SIDE_M = 0.1048
 
 
