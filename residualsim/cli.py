@@ -475,10 +475,9 @@ def _float_list(text: str) -> tuple[float, ...]:
 
 def _nonnegative_float(text: str) -> float:
     """argparse type: one finite number >= 0."""
-    (value,) = _float_list(text) if "," not in text else (None,)
-    if value is None:
+    if "," in text:
         raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
-    return value
+    return _float_list(text)[0]
 
 
 def _state_option(text: str):

@@ -4,8 +4,9 @@ For each repeat r and training-set size N (nested subsets: repeat r draws one se
 permutation of the training split and takes its first N tosses), every learned method is
 trained on those N tosses and scored on the held-out tosses:
 
-* ``engine``: the calibrated engine alone (no training; one row per size and repeat, the
-  same number, so the curve has a flat reference);
+* ``engine``: the engine alone, with the curve's parameters (the model's calibrated ones
+  unless the caller gives others; no training; one row per size and repeat, the same
+  number, so the curve has a flat reference);
 * ``mdn``: the residual mixture-density policy (:func:`residualsim.train.train_residual`:
   nevergrad on the trajectory loss, early stopping on the validation split);
 * ``gp``: the Gaussian-process residual on per-event optimal impulses
