@@ -528,7 +528,8 @@ def cmd_rollout(args: argparse.Namespace) -> None:
             from .simulator import toss_state
 
             state = toss_state(state[:3], state[3:7], state[7:10], state[10:13])
-        runs = simulator.rollout(state, horizon, samples=args.samples, seed=args.seed)
+        runs = simulator.rollout(state, horizon, samples=args.samples, seed=args.seed,
+                                 state_noise=args.toss is not None)  # a recorded state
         steps = simulator.beliefs(state, n_events=args.events, n_particles=args.particles,
                                   seed=args.seed) if args.particles else []
     arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,

@@ -149,19 +149,28 @@ class StochasticSimulator:
         return self.model.dt_s
 
     def rollout(self, initial, horizon_s: float, samples: int = 64, seed: int = 0,
-                mean: bool = False) -> SampledRollouts:
+                mean: bool = False, state_noise: bool = False) -> SampledRollouts:
         """``samples`` rollouts over ``horizon_s`` seconds.
 
         ``initial`` a state (n,) — every sample starts there — or a
         :class:`~residualsim.belief.GaussianMixtureBelief`, from which the initial states
         are drawn (``default_rng([seed, 2**32 - 1])``). ``mean=True``: the policy's mean
         residual (deterministic given the initial state) instead of samples.
+        ``state_noise=True`` with a state that comes from a recording: each sample's
+        initial velocities are drawn from the model's
+        :attr:`~residualsim.residual.ResidualModel.state_noise` (the tracker's noise, as
+        ``predict --samples`` does; same stream as a belief's draws); ignored when the
+        model has none.
         """
         if int(samples) != samples or samples < 1:
             raise ParameterError(f"samples must be an integer >= 1, got {samples!r}")
         if not horizon_s > 0:
             raise ParameterError(f"horizon_s must be > 0, got {horizon_s!r}")
         states = self._initial_states(initial, int(samples), seed)
+        noise = self.model.state_noise if state_noise else None
+        if noise is not None and not isinstance(initial, GaussianMixtureBelief):
+            rng = np.random.default_rng([int(seed), _INITIAL_STREAM])
+            states = np.array([noise.perturb(state, rng) for state in states])
         n_steps = max(1, int(round(horizon_s / self.dt_s)))
         request = _RolloutRequest(
             n_slots=len(self._slots), states=states,

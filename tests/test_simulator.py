@@ -160,6 +160,21 @@ def test_belief_initial_draws_a_state_per_sample(sim):
     np.testing.assert_array_equal(again.states, drawn.states)
 
 
+def test_state_noise_perturbs_only_the_initial_velocities_and_is_seeded(sim, model):
+    noisy = sim.rollout(_toss(), horizon_s=0.2, samples=4, seed=0, state_noise=True)
+    starts = noisy.initial_states
+    np.testing.assert_array_equal(starts[:, :7], np.tile(_toss()[:7], (4, 1)))  # pose kept
+    assert len({tuple(row) for row in starts}) == 4
+    change = starts[:, 7:] - _toss()[7:]
+    noise = model.state_noise
+    scale = np.r_[noise.velocity_std_mps, noise.omega_std_radps]
+    assert np.all(np.abs(change) < 5 * scale) and np.abs(change).max() > 0
+    again = sim.rollout(_toss(), horizon_s=0.2, samples=4, seed=0, state_noise=True)
+    np.testing.assert_array_equal(again.states, noisy.states)
+    plain = sim.rollout(_toss(), horizon_s=0.2, samples=4, seed=0)
+    np.testing.assert_array_equal(plain.initial_states, np.tile(_toss(), (4, 1)))
+
+
 @pytest.mark.parametrize("kwargs", [dict(samples=0), dict(samples=1.5), dict(samples=-2),
                                     dict(horizon_s=0.0), dict(horizon_s=-1.0)])
 def test_bad_rollout_arguments(sim, kwargs):
