@@ -624,9 +624,10 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     if args.state_noise:
         model = dataclasses.replace(model, state_noise=_fit_state_noise(args, model))
+    checkpoint = Path(args.model) / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, tosses, samples=args.samples, grid=args.grid,
                               seed=args.seed, n_workers=args.workers,
-                              criterion=args.criterion)
+                              criterion=args.criterion, checkpoint=checkpoint)
     info = dict(model.info, spread_fit={"training_tosses": len(tosses),
                                         "unseen_by_training": args.unseen,
                                         "criterion": args.criterion,
@@ -634,6 +635,7 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
                                         "samples": args.samples, "seed": args.seed,
                                         "rows": rows})
     dataclasses.replace(model, spread=spread, info=info).save(args.model)
+    checkpoint.unlink(missing_ok=True)
     _json_line({"command": "fit-spread", "model": str(args.model), "spread": spread,
                 "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
                 "rows": rows, "tosses": len(tosses), "seconds": time.perf_counter() - start})

@@ -370,7 +370,8 @@ SPREAD_CRITERIA = ("energy", "coverage")
 
 def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: int = 32,
                grid: Sequence[float] = SPREAD_GRID, seed: int = 0, n_workers: int = 1,
-               criterion: str = "energy") -> tuple[float, list[dict[str, Any]]]:
+               criterion: str = "energy", checkpoint: str | os.PathLike[str] | None = None
+               ) -> tuple[float, list[dict[str, Any]]]:
     """Choose the model's sampling spread on training recordings.
 
     Training (Algorithm 2) scores the policy's *mean*, which leaves the mixture's scales
@@ -389,8 +390,15 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
 
     Returns (spread, one row per factor: spread, energy score m, coverages, miscalibration,
     RMSE m).
+
+    ``checkpoint``: a JSON file rewritten atomically after each factor. A rerun with the
+    same model, recordings, samples and seed reuses the rows it holds (an interrupted fit
+    loses at most one factor); one written for anything else is ignored.
     """
     import dataclasses
+    import json
+
+    from .atomic import atomic_write_text, read_json
 
     from .metrics import score_trajectories
     from .rollout import predict_trajectories
@@ -402,8 +410,23 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
     if criterion not in SPREAD_CRITERIA:
         raise ParameterError(f"unknown spread criterion {criterion!r}; choose one of "
                              f"{', '.join(SPREAD_CRITERIA)}")
+    fingerprint = hashlib.sha256(json.dumps({
+        "weights": params_sha256(model.policy), "params": model.params.as_json(),
+        "guard": asdict(model.guard), "substeps": model.substeps,
+        "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
+        "ids": sorted(train), "samples": int(samples), "seed": int(seed)},
+        sort_keys=True, default=str).encode()).hexdigest()
+    done: dict[float, dict[str, Any]] = {}
+    if checkpoint is not None and Path(checkpoint).is_file():
+        saved = read_json(Path(checkpoint))
+        if isinstance(saved, dict) and saved.get("fingerprint") == fingerprint:
+            done = {float(row["spread"]): row for row in saved.get("rows", [])}
+            log.info("%s: reusing %d finished spreads", checkpoint, len(done))
     rows = []
     for spread in grid:
+        if float(spread) in done:
+            rows.append(done[float(spread)])
+            continue
         candidate = dataclasses.replace(model, spread=float(spread))
         predictions, _ = predict_trajectories(candidate, train, samples=int(samples),
                                               seed=seed, n_workers=n_workers)
@@ -417,6 +440,10 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
                      "position_rmse_m": score["position_rmse_m"]})
         log.info("spread %g: energy score %.4f m, x-y coverage %.3f / %.3f", spread,
                  score["energy_score_m"], score["coverage_xy_50"], score["coverage_xy_90"])
+        if checkpoint is not None:
+            done[float(spread)] = rows[-1]
+            atomic_write_text(Path(checkpoint), json.dumps(
+                {"fingerprint": fingerprint, "rows": list(done.values())}))
     if criterion == "coverage":
         best = min(rows, key=lambda row: (round(row["miscalibration_xy"], 9),
                                           row["energy_score_m"]))

@@ -94,6 +94,7 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
     model = ResidualModel.load(model_dir)
     assert model.spread == best["spread"] == line["spread"]
     assert model.info["spread_fit"]["rows"] == rows
+    assert not (model_dir / "spread-fit.checkpoint.json").exists()  # removed once saved
     # a wider spread spreads the samples: the energy scores differ across the grid
     assert len({r["energy_score_m"] for r in rows}) == 3
     with pytest.raises(SystemExit) as info:
@@ -211,3 +212,25 @@ def test_a_bad_state_noise_in_model_json_is_named(tmp_path):
     (model_dir / "model.json").write_text(json.dumps(header))
     with pytest.raises(DataError, match=r"model\.json.*velocity_std_mps"):
         ResidualModel.load(model_dir)
+
+
+def test_fit_spread_resumes_from_its_checkpoint_and_ignores_a_foreign_one(tmp_path, monkeypatch):
+    import residualsim.train as train_module
+    from residualsim.train import fit_spread
+
+    model = ResidualModel.load(MODEL)
+    tosses = dict(list(load_trajectories(SAMPLES).items())[:2])
+    checkpoint = tmp_path / "spread.json"
+    first, rows = fit_spread(model, tosses, samples=2, grid=(0.5, 2.0), checkpoint=checkpoint)
+    assert [r["spread"] for r in json.loads(checkpoint.read_text())["rows"]] == [0.5, 2.0]
+    calls = []
+    real = train_module.log.info
+    monkeypatch.setattr(train_module.log, "info", lambda *a: (calls.append(a[0]), real(*a)))
+    again, rows_again = fit_spread(model, tosses, samples=2, grid=(0.5, 2.0, 4.0),
+                                   checkpoint=checkpoint)
+    assert rows_again[:2] == rows  # reused, not recomputed
+    assert sum("energy score" in c for c in calls) == 1  # only the new spread ran
+    # another seed is another fit: the checkpoint's rows are not reused
+    calls.clear()
+    fit_spread(model, tosses, samples=2, grid=(0.5,), seed=1, checkpoint=checkpoint)
+    assert sum("energy score" in c for c in calls) == 1
