@@ -1,43 +1,66 @@
 """residualsim: residual contact learning for PyBullet.
 
-The main classes are importable from here (loaded on first use, so ``import residualsim``
-stays light): :class:`Engine`, :class:`Trajectory`, :class:`PlanarImpacts`,
-:class:`EngineParams`, :func:`make_scene`, :func:`simulate_trajectories`,
-:func:`load_predictions`, :func:`score_trajectories`, :func:`parallel_backend`, the planner
-API :class:`StochasticSimulator` and :class:`GaussianMixtureBelief`.
+The package is laid out in wings, one per concept, importing only downward (checked by
+``lint-imports``): ``data`` (recordings) → ``evaluation`` (prediction files, metrics) →
+``parallel`` (the executor) → ``sim`` (PyBullet scenes, engine, contact math, rollouts) →
+``sysid`` (calibration) → ``residual`` (the contact learner) → ``belief`` (beliefs, planner
+API, gymnasium) → ``baselines`` → ``experiments`` → ``cli``.
 
-Importing the package registers its gymnasium environments (``residualsim/CubeToss-v0``,
-``residualsim/ArmLoop-v0``; see :mod:`residualsim.envs`), without importing them.
+The main names are importable from here (loaded on first use, so ``import residualsim``
+stays light). Importing the package registers its gymnasium environments
+(``residualsim/CubeToss-v0``, ``residualsim/ArmLoop-v0``; see
+:mod:`residualsim.belief.envs`), without importing them.
 """
 
 from __future__ import annotations
 
-import importlib
+from residualsim._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
-    "Engine": "residualsim.engine",
-    "ContactEvent": "residualsim.engine",
+    # data
     "Trajectory": "residualsim.data",
     "PlanarImpacts": "residualsim.data",
-    "EngineParams": "residualsim.scenes",
-    "EngineSettings": "residualsim.scenes",
-    "make_scene": "residualsim.scenes",
-    "simulate_trajectories": "residualsim.rollout",
-    "TrajectoryPredictions": "residualsim.predictions",
-    "ImpactPredictions": "residualsim.predictions",
-    "load_predictions": "residualsim.predictions",
-    "save_predictions": "residualsim.predictions",
-    "score_trajectories": "residualsim.metrics",
-    "score_impacts": "residualsim.metrics",
+    "load_trajectories": "residualsim.data",
+    "load_impacts": "residualsim.data",
+    "split_ids": "residualsim.data",
+    # evaluation
+    "TrajectoryPredictions": "residualsim.evaluation",
+    "ImpactPredictions": "residualsim.evaluation",
+    "load_predictions": "residualsim.evaluation",
+    "save_predictions": "residualsim.evaluation",
+    "score_trajectories": "residualsim.evaluation",
+    "score_impacts": "residualsim.evaluation",
+    # parallel
+    "parallel_backend": "residualsim.parallel",
+    "ShardedWorkers": "residualsim.parallel",
+    # sim
+    "Engine": "residualsim.sim.engine",
+    "ContactEvent": "residualsim.sim.engine",
+    "EngineParams": "residualsim.sim.scenes",
+    "EngineSettings": "residualsim.sim.scenes",
+    "make_scene": "residualsim.sim.scenes",
+    "simulate_trajectories": "residualsim.sim.rollout",
+    "simulate_impacts": "residualsim.sim.rollout",
+    "predict_trajectories": "residualsim.sim.rollout",
+    "synthesize_tosses": "residualsim.sim.synthesize",
+    # sysid
+    "calibrate": "residualsim.sysid.calibrate",
+    "load_calibration": "residualsim.sysid.calibrate",
+    "identify_stiffness": "residualsim.sysid.loop_stiffness",
+    # residual
+    "ResidualPolicy": "residualsim.residual.policy",
+    "ResidualModel": "residualsim.residual.policy",
+    "run_training": "residualsim.residual.train",
+    # belief
+    "StochasticSimulator": "residualsim.belief.simulator",
+    "SampledRollouts": "residualsim.belief.simulator",
+    "toss_state": "residualsim.belief.simulator",
+    "GaussianMixtureBelief": "residualsim.belief.propagation",
+    "propagate_belief": "residualsim.belief.propagation",
+    # errors
     "ResidualSimError": "residualsim.errors",
-    "parallel_backend": "residualsim.workers",
-    "StochasticSimulator": "residualsim.simulator",
-    "SampledRollouts": "residualsim.simulator",
-    "toss_state": "residualsim.simulator",
-    "GaussianMixtureBelief": "residualsim.belief",
-    "propagate_belief": "residualsim.belief",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -48,8 +71,8 @@ def _register_environments() -> None:
         from gymnasium.envs.registration import register, registry
     except ImportError:  # gymnasium is a dependency, but the physics work without it
         return
-    for env_id, entry_point in (("residualsim/CubeToss-v0", "residualsim.envs:CubeTossEnv"),
-                                ("residualsim/ArmLoop-v0", "residualsim.envs:ArmLoopEnv")):
+    for env_id, entry_point in (("residualsim/CubeToss-v0", "residualsim.belief.envs:CubeTossEnv"),
+                                ("residualsim/ArmLoop-v0", "residualsim.belief.envs:ArmLoopEnv")):
         if env_id not in registry:
             register(id=env_id, entry_point=entry_point)
 
@@ -57,7 +80,4 @@ def _register_environments() -> None:
 _register_environments()
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'residualsim' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

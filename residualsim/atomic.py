@@ -9,6 +9,7 @@ existing file untouched. Files get the usual umask permissions.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import uuid
@@ -16,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import DataError
+from residualsim.errors import DataError
 
-__all__ = ["atomic_open", "atomic_write_text", "read_json"]
+__all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png"]
 
 
 @contextlib.contextmanager
@@ -55,3 +56,14 @@ def read_json(path: str | os.PathLike[str], missing: str | None = None,
         raise error(missing or f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: not readable JSON ({exc})") from None
+
+
+def save_png(figure: Any, path: str | os.PathLike[str]) -> None:
+    """Write a matplotlib ``figure`` to ``path`` as PNG (110 dpi), atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    with atomic_open(path) as handle:
+        handle.write(buffer.getvalue())

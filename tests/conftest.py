@@ -2,8 +2,9 @@
 
 The real data sets live beside the repository in ``../shared/data`` (CI clones the project
 with ``shared/`` next to it) or wherever ``RESIDUALSIM_DATA`` points; tests that need them
-skip with the reason when they are absent.  Never copy real files into the repository;
-tests that need a damaged copy write it to ``tmp_path``.
+skip with the reason when they are absent.  Never copy real files into the repository (the
+demo's eight bundled training tosses under ``data/samples/contactnets-cube`` are the one
+exception, with their licence); tests that need a damaged copy write it to ``tmp_path``.
 """
 
 from __future__ import annotations

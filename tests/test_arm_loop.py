@@ -1,7 +1,7 @@
 """The arm + flexible loop: URDF generation, scene geometry and stability, joint recordings,
-synthesis, replay and stiffness identification (residualsim.scenes.loop_urdf,
-residualsim.scenes.arm_loop, residualsim.data.joint_recording, residualsim.synthesize,
-residualsim.identify) and the ``bench identify-loop`` command line."""
+synthesis, replay and stiffness identification (residualsim.sim.scenes.loop_urdf,
+residualsim.sim.scenes.arm_loop, residualsim.data.joint_recording, residualsim.sim.synthesize,
+residualsim.sysid.loop_stiffness) and the ``bench identify-loop`` command line."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import pytest
 from residualsim.data.joint_recording import (
     JOINT_FORMAT_NAME, JointRecording, load_joint_recording, save_joint_recording)
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.identify import (LoopReplay, ReplayConfig, RolloutPool, identify_stiffness,
+from residualsim.sysid.loop_stiffness import (LoopReplay, ReplayConfig, RolloutPool, identify_stiffness,
                                   stable_kappa_max)
-from residualsim.scenes.arm_loop import (
+from residualsim.sim.scenes.arm_loop import (
     CLAMP_HEIGHT_M, GRASP_OFFSET_M, LOOP_X_M, ArmLoopScene, lqr_gains)
-from residualsim.scenes.base import ASSETS_DIR
-from residualsim.scenes.loop_urdf import (
+from residualsim.sim.scenes.base import ASSETS_DIR
+from residualsim.sim.scenes.loop_urdf import (
     LoopParameters, loop_urdf, loop_vertices, read_loop_parameters)
-from residualsim.synthesize import synthesize_arm_loop
+from residualsim.sim.synthesize import synthesize_arm_loop
 
 #: The paper's 12-link springs (κ_θ, κ_ψ) N m/rad: the truth of every 12-link synthesis here.
 TRUTH_12 = np.array([LoopParameters().kappa_theta, LoopParameters().kappa_psi])
@@ -67,7 +67,7 @@ def test_committed_loop_assets_are_regenerated_exactly(n_links):
 
 
 def test_unshipped_loop_assets_go_to_the_user_cache(tmp_path, monkeypatch):
-    from residualsim.scenes.arm_loop import loop_asset
+    from residualsim.sim.scenes.arm_loop import loop_asset
 
     monkeypatch.setenv("RESIDUALSIM_CACHE", str(tmp_path / "cache"))
     assert loop_asset(12) == ASSETS_DIR / "loop12.urdf"  # shipped: used in place

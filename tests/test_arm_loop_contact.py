@@ -1,4 +1,4 @@
-"""Residual contact machinery on the arm + loop scene (residualsim.scenes.arm_loop_contact)."""
+"""Residual contact machinery on the arm + loop scene (residualsim.sim.scenes.arm_loop_contact)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pybullet as pb
 import pytest
 
-from residualsim.contact import contact_model
+from residualsim.sim.contact import contact_model
 from residualsim.errors import SceneError
-from residualsim.residual import ResidualPolicy
-from residualsim.scenes.arm_loop import ArmLoopScene
-from residualsim.scenes.arm_loop_contact import (
+from residualsim.residual.policy import ResidualPolicy
+from residualsim.sim.scenes.arm_loop import ArmLoopScene
+from residualsim.sim.scenes.arm_loop_contact import (
     apply_loop_impulse, loop_contact_model, loop_contact_points, loop_residual_rollout)
 
 LINK = 3  # loop link 2: the first link off the clamp with a full-rank point Jacobian

@@ -1,4 +1,4 @@
-"""Beliefs through contact (residualsim.belief): tangent coordinates, Gaussian mixtures, and
+"""Beliefs through contact (residualsim.belief.propagation): tangent coordinates, Gaussian mixtures, and
 the dynamic stochastic step with the shipped calibrated cube model.
 
 Synthetic initial states only (a toss released 0.3 m up); small particle counts.
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from residualsim.belief import GaussianMixtureBelief, StateTangent, propagate_belief
-from residualsim.engine import Engine
+from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
+from residualsim.sim.engine import Engine
 from residualsim.errors import ParameterError
-from residualsim.residual import ResidualModel
-from residualsim.rollout import residual_rollout
-from residualsim.scenes import make_scene
-from residualsim.simulator import INITIAL_STD, toss_state
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import residual_rollout
+from residualsim.sim.scenes import make_scene
+from residualsim.belief.simulator import INITIAL_STD, toss_state
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
 #: Cube centre height when a corner touches the table is at most half the diagonal,

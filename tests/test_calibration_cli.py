@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from residualsim.cli import main
-from residualsim.posterior import Posterior
-from residualsim.predictions import load_predictions
+from residualsim.sysid.posterior import Posterior
+from residualsim.evaluation.predictions import load_predictions
 
 TRUTH = {"lateral_friction": 0.3, "restitution": 0.4}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

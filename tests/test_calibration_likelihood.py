@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from residualsim.errors import DataError, ParameterError
-from residualsim.likelihood import (
+from residualsim.sysid.likelihood import (
     ERROR_FLOOR,
     ImpactLikelihood,
     TrajectoryLikelihood,
-    geodesic_angle,
 )
-from residualsim.scenes import EngineParams
-from residualsim.synthesize import synthesize_tosses
+from residualsim.sim.rotations import geodesic_angle
+from residualsim.sim.scenes import EngineParams
+from residualsim.sim.synthesize import synthesize_tosses
 
 TRUTH = EngineParams(lateral_friction=0.3, restitution=0.4)
 OTHERS = [EngineParams(lateral_friction=0.6, restitution=0.1),

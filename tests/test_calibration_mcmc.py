@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from residualsim.errors import DataError, ParameterError
-from residualsim.mcmc import MetropolisHastings
-from residualsim.paramspace import ParamSpace
+from residualsim.sysid.mcmc import MetropolisHastings
+from residualsim.sysid.paramspace import ParamSpace
 
 MEAN = np.array([0.4, 0.5])
 COV = np.array([[0.004, 0.002], [0.002, 0.006]])

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from residualsim.errors import DataError
-from residualsim.paramspace import ParamSpace
-from residualsim.plots import corner_plot, trace_plot
-from residualsim.posterior import POSTERIOR_FORMAT, Posterior
-from residualsim.scenes import EngineParams
+from residualsim.sysid.paramspace import ParamSpace
+from residualsim.sysid.plots import corner_plot, trace_plot
+from residualsim.sysid.posterior import POSTERIOR_FORMAT, Posterior
+from residualsim.sim.scenes import EngineParams
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NAMES = ["lateral_friction", "restitution"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from residualsim.errors import ParameterError
-from residualsim.paramspace import LogUniform, Normal, ParamSpace, Uniform, parse_prior
-from residualsim.scenes import EngineParams
+from residualsim.sysid.paramspace import LogUniform, Normal, ParamSpace, Uniform, parse_prior
+from residualsim.sim.scenes import EngineParams
 
 
 def _integrate_unit(space: ParamSpace, n: int = 200_001) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 from residualsim.cli import main
 from residualsim.data import load_tosses
-from residualsim.predictions import load_predictions
+from residualsim.evaluation.predictions import load_predictions
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 
@@ -26,8 +26,8 @@ def _last_json(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_demo_prints_the_table_and_a_json_line(capsys):
-    code, out, _ = _run(capsys, "demo")
+def test_demo_prints_the_table_and_a_json_line(capsys, tmp_path):
+    code, out, _ = _run(capsys, "demo", "--out", str(tmp_path))
     assert code == 0
     assert "position RMSE" in out and "rotation error" in out
     figures = _last_json(out)

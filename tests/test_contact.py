@@ -6,7 +6,7 @@ import numpy as np
 import pybullet as pb
 import pytest
 
-from residualsim.contact import (
+from residualsim.sim.contact import (
     contact_features,
     contact_frame,
     effective_inertia,
@@ -15,9 +15,9 @@ from residualsim.contact import (
     in_friction_cone,
     project_to_friction_cone,
 )
-from residualsim.engine import Engine
-from residualsim.scenes import EngineSettings
-from residualsim.scenes.base import quat_wxyz_to_matrix
+from residualsim.sim.engine import Engine
+from residualsim.sim.scenes import EngineSettings
+from residualsim.sim.scenes.base import quat_wxyz_to_matrix
 
 IMPULSE_TEST_SETTINGS = {
     "cube": EngineSettings(dt_s=1e-4, substeps=1, gravity_mps2=(0.0, 0.0, 0.0)),

@@ -9,12 +9,12 @@ import numpy as np
 import pybullet as pb
 import pytest
 
-from residualsim.contact import in_friction_cone
-from residualsim.engine import Engine
+from residualsim.sim.contact import in_friction_cone
+from residualsim.sim.engine import Engine
 from residualsim.errors import ParameterError, SceneError
-from residualsim.scenes import EngineParams, make_scene, parse_params
-from residualsim.scenes.base import load_urdf
-from residualsim.synthesize import sample_toss_states
+from residualsim.sim.scenes import EngineParams, make_scene, parse_params
+from residualsim.sim.scenes.base import load_urdf
+from residualsim.sim.synthesize import sample_toss_states
 
 FLAT_DROP = np.array([0.0, 0.0, 0.25, 1, 0, 0, 0, 0.3, 0.0, -0.5, 0.0, 0.0, 0.0])
 

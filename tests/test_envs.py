@@ -1,4 +1,4 @@
-"""The gymnasium environments (residualsim.envs): registration, the API checker, and the
+"""The gymnasium environments (residualsim.belief.envs): registration, the API checker, and the
 behaviour of the cube toss and the arm + loop."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import residualsim  # noqa: F401  (registers the ids)
-from residualsim.envs import DEFAULT_CUBE_MODEL, ArmLoopEnv, CubeTossEnv
+from residualsim.belief.envs import DEFAULT_CUBE_MODEL, ArmLoopEnv, CubeTossEnv
 
 CUBE_ID, ARM_ID = "residualsim/CubeToss-v0", "residualsim/ArmLoop-v0"
 #: The one warning check_env may give: the actions are in physical units, not [-1, 1].
@@ -21,7 +21,7 @@ ALLOWED_WARNING = "recommend using a symmetric and normalized space"
 @pytest.fixture(scope="module")
 def cube_model():
     """The shipped model, loaded once and shared by the cube environments."""
-    from residualsim.residual import ResidualModel
+    from residualsim.residual.policy import ResidualModel
 
     return ResidualModel.load(DEFAULT_CUBE_MODEL)
 
@@ -55,8 +55,8 @@ def _toss(env: CubeTossEnv, seed: int, action) -> tuple:
 
 # --- registration ---------------------------------------------------------------------------
 def test_ids_are_registered_and_make_builds_both_envs():
-    assert gym.spec(CUBE_ID).entry_point == "residualsim.envs:CubeTossEnv"
-    assert gym.spec(ARM_ID).entry_point == "residualsim.envs:ArmLoopEnv"
+    assert gym.spec(CUBE_ID).entry_point == "residualsim.belief.envs:CubeTossEnv"
+    assert gym.spec(ARM_ID).entry_point == "residualsim.belief.envs:ArmLoopEnv"
     cube = gym.make(CUBE_ID, belief_particles=0)  # the default model path resolves
     arm = gym.make(ARM_ID)
     try:

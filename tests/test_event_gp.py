@@ -1,4 +1,4 @@
-"""The GP residual on per-event optimal impulses (residualsim.event_gp): the best impulse in
+"""The GP residual on per-event optimal impulses (residualsim.baselines.event_gp): the best impulse in
 the 3D friction cone, event segmentation on tosses made by the engine itself, the GP as a
 residual policy of Algorithm 1, seeded determinism and errors. Everything is synthetic and
 small (< 30 s in all)."""
@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from residualsim.contact import contact_model, free_body_mass_matrix, free_body_point_jacobian
+from residualsim.sim.contact import contact_model, free_body_mass_matrix, free_body_point_jacobian
 from residualsim.data import Trajectory
-from residualsim.engine import Engine
+from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.event_gp import EventGPResidual
-from residualsim.recorded_events import (JUMP_THRESHOLD_MPS, best_impulse_3d, contact_runs,
+from residualsim.baselines.event_gp import EventGPResidual
+from residualsim.baselines.recorded_events import (JUMP_THRESHOLD_MPS, best_impulse_3d, contact_runs,
                                          segment_events, table_offset, velocity_jumps)
-from residualsim.rollout import ContactGuard, recording_settings, residual_rollout
-from residualsim.synthesize import synthesize_tosses
+from residualsim.sim.rollout import ContactGuard, recording_settings, residual_rollout
+from residualsim.sim.synthesize import synthesize_tosses
 
 #: Soft contact like the calibrated engine (restitution is inactive in Bullet's soft contact).
 SOFT = "lateral_friction=0.3,restitution=0.2,contact_stiffness=1e5,contact_damping=500"

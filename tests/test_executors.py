@@ -28,16 +28,16 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.errors import ParameterError
-from residualsim.rollout import recording_settings, simulate_trajectories, simulation_items
-from residualsim.workers import (Backend, ShardedWorkers, WorkerError, current_backend,
-                                 parallel_backend)
+from residualsim.sim.rollout import recording_settings, simulate_trajectories, simulation_items
+from residualsim.parallel import Backend, WorkerError, current_backend, parallel_backend
+from residualsim.sim.pool import engine_workers
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 #: Training settings: four batches of 8, so the checkpoint after the first leaves three to kill
-#: a worker in. (residualsim.train is imported where used: it loads torch, and the workers of
+#: a worker in. (residualsim.residual.train is imported where used: it loads torch, and the workers of
 #: the fault tests import this module.)
 TRAINING = dict(budget=32, batch_size=8, validate_every=8, seed=0)
-NAMESPACE = "residualsim"  # residualsim._ray.NAMESPACE (not imported: it needs Ray)
+NAMESPACE = "residualsim"  # residualsim.parallel.ray_transport.NAMESPACE (not imported: it needs Ray)
 ACTOR_PREFIX = "residualsim-worker-"
 ITEMS = list(range(6))  # 2 workers: shard 0 = items 0-2, shard 1 = items 3-5
 TARGET = 4  # the item whose worker dies or fails (shard 1)
@@ -106,7 +106,7 @@ def _simulate(tosses: dict, name: str, n_workers: int) -> tuple[dict, list[int],
     pids of this process's multiprocessing children meanwhile)."""
     settings = recording_settings("cube", tosses)
     with parallel_backend(name), \
-            ShardedWorkers("cube", simulation_items("cube", tosses), n_workers,
+            engine_workers("cube", simulation_items("cube", tosses), n_workers,
                            settings) as pool:
         assert pool.backend.name == name
         results = simulate_trajectories("cube", tosses, workers=pool)
@@ -121,7 +121,7 @@ def simulated_in_process(tosses) -> dict:
 
 
 def _train(out: Path, name: str, n_workers: int) -> dict:
-    from residualsim.train import TrainingConfig, run_training
+    from residualsim.residual.train import TrainingConfig, run_training
 
     with parallel_backend(name):
         return run_training("cube", BUNDLED, out, config=TrainingConfig(**TRAINING),
@@ -210,7 +210,7 @@ def test_ray_workers_train_the_same_weights(local_runs, ray_run):
 def test_a_run_interrupted_locally_resumes_on_ray_to_the_same_weights(
         local_runs, local_ray, tmp_path, monkeypatch):
     """The checkpoint does not depend on the backend: start on local processes, finish on Ray."""
-    from residualsim.train import TrajectoryLoss
+    from residualsim.residual.train import TrajectoryLoss
 
     original, calls = TrajectoryLoss.__call__, []
 
@@ -226,7 +226,7 @@ def test_a_run_interrupted_locally_resumes_on_ray_to_the_same_weights(
         _train(out, "local", 2)
     assert len(_losses(out)[1]) == 16 and not (out / "model.json").exists()
     monkeypatch.setattr(TrajectoryLoss, "__call__", original)
-    from residualsim.train import TrainingConfig, run_training
+    from residualsim.residual.train import TrainingConfig, run_training
 
     with parallel_backend("ray"):
         figures = run_training("cube", BUNDLED, out, config=TrainingConfig(**TRAINING),
@@ -239,7 +239,7 @@ def test_a_run_interrupted_locally_resumes_on_ray_to_the_same_weights(
 def test_a_dead_worker_is_replaced_and_its_shard_rerun(backend, tmp_path):
     flag = tmp_path / "die-once"
     flag.touch()
-    with parallel_backend(backend), ShardedWorkers("cube", ITEMS, 2) as pool:
+    with parallel_backend(backend), engine_workers("cube", ITEMS, 2) as pool:
         before = pool.pids()
         results = pool.map(_exit_once, (str(flag), TARGET))
         after = pool.pids()
@@ -257,7 +257,7 @@ def test_a_dead_worker_is_replaced_and_its_shard_rerun(backend, tmp_path):
 
 def test_a_worker_that_always_dies_gives_up_after_max_restarts(backend):
     with parallel_backend(backend, max_restarts=1) as chosen, \
-            ShardedWorkers("cube", ITEMS, 2) as pool:
+            engine_workers("cube", ITEMS, 2) as pool:
         assert chosen.max_restarts == 1 and pool.backend is chosen
         with pytest.raises(WorkerError, match=r"gave up after restarting it 1 times") as caught:
             pool.map(_exit_always, TARGET)
@@ -271,14 +271,14 @@ def test_a_worker_that_always_dies_gives_up_after_max_restarts(backend):
 
 
 def test_max_restarts_0_gives_up_at_the_first_death(backend):
-    with parallel_backend(backend, max_restarts=0), ShardedWorkers("cube", ITEMS, 2) as pool:
+    with parallel_backend(backend, max_restarts=0), engine_workers("cube", ITEMS, 2) as pool:
         with pytest.raises(WorkerError, match=r"gave up after restarting it 0 times"):
             pool.map(_exit_always, TARGET)
         assert pool.restarts == 0
 
 
 def test_an_exception_in_the_work_is_not_retried(backend):
-    with parallel_backend(backend), ShardedWorkers("cube", ITEMS, 2) as pool:
+    with parallel_backend(backend), engine_workers("cube", ITEMS, 2) as pool:
         before = pool.pids()
         with pytest.raises(WorkerError) as caught:
             pool.map(_raise_at, TARGET)
@@ -291,7 +291,7 @@ def test_an_exception_in_the_work_is_not_retried(backend):
 
 @pytest.mark.parametrize("backend", ["local", "ray"], indirect=True)
 def test_the_workers_answer_the_next_call_after_an_exception(backend):
-    with parallel_backend(backend), ShardedWorkers("cube", ITEMS, 2) as pool:
+    with parallel_backend(backend), engine_workers("cube", ITEMS, 2) as pool:
         with pytest.raises(WorkerError):
             pool.map(_raise_at, 1)  # shard 0 fails, shard 1 answers (unread)
         assert pool.map(_raise_at, 100) == [(i, 100) for i in ITEMS]
@@ -300,7 +300,7 @@ def test_the_workers_answer_the_next_call_after_an_exception(backend):
 
 @pytest.mark.parametrize("backend", ["local", "ray"], indirect=True)
 def test_a_payload_the_workers_cannot_unpickle_is_a_worker_error(backend):
-    with parallel_backend(backend, max_restarts=0), ShardedWorkers("cube", ITEMS, 2) as pool:
+    with parallel_backend(backend, max_restarts=0), engine_workers("cube", ITEMS, 2) as pool:
         try:
             pool.map(_square, Unloadable())
         except WorkerError:
@@ -461,8 +461,8 @@ def test_cli_unknown_backend_is_a_usage_error(tmp_path, capsys):
 
 # --- the benchmark ----------------------------------------------------------------------------
 def test_bench_executors_reports_each_backend_with_identical_errors(tosses, local_ray):
-    from residualsim.bench import bench_executors
-    from residualsim.residual import ResidualModel
+    from residualsim.experiments.bench import bench_executors
+    from residualsim.residual.policy import ResidualModel
 
     model = ResidualModel.load(Path(__file__).resolve().parents[1] / "data" / "pretrained"
                                / "cube-contactnets")

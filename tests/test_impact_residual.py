@@ -10,7 +10,7 @@ import pytest
 
 from residualsim.data.impacts import PlanarImpacts
 from residualsim.errors import ParameterError
-from residualsim.impact_residual import (
+from residualsim.residual.impact import (
     GPImpactResidual, best_impulses, guarded_correction, handedness_consistent_models,
     impact_contacts, impact_rmse, train_impact_residual)
 
@@ -152,7 +152,7 @@ def test_real_impact_figures(mcube_dir):
 
 
 def test_largest_steps_is_the_largest_feasible_step_on_a_grid():
-    from residualsim.rollout import largest_steps
+    from residualsim.sim.rollout import largest_steps
 
     rng = np.random.default_rng(5)
     n = 400
@@ -191,7 +191,7 @@ def test_spin_feature_is_mirror_invariant_and_appended():
 
 
 def test_a_spin_policy_round_trips_and_needs_the_spin_width(tmp_path):
-    from residualsim.residual import ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
 
     policy = ResidualPolicy.for_scene(True, spin=True, hidden=(4,), seed=3)
     assert policy.n_features == 6 and policy.numpy().spin
@@ -214,8 +214,8 @@ def test_shipped_planar_model_beats_the_engine_on_validation(mcube_dir, tmp_path
     from residualsim.cli import main
     from residualsim.data import load_impacts
     from residualsim.data.splits import split_ids
-    from residualsim.impact_residual import predict_impacts
-    from residualsim.residual import ResidualModel
+    from residualsim.residual.impact import predict_impacts
+    from residualsim.residual.policy import ResidualModel
 
     shipped = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "planar-ellipse"
     model = ResidualModel.load(shipped)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from residualsim.posterior import Posterior
+from residualsim.sysid.posterior import Posterior
 
 pytestmark = pytest.mark.slow
 

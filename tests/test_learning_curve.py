@@ -12,9 +12,9 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.errors import DataError, ParameterError
-from residualsim.learning_curve import (CurveConfig, curve_table, position_rmse,
+from residualsim.experiments.learning_curve import (CurveConfig, curve_table, position_rmse,
                                         run_learning_curve, summarize, training_subsets)
-from residualsim.scenes import EngineParams
+from residualsim.sim.scenes import EngineParams
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 
@@ -129,7 +129,7 @@ def test_evaluate_records_the_guard_tolerance_and_resume_refuses_another(tmp_pat
 
 
 def test_evaluate_can_run_the_curve_on_other_engine_parameters(tmp_path, capsys):
-    from residualsim.scenes import EngineParams
+    from residualsim.sim.scenes import EngineParams
 
     out = tmp_path / "curve"
     assert main(["evaluate", "--scene", "cube", "--data", str(BUNDLED), "--out", str(out),

@@ -7,21 +7,23 @@ import math
 import numpy as np
 import pytest
 
-import residualsim.metrics as metrics_module
+import residualsim.evaluation.sample_scores as sample_scores_module
 from residualsim.data.impacts import PlanarImpacts
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, PredictionError
-from residualsim.metrics import (
-    ImpactScore,
-    TrajectoryScore,
+from residualsim.evaluation.sample_scores import (
     _mahalanobis_distances,
     energy_score,
-    format_table,
     region_membership,
+)
+from residualsim.evaluation.metrics import (
+    ImpactScore,
+    TrajectoryScore,
+    format_table,
     score_impacts,
     score_trajectories,
 )
-from residualsim.predictions import ImpactPredictions, TrajectoryPredictions
+from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
 
 TRAJECTORY_KEYS = {
     "n_trajectories",
@@ -416,8 +418,8 @@ def test_table_plane_coverage_ignores_a_resting_height_offset():
 
 def test_leave_one_out_distances_match_refitting(monkeypatch):
     # Without the regularisation, the closed form equals refitting without each sample.
-    monkeypatch.setattr(metrics_module, "COVARIANCE_EPS_ABS", 0.0)
-    monkeypatch.setattr(metrics_module, "COVARIANCE_EPS_REL", 0.0)
+    monkeypatch.setattr(sample_scores_module, "COVARIANCE_EPS_ABS", 0.0)
+    monkeypatch.setattr(sample_scores_module, "COVARIANCE_EPS_REL", 0.0)
     rng = np.random.default_rng(11)
     samples = rng.normal(size=(3, 12, 3)) @ FACTOR.T
     truth = rng.normal(size=(3, 3))

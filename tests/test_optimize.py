@@ -1,4 +1,4 @@
-"""Nevergrad ask/tell in batches with exact-resume checkpoints (residualsim.optimize)."""
+"""Nevergrad ask/tell in batches with exact-resume checkpoints (residualsim.sysid.optimize)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from residualsim.errors import DataError, ParameterError
-from residualsim.optimize import FAILED_LOSS, minimize
+from residualsim.sysid.optimize import FAILED_LOSS, minimize
 
 pytestmark = pytest.mark.filterwarnings("ignore:orphanated injected solution")  # cma
 

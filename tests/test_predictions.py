@@ -9,10 +9,10 @@ import zipfile
 import numpy as np
 import pytest
 
-import residualsim.predictions as predictions_module
+import residualsim.evaluation.predictions as predictions_module
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import PredictionError
-from residualsim.predictions import (
+from residualsim.evaluation.predictions import (
     FORMAT_NAME,
     FORMAT_VERSION,
     ImpactPredictions,

@@ -12,10 +12,10 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.metrics import score_trajectories
-from residualsim.predictions import load_predictions
-from residualsim.residual import ResidualModel
-from residualsim.rollout import predict_trajectories
+from residualsim.evaluation.metrics import score_trajectories
+from residualsim.evaluation.predictions import load_predictions
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import predict_trajectories
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "data" / "pretrained" / "cube-contactnets"
@@ -174,7 +174,7 @@ def test_fit_spread_with_state_noise_stores_it_and_samples_start_apart(tmp_path,
     import dataclasses
     import shutil
 
-    from residualsim.state_noise import estimate_state_noise
+    from residualsim.residual.state_noise import estimate_state_noise
 
     model_dir = tmp_path / "model"
     shutil.copytree(MODEL, model_dir)
@@ -215,8 +215,8 @@ def test_a_bad_state_noise_in_model_json_is_named(tmp_path):
 
 
 def test_fit_spread_resumes_from_its_checkpoint_and_ignores_a_foreign_one(tmp_path, monkeypatch):
-    import residualsim.train as train_module
-    from residualsim.train import fit_spread
+    import residualsim.residual.train as train_module
+    from residualsim.residual.train import fit_spread
 
     model = ResidualModel.load(MODEL)
     tosses = dict(list(load_trajectories(SAMPLES).items())[:2])

@@ -53,7 +53,7 @@ def test_first_event_impulse_is_applied_once():
 
 def test_state_errors_are_rotated_into_the_contact_frame():
     from residualsim.data import load_trajectories
-    from residualsim.state_noise import free_flight_velocities
+    from residualsim.residual.state_noise import free_flight_velocities
 
     tosses = dict(list(load_trajectories(ROOT / "data" / "samples" / "cube-synthetic")
                        .items())[:2])

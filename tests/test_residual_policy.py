@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from residualsim.contact import contact_features, contact_model, unpack_features
+from residualsim.sim.contact import contact_features, contact_model, unpack_features
 from residualsim.errors import DataError, ParameterError
-from residualsim.residual import INITIAL_SCALE, NumpyPolicy, ResidualPolicy
+from residualsim.residual.policy import INITIAL_SCALE, NumpyPolicy, ResidualPolicy
 
 
 def _random_policy(planar: bool = False, seed: int = 0, weight_scale: float = 0.5,
@@ -394,7 +394,7 @@ def test_unpack_features_inverts_contact_features(k):
 @pytest.mark.parametrize("planar", [False, True])
 def test_unpack_features_of_a_contact_model(planar):
     rng = np.random.default_rng(0)
-    from residualsim.contact import free_body_mass_matrix, free_body_point_jacobian
+    from residualsim.sim.contact import free_body_mass_matrix, free_body_point_jacobian
 
     mass = free_body_mass_matrix(0.37, _spd(rng, 3) * 1e-3)
     point = np.array([0.03, -0.05, 0.0]) if planar else rng.normal(size=3) * 0.05

@@ -10,15 +10,16 @@ import numpy as np
 import pybullet as pb
 import pytest
 
-from residualsim.contact import unpack_features
+from residualsim.sim.contact import unpack_features
 from residualsim.data import load_trajectories
-from residualsim.engine import CONTACT_DISTANCE_M, Engine
+from residualsim.sim.contact import CONTACT_DISTANCE_M
+from residualsim.sim.engine import Engine
 from residualsim.errors import DataError
-from residualsim.residual import ResidualModel, ResidualPolicy
-from residualsim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
+from residualsim.residual.policy import ResidualModel, ResidualPolicy
+from residualsim.sim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
                                  predict_trajectories, recording_settings, residual_errors,
                                  residual_rollout, simulate_trajectories, trajectory_items)
-from residualsim.scenes import make_scene, parse_params
+from residualsim.sim.scenes import make_scene, parse_params
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 PARAMS = "lateral_friction=0.18,restitution=0.3"
@@ -408,7 +409,7 @@ def test_zero_penetration_tolerance_never_pushes_a_touching_point_down(engine, l
 
 def test_a_spin_policy_sees_the_contact_features_and_the_spin_at_each_event(engine, starts):
     """With ``spin``, each event's features end with r_g C ω of the pre-step state."""
-    from residualsim.contact import spin_features
+    from residualsim.sim.contact import spin_features
 
     policy = ResidualPolicy.for_scene(False, spin=True, hidden=(4,), seed=1).numpy()
     seen = []

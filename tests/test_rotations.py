@@ -4,9 +4,9 @@ conventions: shortest rotations, one sign per rotation, continuity, shapes."""
 import numpy as np
 import pytest
 
-from residualsim.rotations import (as_quat_wxyz, as_rotation, quat_multiply,
+from residualsim.sim.rotations import (as_quat_wxyz, as_rotation, quat_multiply,
                                    quat_relative_rotvec, rotate_by_rotvec, rotvec_to_quat)
-from residualsim.scenes.base import quat_wxyz_to_matrix
+from residualsim.sim.scenes.base import quat_wxyz_to_matrix
 
 
 def _hamilton(a, b):

@@ -1,4 +1,4 @@
-"""The SIAN-like per-step residual baseline (:mod:`residualsim.sian`) on synthetic tosses."""
+"""The SIAN-like per-step residual baseline (:mod:`residualsim.baselines.sian`) on synthetic tosses."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.engine import Engine
+from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.scenes import make_scene
-from residualsim.sian import (N_INPUTS, N_OUTPUTS, SianResidual, apply_tangent,
+from residualsim.sim.scenes import make_scene
+from residualsim.baselines.sian import (N_INPUTS, N_OUTPUTS, SianResidual, apply_tangent,
                               one_step_targets, tangent_difference)
-from residualsim.synthesize import sample_toss_states
+from residualsim.sim.synthesize import sample_toss_states
 
 DT_S = 1.0 / 148.0
 SUBSTEPS = 2

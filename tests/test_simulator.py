@@ -1,4 +1,4 @@
-"""The planner API (residualsim.simulator): toss states, batched stochastic rollouts and
+"""The planner API (residualsim.belief.simulator): toss states, batched stochastic rollouts and
 beliefs of the shipped calibrated cube model. Synthetic tosses only, few samples."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from residualsim.belief import GaussianMixtureBelief
+from residualsim.belief.propagation import GaussianMixtureBelief
 from residualsim.errors import ParameterError
-from residualsim.residual import ResidualModel
-from residualsim.simulator import INITIAL_STD, StochasticSimulator, toss_state
+from residualsim.residual.policy import ResidualModel
+from residualsim.belief.simulator import INITIAL_STD, StochasticSimulator, toss_state
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
 DT_S = 1.0 / 148.0
@@ -207,7 +207,7 @@ def test_beliefs_from_a_state(sim):
 def test_bench_beliefs_reports_every_figure_with_its_floor(model):
     """The beliefs benchmark on one synthetic toss: ratios for the residual, the engine and
     the bare loop at 1 substep and at the model's; particle counts add up."""
-    from residualsim.bench import bench_beliefs
+    from residualsim.experiments.bench import bench_beliefs
     from residualsim.data.trajectory import Trajectory
 
     state, n = _toss(), 40

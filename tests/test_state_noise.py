@@ -9,7 +9,7 @@ from scipy.spatial.transform import Rotation
 
 from residualsim.data import Trajectory
 from residualsim.errors import DataError
-from residualsim.state_noise import (GRAVITY_MPS2, StateNoise, estimate_state_noise,
+from residualsim.residual.state_noise import (GRAVITY_MPS2, StateNoise, estimate_state_noise,
                                      free_flight_velocities)
 
 HALF_WIDTH_M = 0.05
@@ -98,7 +98,7 @@ def test_bad_noise_is_refused_and_json_round_trips():
 
 
 def test_a_model_s_state_noise_sets_the_default_initial_belief_velocities():
-    from residualsim.simulator import INITIAL_STD, default_initial_std
+    from residualsim.belief.simulator import INITIAL_STD, default_initial_std
 
     class _Model:  # what default_initial_std reads of a ResidualModel
         scene, state_noise = "cube", None

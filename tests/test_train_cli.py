@@ -20,11 +20,11 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.predictions import load_predictions
-from residualsim.residual import ResidualModel
-from residualsim.rollout import predict_trajectories
-from residualsim.scenes import EngineParams
-from residualsim.train import TrajectoryLoss, params_sha256
+from residualsim.evaluation.predictions import load_predictions
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import predict_trajectories
+from residualsim.sim.scenes import EngineParams
+from residualsim.residual.train import TrajectoryLoss, params_sha256
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 TRAIN_ARGS = ["--data", str(BUNDLED), "--budget", "16", "--batch-size", "8",
@@ -365,7 +365,7 @@ def test_training_keeps_no_correction_when_no_candidate_beats_the_engine(tosses,
                                                                         monkeypatch):
     """Validation at evaluation 0: if the engine alone scores best on validation, the model
     keeps the starting point (a zero mean correction), not the best training candidate."""
-    from residualsim.train import TrainingConfig, train_residual
+    from residualsim.residual.train import TrainingConfig, train_residual
 
     real_validation = TrajectoryLoss.validation
 

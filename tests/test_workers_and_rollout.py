@@ -7,8 +7,9 @@ import pytest
 
 from residualsim.data import load_tosses
 from residualsim.errors import DataError
-from residualsim.rollout import simulate_trajectories
-from residualsim.workers import ShardedWorkers, WorkerError
+from residualsim.sim.rollout import simulate_trajectories
+from residualsim.parallel import WorkerError
+from residualsim.sim.pool import engine_workers
 
 BUNDLED = "data/samples/cube-synthetic"
 
@@ -46,7 +47,7 @@ def _explode(engine, item, payload):
 
 
 def test_a_failing_worker_raises_with_its_traceback():
-    with ShardedWorkers("cube", [1, 2, 3, 4], n_workers=2) as pool:
+    with engine_workers("cube", [1, 2, 3, 4], n_workers=2) as pool:
         with pytest.raises(WorkerError, match="boom in a worker"):
             pool.map(_explode)
 

@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import atomic_write_text
-from residualsim.calibrate import CUBE_CALIBRATED as CALIBRATED
-from residualsim.calibrate import CUBE_CALIBRATION_BOUNDS as CALIBRATION_BOUNDS
-from residualsim.calibrate import calibrate
+from residualsim.sysid.calibrate import CUBE_CALIBRATED as CALIBRATED
+from residualsim.sysid.calibrate import CUBE_CALIBRATION_BOUNDS as CALIBRATION_BOUNDS
+from residualsim.sysid.calibrate import calibrate
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.metrics import score_trajectories
-from residualsim.residual import ResidualModel
-from residualsim.rollout import predict_trajectories
-from residualsim.train import TrainingConfig, run_training
+from residualsim.evaluation.metrics import score_trajectories
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import predict_trajectories
+from residualsim.residual.train import TrainingConfig, run_training
 
 SIDE_M = 0.1048
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text
 from residualsim.data.joint_recording import load_joint_recording
-from residualsim.identify import KAPPA_BOUNDS, identify_stiffness
-from residualsim.synthesize import synthesize_arm_loop
+from residualsim.sysid.loop_stiffness import KAPPA_BOUNDS, identify_stiffness
+from residualsim.sim.synthesize import synthesize_arm_loop
 
 
 def main() -> None:

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from residualsim.atomic import atomic_write_text
-from residualsim.calibrate import load_calibration
+from residualsim.sysid.calibrate import load_calibration
 from residualsim.data import load_impacts
 from residualsim.data.splits import split_ids
-from residualsim.impact_residual import impact_contacts, impact_table, train_impact_residual
-from residualsim.residual import ResidualModel
-from residualsim.rollout import ContactGuard, simulate_impacts
+from residualsim.residual.impact import impact_contacts, impact_table, train_impact_residual
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import ContactGuard, simulate_impacts
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ engine and contact guard:
    validation tosses (R² per component): a feature-conditioned policy can only learn what
    its inputs predict. Three input sets: the 9 contact features (M_c, v_c); those plus the
    spin r_g C ω (12); and the recorded initial state's estimation error, the free-flight
-   fit minus the recorded first-sample velocities (:mod:`residualsim.state_noise`),
+   fit minus the recorded first-sample velocities (:mod:`residualsim.residual.state_noise`),
    rotated into the event's contact frame (6). The last is not available to a policy (it
    uses samples after the first); it asks whether the oracle is compensating the error
    of the recorded initial state.
@@ -38,11 +38,11 @@ import numpy as np
 from residualsim.atomic import atomic_write_text
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.residual import ResidualModel
-from residualsim.rollout import recording_settings, residual_rollout
-from residualsim.scenes import make_scene
-from residualsim.state_noise import free_flight_velocities
-from residualsim.workers import ShardedWorkers
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import recording_settings, residual_rollout
+from residualsim.sim.scenes import make_scene
+from residualsim.residual.state_noise import free_flight_velocities
+from residualsim.sim.pool import engine_workers
 
 
 class FirstEventImpulse:
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name, chosen in splits.items():
         items = [(k, layout.state_from_trajectory(t, 0), t.positions_m) for k, t in chosen.items()]
         settings = recording_settings(model.scene, chosen, model.substeps)
-        with ShardedWorkers(model.scene, items, args.workers, settings) as pool:
+        with engine_workers(model.scene, items, args.workers, settings) as pool:
             rows = pool.map(oracle_one, (model.params, model.guard,
                                          model.policy.impulse_scale_ns, args.budget, args.seed))
             results[name] = {

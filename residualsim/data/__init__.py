@@ -13,14 +13,14 @@ package stays fast.
 
 from __future__ import annotations
 
-from .contactnets import load_toss, load_tosses, write_toss
-from .datasets import describe, detect_format, format_description, load_trajectories
-from .impacts import PlanarImpacts
-from .joint_recording import JointRecording, load_joint_recording, save_joint_recording
-from .mcube import load_impacts
-from .npz import load_trajectory, save_trajectories, save_trajectory
-from .splits import split_ids
-from .trajectory import Trajectory
+from residualsim.data.contactnets import load_toss, load_tosses, write_toss
+from residualsim.data.datasets import describe, detect_format, format_description, load_trajectories
+from residualsim.data.impacts import PlanarImpacts
+from residualsim.data.joint_recording import JointRecording, load_joint_recording, save_joint_recording
+from residualsim.data.mcube import load_impacts
+from residualsim.data.npz import load_trajectory, save_trajectories, save_trajectory
+from residualsim.data.splits import split_ids
+from residualsim.data.trajectory import Trajectory
 
 __all__ = [
     "Trajectory",

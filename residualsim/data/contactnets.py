@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_open
-from ..errors import DataError, ParameterError
-from .trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
+from residualsim.atomic import atomic_open
+from residualsim.errors import DataError, ParameterError
+from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 
 __all__ = [
     "CUBE_HALF_WIDTH_M",

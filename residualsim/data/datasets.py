@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from . import contactnets, mcube, npz
-from .trajectory import Trajectory
+from residualsim.errors import DataError
+from residualsim.data import contactnets, mcube, npz
+from residualsim.data.trajectory import Trajectory
 
 __all__ = [
+    "resolve_data",
+    "DEFAULT_SETS",
     "FORMATS",
     "CONTACT_TOLERANCE_M",
     "detect_format",
@@ -294,3 +296,26 @@ def format_description(description: dict[str, Any]) -> str:
     """
     width = max((len(str(k)) for k in description), default=0)
     return "\n".join(f"{str(k):<{width}}  {_format_value(v)}" for k, v in description.items())
+
+
+#: Where each built-in scene's real set lives below ``$RESIDUALSIM_DATA``.
+DEFAULT_SETS = {"cube": "contactnets-cube", "planar-ellipse": "planar-impact-ellipse"}
+
+
+def resolve_data(path: str | None, scene: str = "cube") -> Path:
+    """A data directory from ``--data``, else ``$RESIDUALSIM_DATA/<the scene's set>``.
+
+    A relative ``--data`` that does not exist is also tried below ``$RESIDUALSIM_DATA``.
+    """
+    root = os.environ.get("RESIDUALSIM_DATA")
+    if path:
+        candidate = Path(path)
+        if not candidate.exists() and root and (Path(root) / path).exists():
+            candidate = Path(root) / path
+        if not candidate.exists():
+            raise DataError(f"{candidate}: no such data directory")
+        return candidate
+    if root and scene in DEFAULT_SETS and (Path(root) / DEFAULT_SETS[scene]).exists():
+        return Path(root) / DEFAULT_SETS[scene]
+    raise DataError("no data given: pass --data DIR or set RESIDUALSIM_DATA to the folder "
+                    "holding contactnets-cube/ and planar-impact-ellipse/")

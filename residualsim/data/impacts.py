@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..errors import DataError
+from residualsim.errors import DataError
 
 __all__ = ["PlanarImpacts"]
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_open
-from ..errors import DataError
+from residualsim.atomic import atomic_open
+from residualsim.errors import DataError
 
 __all__ = ["JointRecording", "save_joint_recording", "load_joint_recording",
            "JOINT_FORMAT_NAME"]

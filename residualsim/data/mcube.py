@@ -65,8 +65,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, ParameterError
-from .impacts import PlanarImpacts
+from residualsim.errors import DataError, ParameterError
+from residualsim.data.impacts import PlanarImpacts
 
 __all__ = [
     "MODEL_NAMES",

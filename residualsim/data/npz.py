@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_open
-from ..errors import DataError, ParameterError
-from .trajectory import Trajectory
+from residualsim.atomic import atomic_open
+from residualsim.errors import DataError, ParameterError
+from residualsim.data.trajectory import Trajectory
 
 __all__ = [
     "FORMAT_NAME",

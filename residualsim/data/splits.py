@@ -18,9 +18,9 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 
-from ..errors import ParameterError
+from residualsim.errors import ParameterError
 
-__all__ = ["SPLIT_NAMES", "split_ids", "split_value"]
+__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS"]
 
 #: Split names, in the order of ``fractions``.
 SPLIT_NAMES = ("train", "validation", "test")
@@ -104,3 +104,28 @@ def split_ids(
         index = next((k for k, bound in enumerate(bounds) if value < bound), last_nonempty)
         result[SPLIT_NAMES[index]].append(name)
     return result
+
+
+#: What ``--split`` accepts: one of the splits of :func:`split_ids`, or ``"all"``.
+SPLITS = ("all", "train", "validation", "test")
+
+
+def select_recordings(trajectories: dict, split: str = "all", limit: int | None = None) -> dict:
+    """The recordings of ``split`` (``"all"`` or a key of :func:`split_ids`), in their order,
+    then only the first ``limit``."""
+    if split != "all":
+        keep = split_ids(list(trajectories))[split]
+        trajectories = {k: trajectories[k] for k in keep}
+    if limit is not None:
+        trajectories = dict(list(trajectories.items())[:limit])
+    return trajectories
+
+
+def select_impacts(impacts, split: str = "all", limit: int | None = None):
+    """The :class:`~residualsim.data.PlanarImpacts` of ``split`` (by upstream row number),
+    then only the first ``limit``."""
+    if split != "all":
+        impacts = impacts.subset(split_ids(impacts.rows.tolist())[split])
+    if limit is not None:
+        impacts = impacts.subset(impacts.rows[:limit])
+    return impacts

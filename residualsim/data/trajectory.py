@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from residualsim.errors import DataError
 
 __all__ = ["Trajectory"]
 

@@ -1,0 +1,35 @@
+"""Beliefs through contact, and the planner API.
+
+* :mod:`~residualsim.belief.propagation`: Gaussian-mixture beliefs from contact to contact
+  (particles rejected when they penetrate or gain energy).
+* :mod:`~residualsim.belief.simulator`: :class:`StochasticSimulator`, sampled rollouts.
+* :mod:`~residualsim.belief.envs`: gymnasium environments (``residualsim/CubeToss-v0``,
+  ``residualsim/ArmLoop-v0``).
+* :mod:`~residualsim.belief.plot`: the belief picture (particle clouds after each contact).
+"""
+
+from __future__ import annotations
+
+from residualsim._lazy import lazy_exports
+
+_EXPORTS = {
+    'belief_plot': 'residualsim.belief.plot',
+    'EVENT_COLOURS': 'residualsim.belief.plot',
+    'CubeTossEnv': 'residualsim.belief.envs',
+    'ArmLoopEnv': 'residualsim.belief.envs',
+    'DEFAULT_CUBE_MODEL': 'residualsim.belief.envs',
+    'StateTangent': 'residualsim.belief.propagation',
+    'GaussianMixtureBelief': 'residualsim.belief.propagation',
+    'BeliefStep': 'residualsim.belief.propagation',
+    'stochastic_step': 'residualsim.belief.propagation',
+    'propagate_belief': 'residualsim.belief.propagation',
+    'PENETRATION_TOLERANCE_M': 'residualsim.belief.propagation',
+    'StochasticSimulator': 'residualsim.belief.simulator',
+    'SampledRollouts': 'residualsim.belief.simulator',
+    'toss_state': 'residualsim.belief.simulator',
+    'INITIAL_STD': 'residualsim.belief.simulator',
+    'default_initial_std': 'residualsim.belief.simulator',
+}
+
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,312 @@
+"""Gymnasium environments (registered on ``import residualsim``).
+
+Units and frames throughout: metres, seconds, radians; positions and velocities in the
+world frame (z up, table top at z = 0); quaternions are unit, ordered w-x-y-z, body (or
+link) to world. Spaces are float32; rewards are plain floats.
+
+``residualsim/CubeToss-v0`` — :class:`CubeTossEnv`, a planner's one-step decision
+    A cube is released at a fixed pose (default 0.3 m above the table origin, identity
+    orientation) and moves under the shipped residual contact model
+    (``data/pretrained/cube-contactnets``, through :class:`~residualsim.belief.simulator.
+    StochasticSimulator`) for ``horizon_s`` seconds.
+
+    * observation ``Box((2,))``: the target (x, y) on the table, m world, drawn uniformly in
+      [``target_low``, ``target_high``] at reset; unchanged by the step;
+    * action ``Box((6,))``: the release velocity (3, m/s world, within [-2, -2, -2] ..
+      [2, 2, 1]) and angular velocity (3, rad/s world, within ±10). A NaN or wrongly shaped
+      action raises ValueError; finite values beyond the bounds are clipped;
+    * reward: minus the horizontal distance (m) from the cube's final position to the target;
+    * every episode is one step: ``terminated=True``, ``truncated=False``;
+    * info: ``final_position_m`` (3,), ``distance_m``, ``n_events`` (contact events of the
+      rollout) and, when ``belief_particles > 0``, ``beliefs``: one dict per contact event
+      (:meth:`~residualsim.belief.propagation.BeliefStep.summary` plus ``mean_state``, the mixture's
+      mean cube state (13,): position, quaternion w-x-y-z, velocity, angular velocity).
+
+    ``stochastic=True`` samples the residual (a seed drawn from ``self.np_random``);
+    ``stochastic=False`` applies the policy's mean residual, so the outcome depends only on
+    the action.
+
+``residualsim/ArmLoop-v0`` — :class:`ArmLoopEnv`, a 7-DOF KUKA iiwa holding a flexible loop
+    (:class:`~residualsim.sim.scenes.arm_loop.ArmLoopScene`: a 12-link spring loop clamped at
+    its bottom, its top grasped by the arm's last link). Each step is one 10 ms control
+    period: the joint torques F = g(b) + K_p (b_target - b) - K_d ḃ (g the arm's gravity
+    torques, LQR gains at 10 rad/s bandwidth) are held over the period's internal steps.
+
+    * action ``Box((7,))``: joint targets b_target as offsets (rad) from the grasp
+      configuration, within ±``action_limit_rad`` (0.2); targets are also kept within the
+      joint limits;
+    * observation ``Box((21,))``: joint angles (7, rad, within ±π), joint velocities (7, rad/s,
+      within ±50), the end-effector (grasp) position (3, m world, within ±2) and orientation
+      (4, quaternion w-x-y-z, world);
+    * reset: the arm at the grasp configuration, the loop settled for 0.5 s; a target for the
+      grasp point is drawn uniformly within ±3 cm per axis of its initial position;
+    * reward: minus the distance (m) from the end-effector position to the target;
+    * termination: only on divergence (a :class:`~residualsim.errors.SceneError`, a
+      PyBullet error, a state outside the observation space, or a loop closure error above
+      5 cm), with reward -1, ``info["diverged"] = True`` and the last valid observation;
+      truncation after ``max_steps`` steps (2000 = 20 s);
+    * info: ``target_m`` (3,), ``closure_error_m`` (the loop's closure drift, m).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from residualsim.data.bundled import PRETRAINED_CUBE
+
+if TYPE_CHECKING:
+    from residualsim.residual.policy import ResidualModel
+    from residualsim.sim.scenes.loop_urdf import LoopParameters
+
+__all__ = ["CubeTossEnv", "ArmLoopEnv", "DEFAULT_CUBE_MODEL"]
+
+#: The shipped cube model.
+DEFAULT_CUBE_MODEL = PRETRAINED_CUBE
+
+
+def _f32(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _checked_action(action: Any, space: spaces.Box) -> np.ndarray:
+    """``action`` as float64, clipped into ``space``; ValueError for a bad shape or NaN."""
+    try:
+        array = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"action must be {space.shape[0]} numbers: {exc}") from None
+    if array.shape != space.shape:
+        raise ValueError(f"action must have shape {space.shape}, got {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"action must be finite, got {array.tolist()}")
+    return np.clip(array, space.low.astype(np.float64), space.high.astype(np.float64))
+
+
+class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Toss a cube so that it comes to rest at a target (see the module docstring).
+
+    Parameters
+    ----------
+    model : path or ResidualModel, optional
+        Default: :data:`DEFAULT_CUBE_MODEL`.
+    stochastic : bool
+        Sample the residual (True) or use the policy's mean residual (False).
+    release_position_m, release_quat_wxyz : the release pose (world).
+    horizon_s : seconds simulated per toss.
+    target_low, target_high : corners (x, y) m of the target rectangle.
+    belief_particles : particles of the per-event beliefs in ``info`` (0: none).
+    belief_events : contact events the beliefs follow.
+    n_workers : worker processes of the simulator.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, model: str | Path | ResidualModel | None = None,
+                 stochastic: bool = True,
+                 release_position_m: tuple[float, float, float] = (0.0, 0.0, 0.3),
+                 release_quat_wxyz: tuple[float, float, float, float] = (1.0, 0.0, 0.0, 0.0),
+                 horizon_s: float = 1.5,
+                 target_low: tuple[float, float] = (-0.3, -0.3),
+                 target_high: tuple[float, float] = (0.3, 0.3),
+                 belief_particles: int = 32, belief_events: int = 3, n_workers: int = 1,
+                 render_mode: str | None = None) -> None:
+        from residualsim.belief.simulator import StochasticSimulator
+
+        if render_mode is not None:
+            raise ValueError(f"CubeTossEnv does not render, got render_mode={render_mode!r}")
+        if belief_particles != 0 and belief_particles < 2:
+            raise ValueError(f"belief_particles must be 0 or >= 2, got {belief_particles}")
+        if belief_events < 1:
+            raise ValueError(f"belief_events must be >= 1, got {belief_events}")
+        self.render_mode = render_mode
+        self.stochastic = bool(stochastic)
+        self.release_position_m = np.asarray(release_position_m, dtype=float)
+        self.release_quat_wxyz = np.asarray(release_quat_wxyz, dtype=float)
+        self.horizon_s = float(horizon_s)
+        self.belief_particles = int(belief_particles)
+        self.belief_events = int(belief_events)
+        self.action_space = spaces.Box(low=_f32([-2, -2, -2, -10, -10, -10]),
+                                       high=_f32([2, 2, 1, 10, 10, 10]), dtype=np.float32)
+        self.observation_space = spaces.Box(low=_f32(target_low), high=_f32(target_high),
+                                            dtype=np.float32)
+        self.simulator = StochasticSimulator(DEFAULT_CUBE_MODEL if model is None else model,
+                                             n_workers=n_workers, residual=True)
+        self._target = self.observation_space.low.copy()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        low, high = self.observation_space.low, self.observation_space.high
+        self._target = _f32(self.np_random.uniform(low, high))
+        return self._target.copy(), {}
+
+    def toss(self, action: np.ndarray) -> np.ndarray:
+        """The cube's initial state (13,) for an action (6,) (assumed valid)."""
+        from residualsim.belief.simulator import toss_state
+
+        return toss_state(self.release_position_m, self.release_quat_wxyz, action[:3],
+                          action[3:])
+
+    def step(self, action: np.ndarray
+             ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.simulator is None:
+            raise RuntimeError("the environment is closed")
+        state = self.toss(_checked_action(action, self.action_space))
+        seed = int(self.np_random.integers(2 ** 31))
+        out = self.simulator.rollout(state, self.horizon_s, samples=1, seed=seed,
+                                     mean=not self.stochastic)
+        final = out.final_positions_m[0]
+        distance = float(np.hypot(*(final[:2] - self._target.astype(np.float64))))
+        info: dict[str, Any] = {"final_position_m": final.copy(), "distance_m": distance,
+                                "n_events": int(out.n_events[0])}
+        if self.belief_particles > 0:
+            info["beliefs"] = self._beliefs(state)
+        return self._target.copy(), -distance, True, False, info
+
+    def _beliefs(self, state: np.ndarray) -> list[dict[str, Any]]:
+        steps = self.simulator.beliefs(state, n_events=self.belief_events,
+                                       n_particles=self.belief_particles,
+                                       seed=int(self.np_random.integers(2 ** 31)),
+                                       deterministic_residual=not self.stochastic)
+        out = []
+        for step in steps:
+            summary = step.summary()
+            if step.belief is not None:
+                summary["mean_state"] = step.belief.mean_state().tolist()
+            out.append(summary)
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "simulator", None) is not None:
+            self.simulator.close()
+            self.simulator = None
+
+
+class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Move the grasp point of a clamped flexible loop to a target with a KUKA arm (see the
+    module docstring).
+
+    Parameters
+    ----------
+    kappa : the loop's spring stiffnesses (κ_θ, κ_ψ), N m/rad.
+    max_steps : steps (10 ms each) before truncation.
+    loop : number of loop links (or a loop URDF path / LoopParameters).
+    substeps, solver_iterations : the scene's solver settings (5 internal steps of 2 ms).
+    bandwidth_radps : closed-loop bandwidth of the joint controller.
+    action_limit_rad : bound of the joint-target offsets.
+    target_offset_m : half-width of the target box around the initial grasp point.
+    settle_s : seconds the loop settles at reset.
+    """
+
+    metadata = {"render_modes": []}
+
+    #: Observation bounds: angles (rad), velocities (rad/s), position (m).
+    ANGLE_BOUND, VELOCITY_BOUND, POSITION_BOUND = math.pi, 50.0, 2.0
+    #: A loop whose closure drifts further apart than this (m) has blown up.
+    MAX_CLOSURE_ERROR_M = 0.05
+
+    def __init__(self, kappa: tuple[float, float] = (4.45252, 0.96969), max_steps: int = 2000,
+                 loop: int | str | Path | LoopParameters = 12, substeps: int = 5,
+                 solver_iterations: int = 10,
+                 bandwidth_radps: float = 10.0, action_limit_rad: float = 0.2,
+                 target_offset_m: float = 0.03, settle_s: float = 0.5,
+                 render_mode: str | None = None) -> None:
+        import pybullet as pb
+
+        from residualsim.sim.scenes.arm_loop import ARM_JOINTS, ArmLoopScene, ArmLoopSettings, lqr_gains
+
+        if render_mode is not None:
+            raise ValueError(f"ArmLoopEnv does not render, got render_mode={render_mode!r}")
+        self.render_mode = render_mode
+        self.kappa = np.asarray(kappa, dtype=float)
+        self.max_steps = int(max_steps)
+        self.target_offset_m = float(target_offset_m)
+        self.settle_s = float(settle_s)
+        self.scene = ArmLoopScene(loop=loop, settings=ArmLoopSettings(
+            substeps=int(substeps), solver_iterations=int(solver_iterations)))
+        self.grasp = self.scene.arm_start.copy()
+        self.gains = lqr_gains(self.scene.arm_mass_matrix(self.grasp), bandwidth_radps)
+        info = [pb.getJointInfo(self.scene.arm, j, physicsClientId=self.scene.client)
+                for j in ARM_JOINTS]
+        self.joint_low = np.array([i[8] for i in info])
+        self.joint_high = np.array([i[9] for i in info])
+        limit = np.full(7, action_limit_rad, dtype=np.float32)
+        self.action_space = spaces.Box(low=-limit, high=limit, dtype=np.float32)
+        high = _f32([self.ANGLE_BOUND] * 7 + [self.VELOCITY_BOUND] * 7
+                    + [self.POSITION_BOUND] * 3 + [1.0] * 4)
+        self.observation_space = spaces.Box(low=-high, high=high, dtype=np.float32)
+        self.target_m = np.zeros(3)
+        self._steps = 0
+        self._observation = np.zeros(21, dtype=np.float32)
+
+    def _observe(self) -> np.ndarray:
+        import pybullet as pb
+
+        from residualsim.sim.scenes.arm_loop import EE_LINK
+
+        scene = self.scene
+        angles, velocities = scene.arm_state()
+        link = pb.getLinkState(scene.arm, EE_LINK, computeForwardKinematics=True,
+                               physicsClientId=scene.client)
+        x, y, z, w = link[5]
+        return np.concatenate([angles, velocities, link[4], [w, x, y, z]])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.scene.client < 0:
+            raise RuntimeError("the environment is closed")
+        self.scene.regrasp(self.grasp)
+        self.scene.settle(self.kappa, self.settle_s)
+        self.scene.set_springs(self.kappa)  # the loop's own damping from here on
+        self._steps = 0
+        state = self._observe()
+        self.target_m = state[14:17] + self.np_random.uniform(
+            -self.target_offset_m, self.target_offset_m, 3)
+        self._observation = _f32(state)
+        return self._observation.copy(), {"target_m": self.target_m.copy()}
+
+    def step(self, action: np.ndarray
+             ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        import pybullet as pb
+
+        from residualsim.errors import SceneError
+        from residualsim.sim.scenes.arm_loop import ARM_JOINTS
+
+        scene, (kp, kd) = self.scene, self.gains
+        if scene.client < 0:
+            raise RuntimeError("the environment is closed")
+        target = np.clip(self.grasp + _checked_action(action, self.action_space),
+                         self.joint_low, self.joint_high)
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        try:
+            angles, velocities = scene.arm_state()
+            forces = (scene.gravity_torques(angles) + kp @ (target - angles)
+                      - kd @ velocities).tolist()
+            for _ in range(scene.settings.substeps):  # torques are cleared after each step
+                pb.setJointMotorControlArray(scene.arm, list(ARM_JOINTS), pb.TORQUE_CONTROL,
+                                             forces=forces, physicsClientId=scene.client)
+                pb.stepSimulation(physicsClientId=scene.client)
+            state = self._observe()
+            closure = scene.closure_error_m()
+        except (SceneError, pb.error):
+            state, closure = np.full(21, np.nan), math.nan
+        info: dict[str, Any] = {"target_m": self.target_m.copy(), "closure_error_m": closure}
+        observation = _f32(state)
+        if not (self.observation_space.contains(observation)
+                and closure <= self.MAX_CLOSURE_ERROR_M):  # False for NaN too
+            info["diverged"] = True
+            return self._observation.copy(), -1.0, True, truncated, info
+        self._observation = observation
+        reward = -float(np.linalg.norm(state[14:17] - self.target_m))
+        return observation.copy(), reward, False, truncated, info
+
+    def close(self) -> None:
+        if getattr(self, "scene", None) is not None:
+            self.scene.close()

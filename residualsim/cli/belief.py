@@ -1,0 +1,46 @@
+"""``residualsim rollout``: stochastic rollouts and per-contact beliefs from a state or a toss."""
+
+from __future__ import annotations
+
+import argparse
+
+from residualsim.cli.options import add_workers, count, json_line, state_option
+from residualsim.data.bundled import PRETRAINED_CUBE
+
+
+def cmd_rollout(args: argparse.Namespace) -> None:
+    """Stochastic rollouts and per-contact beliefs from one initial state (or toss)."""
+    from residualsim.experiments.jobs import rollout_job
+
+    figures = rollout_job(args.model, args.out, state=args.state, toss=args.toss,
+                          data=args.data, horizon_s=args.horizon, samples=args.samples,
+                          particles=args.particles, events=args.events, seed=args.seed,
+                          n_workers=args.workers, residual=not args.no_residual,
+                          plot=args.plot)
+    json_line({"command": "rollout", **figures})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    ro = commands.add_parser(
+        "rollout", help="stochastic rollouts and per-contact beliefs from a state or a toss")
+    ro.add_argument("--model", default=str(PRETRAINED_CUBE),
+                    help="model directory (default: the shipped cube model)")
+    ro.add_argument("--state", type=state_option,
+                    help="13 numbers: position m, quaternion w,x,y,z, velocity m/s, angular "
+                         "velocity rad/s (world frame)")
+    ro.add_argument("--toss", help="start from this recorded toss instead (with --data) and "
+                    "draw it in the plot")
+    ro.add_argument("--data", help="recordings for --toss (default $RESIDUALSIM_DATA/...)")
+    ro.add_argument("--horizon", type=float, help="seconds (default: the toss's length, or "
+                    "1.5 s)")
+    ro.add_argument("--samples", type=count(1), default=64)
+    ro.add_argument("--particles", type=count(0), default=1000,
+                    help="belief particles per contact event (0: no beliefs)")
+    ro.add_argument("--events", type=count(1), default=3, help="contact events to follow")
+    ro.add_argument("--seed", type=int, default=0)
+    ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
+    ro.add_argument("--out", required=True, help=".npz file to write")
+    ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
+    add_workers(ro)
+    ro.set_defaults(run=cmd_rollout)

@@ -1,0 +1,199 @@
+"""``residualsim bench ...``: benchmarks that print ratios against a baseline measured in the
+same run (engine wrapper, calibration step, residual rollouts, executors, beliefs, loop
+identification)."""
+
+from __future__ import annotations
+
+import argparse
+
+from residualsim.cli.options import count, json_line, kappa_option
+from residualsim.data.bundled import PRETRAINED_CUBE
+from residualsim.data.datasets import resolve_data
+from residualsim.errors import DataError
+from residualsim.experiments.jobs import model_and_tosses
+
+
+def cmd_bench_engine(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_engine_overhead, bench_workers
+    from residualsim.data import load_trajectories
+
+    overhead = bench_engine_overhead(n_tosses=args.tosses, repeats=args.repeats)
+    for key, row in overhead.items():
+        print(f"{key:>12}: rollout {row['rollout_wrapper_us_per_step']:7.2f} us/step vs raw "
+              f"{row['rollout_raw_us_per_step']:7.2f} -> ratio {row['rollout_ratio']:.3f};  "
+              f"step {row['step_wrapper_us']:7.2f} vs {row['step_raw_us']:7.2f} -> ratio "
+              f"{row['step_ratio']:.3f}")
+    record = {"command": "bench engine", "overhead": overhead}
+    try:
+        data = resolve_data(args.data, "cube")
+    except DataError as exc:
+        print(f"worker speed-up skipped: {exc}")
+    else:
+        trajectories = load_trajectories(data)
+        workers = bench_workers(trajectories)
+        print(f"{workers['n_trajectories']} tosses ({workers['n_samples']} samples): 1 worker "
+              f"{workers['workers_1']['map_s']:.2f} s, 2 workers "
+              f"{workers['workers_2']['map_s']:.2f} s -> speed-up "
+              f"{workers['speedup_2_over_1']:.2f}x (results identical: "
+              f"{workers['workers_2']['identical_to_first']})")
+        record["workers"] = workers
+    json_line(record)
+
+
+def cmd_bench_calibration(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_calibration
+    from residualsim.data import load_trajectories
+
+    trajectories = load_trajectories(resolve_data(args.data, "cube"))
+    trajectories = dict(list(trajectories.items())[: args.tosses])
+    report = bench_calibration(trajectories, substeps=args.substeps, n_chains=args.chains,
+                               steps=args.samples + args.burn_in, probe_steps=args.probe_steps)
+    print(f"{report['n_trajectories']} tosses, {args.substeps} substep(s), {args.chains} "
+          f"chains, {report['steps']} steps:")
+    for key, row in report.items():
+        if key.startswith("workers_"):
+            print(f"  {key.replace('_', ' ')}: {row['seconds_per_step']:.3f} s/step -> "
+                  f"{row['projected_minutes']:.1f} min (identical: {row['identical_to_first']})")
+    print(f"  speed-up 2 workers over 1: {report.get('speedup_2_over_1', float('nan')):.2f}x")
+    print(f"  one toss {report['ms_per_trajectory']:.2f} ms, of which stepSimulation "
+          f"{report['step_only_ms_per_trajectory']:.2f} ms -> share outside stepSimulation "
+          f"{report['share_outside_step']:.2f}")
+    json_line({"command": "bench calibration", **report})
+
+
+def cmd_bench_residual(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_residual
+
+    model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
+    report = bench_residual(model, tosses, repeats=args.repeats)
+    times = report["seconds_per_toss"]
+    print(f"{report['n_trajectories']} validation tosses, {report['substeps']} substeps, "
+          f"{report['events_per_toss']:.2f} events per toss; ms per toss:")
+    for key, value in times.items():
+        print(f"  {key:>16}: {1000 * value:7.3f}")
+    print(f"  residual (mean) / engine: {report['mean_over_engine_poses']:.3f} (lean loop), "
+          f"{report['mean_over_engine_rollout']:.3f} (Engine.rollout); per stochastic sample "
+          f"{report['sample_over_engine_poses']:.3f} / {report['sample_over_engine_rollout']:.3f}")
+    json_line({"command": "bench residual", **report})
+
+
+def cmd_bench_beliefs(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_beliefs
+
+    model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
+    report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
+                           n_events=args.events, seed=args.seed)
+    print(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
+          f"simulated, {report['particles']} particles, {report['workers']} workers:")
+    print(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
+          f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
+          f"time); residual / engine {report['residual_over_engine']:.2f}")
+    floor = ", ".join(f"{ratio:.2f} at {n} substep{'s' if n != '1' else ''}"
+                      for n, ratio in report["bare_over_real_time"].items())
+    print(f"  floor, the bare engine loop (step and read the pose only): {floor}")
+    print(f"  beliefs: {report['propagated']} particles propagated to their next event, "
+          f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
+          f"penetration, {report['rejected_energy']} for energy gain "
+          f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
+    json_line({"command": "bench beliefs", **report})
+
+
+def cmd_bench_executors(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_executors
+
+    model, tosses = model_and_tosses(args.model, args.data, "train", args.tosses)
+    report = bench_executors(model, tosses, candidates=args.candidates, repeats=args.repeats)
+    print(f"{report['n_trajectories']} training tosses, {report['substeps']} substeps, "
+          f"batches of {report['candidates']} candidates (mean mode):")
+    for key, row in report.items():
+        if isinstance(row, dict):
+            ratio = row.get("speedup_over_first")
+            print(f"  {key:>8}: {row['evals_per_s']:6.2f} evaluations/s"
+                  + (f" ({ratio:.2f}x local_1)" if ratio else "")
+                  + f"; empty map call {row['noop_ms']:.2f} ms; start {row['startup_s']:.2f} s"
+                  + f"; identical {row['identical_to_first']}")
+    if "ray_over_local_noop" in report:
+        print(f"  Ray / local (2 workers): map-call overhead {report['ray_over_local_noop']:.2f}x,"
+              f" evaluations/s {report['ray_over_local_evals']:.2f}x")
+    json_line({"command": "bench executors", **report})
+
+
+def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench import bench_identify_loop
+
+    report = bench_identify_loop(args.method, args.seed_kappa, n_links=args.generator_links,
+                                 n_workers=args.workers, estimate_offsets=args.offsets,
+                                 offset_rad=args.offset_rad, rng=args.seed)
+    print(f"{args.method} from {list(args.seed_kappa)} ({report['generator_n_links']}-link "
+          f"recording): kappa = {[round(k, 5) for k in report['kappa']]} vs truth "
+          f"{report['truth']}, relative error "
+          f"{[f'{100 * e:+.2f} %' for e in report['rel_error']]}, {report['rollouts']} "
+          f"rollouts, {report['wall_s']:.1f} s")
+    json_line({"command": "bench identify-loop", **report})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True)
+    engine = bench_commands.add_parser("engine", help="wrapper overhead and worker speed-up")
+    engine.add_argument("--data", help="real tosses for the worker speed-up")
+    engine.add_argument("--tosses", type=count(1), default=20)
+    engine.add_argument("--repeats", type=count(1), default=5)
+    engine.set_defaults(run=cmd_bench_engine)
+    bcal = bench_commands.add_parser(
+        "calibration", help="Metropolis-Hastings step cost, 1 vs 2 workers, projected time")
+    bcal.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bcal.add_argument("--tosses", type=count(1), default=100)
+    bcal.add_argument("--substeps", type=count(1), default=1)
+    bcal.add_argument("--chains", type=count(1), default=2)
+    bcal.add_argument("--samples", type=count(1), default=3000)
+    bcal.add_argument("--burn-in", type=count(0), default=1000)
+    bcal.add_argument("--probe-steps", type=count(1), default=20,
+                      help="sampler steps timed per worker count")
+    bcal.set_defaults(run=cmd_bench_calibration)
+    bres = bench_commands.add_parser(
+        "residual", help="residual rollout cost against the calibrated engine alone")
+    bres.add_argument("--model", default=str(PRETRAINED_CUBE), help="model directory "
+                      "(default: the shipped cube model)")
+    bres.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bres.add_argument("--tosses", type=count(1), default=40)
+    bres.add_argument("--repeats", type=count(1), default=5)
+    bres.set_defaults(run=cmd_bench_residual)
+
+    bexe = bench_commands.add_parser(
+        "executors", help="evaluations/s with 1 and 2 local workers and 2 Ray actors")
+    bexe.add_argument("--model", default=str(PRETRAINED_CUBE), help="model whose training "
+                      "loss is evaluated (default: the shipped cube model)")
+    bexe.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bexe.add_argument("--tosses", type=count(1), default=40, help="training tosses used")
+    bexe.add_argument("--candidates", type=count(1), default=8, help="per batch")
+    bexe.add_argument("--repeats", type=count(1), default=3)
+    bexe.set_defaults(run=cmd_bench_executors)
+
+    bbel = bench_commands.add_parser(
+        "beliefs", help="particles through real tosses: wall / simulated time, vs the engine")
+    bbel.add_argument("--model", default=str(PRETRAINED_CUBE), help="model directory "
+                      "(default: the shipped cube model)")
+    bbel.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    bbel.add_argument("--tosses", type=count(1), default=4, help="validation tosses")
+    bbel.add_argument("--particles", type=count(2), default=1000)
+    bbel.add_argument("--events", type=count(1), default=3)
+    bbel.add_argument("--workers", type=count(1), default=2)
+    bbel.add_argument("--seed", type=int, default=0)
+    bbel.set_defaults(run=cmd_bench_beliefs)
+
+    bid = bench_commands.add_parser(
+        "identify-loop", help="generate an arm-loop recording and identify the loop springs")
+    bid.add_argument("--method", choices=("lsq", "gradient", "homotopy", "mh"), default="lsq")
+    bid.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
+                     help="starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
+    bid.add_argument("--generator-links", type=int, choices=(12, 24), default=12,
+                     help="links of the generating loop (24: model error; default 12)")
+    bid.add_argument("--offsets", action="store_true",
+                     help="estimate the 7 joint-angle sensor offsets with kappa")
+    bid.add_argument("--offset-rad", type=float, default=0.0,
+                     help="std of the sensor zero offsets put in the recording")
+    bid.add_argument("--workers", type=count(1), default=2)
+    bid.add_argument("--seed", type=int, default=0, help="noise seed of the recording")
+    bid.set_defaults(run=cmd_bench_identify_loop)

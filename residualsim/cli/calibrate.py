@@ -1,0 +1,104 @@
+"""``residualsim calibrate``: engine parameters (Metropolis-Hastings or nevergrad), or the arm +
+loop's spring stiffnesses (``--scene arm-loop``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from residualsim.cli.options import (add_workers, bounds_option, count, json_line,
+                                     kappa_option, mapping_option)
+from residualsim.data.datasets import resolve_data
+from residualsim.errors import ParameterError
+
+
+def _identify_loop(args: argparse.Namespace) -> None:
+    from residualsim.experiments.jobs import identify_loop
+
+    summary = identify_loop(
+        args.data, args.out, args.method, args.seed_kappa, n_workers=args.workers,
+        estimate_offsets=args.estimate_offsets, samples=args.samples, burn_in=args.burn_in,
+        seed=args.seed, resume=args.resume,
+        progress=None if args.quiet else lambda row: print(json.dumps(row), flush=True))
+    json_line({"command": "calibrate", "out": str(args.out),
+               **{k: v for k, v in summary.items() if k != "history"}})
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from residualsim.sysid.calibrate import calibrate
+
+    if args.scene == "arm-loop":
+        return _identify_loop(args)
+    if args.method not in ("mh", "nevergrad"):
+        raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
+                             f"{args.scene} with mh or nevergrad")
+    data = resolve_data(args.data, args.scene)
+    summary = calibrate(
+        args.scene, data, args.params.split(","), args.out, method=args.method,
+        samples=args.samples, burn_in=args.burn_in, chains=args.chains,
+        proposal_scale=args.proposal_scale, adapt=not args.no_adapt,
+        bounds=bounds_option(args.bounds), priors=mapping_option(args.prior, "--prior"),
+        noise=args.noise, substeps=args.substeps, split=args.split,
+        max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
+        budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, plots=not args.no_plots, progress=not args.quiet)
+    for label, figures in (summary.get("validation") or {}).items():
+        if "position_rmse_m" in figures:
+            print(f"validation, {label} parameters: position RMSE "
+                  f"{figures['position_rmse_m']:.4g} m")
+        else:
+            print(f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
+                  f"{figures['velocity_rmse_mps']:.4g} m/s")
+    keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
+            "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
+            "backend", "seconds")
+    json_line({"command": "calibrate", "out": str(args.out),
+                **{k: summary[k] for k in keys if k in summary}})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    cal = commands.add_parser(
+        "calibrate", help="posterior (Metropolis-Hastings) or point estimate of engine "
+        "parameters from recordings")
+    cal.add_argument("--scene", default="cube")
+    cal.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    cal.add_argument("--params", default="lateral_friction,restitution",
+                     help="comma-separated parameters to calibrate (default "
+                     "lateral_friction,restitution)")
+    cal.add_argument("--out", required=True, help="output directory")
+    cal.add_argument("--method", choices=("mh", "nevergrad", "lsq", "gradient", "homotopy"),
+                     default="mh", help="mh or nevergrad; for --scene arm-loop: lsq, "
+                     "gradient, homotopy or mh")
+    cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
+                     help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
+    cal.add_argument("--estimate-offsets", action="store_true",
+                     help="arm-loop homotopy/lsq: estimate the joint-angle sensor offsets too")
+    cal.add_argument("--samples", type=count(1), default=3000, help="kept draws per chain")
+    cal.add_argument("--burn-in", type=count(0), default=1000, help="steps discarded per chain")
+    cal.add_argument("--chains", type=count(1), default=2)
+    cal.add_argument("--proposal-scale", type=float, default=0.05,
+                     help="random-walk step in units of each parameter's range (default 0.05)")
+    cal.add_argument("--no-adapt", action="store_true",
+                     help="keep the proposal fixed during burn-in too (the paper's setting)")
+    cal.add_argument("--bounds", help="name=LOW:HIGH,... search bounds")
+    cal.add_argument("--prior", help="name=uniform|loguniform|normal:MEAN:STD,...")
+    cal.add_argument("--noise", type=float,
+                     help="observation noise scale (m; m/s for impacts); default estimated")
+    cal.add_argument("--substeps", type=count(1), help="engine substeps per sample "
+                     "(default 1 for trajectories, the scene's for impacts)")
+    cal.add_argument("--split", choices=("train", "all"), default="train",
+                     help="recordings to calibrate on (default: the training split)")
+    cal.add_argument("--max-trajectories", type=count(1),
+                     help="only the first N recordings of the split")
+    cal.add_argument("--budget", type=count(1), default=200, help="nevergrad evaluations")
+    cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
+    cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
+                     "(default 50), or evaluations with --method nevergrad (default: each batch)"
+                     " between checkpoints")
+    cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--no-plots", action="store_true")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workers(cal)
+    cal.set_defaults(run=cmd_calibrate)

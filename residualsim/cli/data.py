@@ -1,0 +1,68 @@
+"""``residualsim data info`` and ``residualsim data synthesize``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from residualsim.cli.options import add_workers, count, json_line
+from residualsim.data.datasets import resolve_data
+from residualsim.errors import DataError
+
+
+def cmd_data_info(args: argparse.Namespace) -> None:
+    from residualsim.data import describe, format_description
+
+    description = describe(resolve_data(args.path))
+    print(format_description(description))
+    json_line(description)
+
+
+def cmd_data_synthesize(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    if args.scene == "arm-loop":
+        from residualsim.sim.synthesize import synthesize_arm_loop
+
+        path = synthesize_arm_loop(args.out, n_links=args.loop_links, rng=args.seed,
+                                   substeps=args.substeps or (5 if args.loop_links == 12 else 10))
+        json_line({"command": "data synthesize", "scene": "arm-loop", "out": str(path),
+                   "seconds": time.perf_counter() - start})
+        return
+    if args.scene != "cube":
+        raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube') or an "
+                        f"arm-loop joint recording (scene 'arm-loop'), got {args.scene!r}")
+    from residualsim.experiments.jobs import synthesize_cube_set
+
+    out, n, params = synthesize_cube_set(
+        args.out, args.params, like=args.like, limit=args.limit, count=args.count,
+        n_samples=args.samples, noise_m=args.noise_m, noise_rad=args.noise_rad,
+        seed=args.seed, substeps=args.substeps, n_workers=args.workers, overwrite=args.force)
+    json_line({"command": "data synthesize", "out": str(out), "count": n, "params": params,
+               "seconds": time.perf_counter() - start})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    data = commands.add_parser("data", help="inspect and make data sets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    info = data_commands.add_parser("info", help="counts, durations, rates, first contacts")
+    info.add_argument("path")
+    info.set_defaults(run=cmd_data_info)
+    synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
+    synth.add_argument("--scene", default="cube")
+    synth.add_argument("--params", required=True, help="true parameters: k=v,... or JSON")
+    synth.add_argument("--like", help="start from this set's initial states and lengths")
+    synth.add_argument("--limit", type=count(1), help="with --like: only the first N recordings")
+    synth.add_argument("--count", type=count(1), default=8, help="sampled tosses without --like")
+    synth.add_argument("--samples", type=count(2), default=110, help="samples per sampled toss")
+    synth.add_argument("--out", required=True)
+    synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
+    synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--substeps", type=count(1),
+                       help="engine substeps per sample (default: the scene's)")
+    synth.add_argument("--force", action="store_true", help="replace an existing --out")
+    synth.add_argument("--loop-links", type=int, choices=(12, 24), default=24,
+                       help="arm-loop: links of the generating loop (default 24)")
+    add_workers(synth)
+    synth.set_defaults(run=cmd_data_synthesize)

@@ -1,0 +1,82 @@
+"""``residualsim evaluate``: the impact table (planar-ellipse) or the learning curve (cube)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from residualsim.cli.options import add_workers, count, json_line, nonnegative_float
+from residualsim.data.bundled import PRETRAINED
+from residualsim.data.datasets import resolve_data
+from residualsim.errors import DataError
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Impact table (planar-ellipse) or learning curve (cube) into --out."""
+    from residualsim.experiments.evaluate import evaluate_curve, evaluate_impacts, impact_markdown
+    from residualsim.experiments.learning_curve import CurveConfig, curve_table
+    from residualsim.residual.policy import ResidualModel
+
+    start = time.perf_counter()
+    model = ResidualModel.load(args.model or PRETRAINED[args.scene])
+    if model.scene != args.scene:
+        raise DataError(f"{args.model}: a {model.scene!r} model, not {args.scene!r}")
+    data = resolve_data(args.data, args.scene)
+    if args.scene == "planar-ellipse":
+        table = evaluate_impacts(model, data, args.out, n_workers=args.workers, seed=args.seed)
+        print(impact_markdown(table), end="")
+        json_line({"command": "evaluate", "scene": args.scene, "out": str(args.out),
+                    "table": {r["model"]: [r["validation"], r["test"]] for r in table},
+                    "seconds": time.perf_counter() - start})
+        return
+    import dataclasses
+
+    if args.params is not None:  # another engine under the same curve (e.g. the defaults)
+        from residualsim.sim.scenes import parse_params
+
+        model = dataclasses.replace(
+            model, params=parse_params(None if args.params == "default" else args.params))
+    guard = model.guard
+    if args.penetration_tolerance is not None:
+        guard = dataclasses.replace(guard, penetration_tolerance_m=args.penetration_tolerance)
+    config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats,
+                         methods=tuple(args.methods), mdn_budget=args.budget, seed=args.seed,
+                         workers=args.workers, guard=guard)
+    summary = evaluate_curve(model, data, args.out, config, resume=args.resume,
+                             heldout=args.heldout)
+    print(curve_table(summary), end="")
+    json_line({"command": "evaluate", "scene": args.scene, "out": str(args.out),
+                "summary": summary, "seconds": time.perf_counter() - start})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    from residualsim.experiments.learning_curve import DEFAULT_METHODS, METHODS, SIZES
+
+    ev = commands.add_parser(
+        "evaluate", help="impact table (planar-ellipse) or learning curve (cube) on real data")
+    ev.add_argument("--scene", choices=("cube", "planar-ellipse"), required=True)
+    ev.add_argument("--model", help="model directory (default: the shipped model of the scene)")
+    ev.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    ev.add_argument("--out", required=True, help="output directory")
+    ev.add_argument("--sizes", type=count(1), nargs="+", default=list(SIZES),
+                    help="cube: training-set sizes (tosses; capped at the training split)")
+    ev.add_argument("--repeats", type=count(1), default=3, help="cube: subsets per size")
+    ev.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS),
+                    help="cube: methods to fit (default: %(default)s; 'calibrated' fits the "
+                         "engine's parameters on each training subset instead)")
+    ev.add_argument("--budget", type=count(1), default=96,
+                    help="cube: nevergrad evaluations per MDN fit")
+    ev.add_argument("--heldout", choices=("validation", "test"), default="test",
+                    help="cube: the split scored (validation is used for early stopping)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--params", metavar="P",
+                    help="cube: engine parameters for every method instead of the model's "
+                         "calibrated ones: k=v,..., a JSON file, or 'default' (PyBullet's)")
+    ev.add_argument("--penetration-tolerance", type=nonnegative_float, default=None,
+                    metavar="M", help="cube: the contact guard's penetration tolerance for the "
+                    "MDN and GP rollouts, m (default: the model's)")
+    ev.add_argument("--resume", action="store_true", help="cube: continue an interrupted run")
+    add_workers(ev)
+    ev.set_defaults(run=cmd_evaluate)
+

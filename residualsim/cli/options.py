@@ -1,0 +1,111 @@
+"""What every command shares: argument types, the worker options, the final JSON line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+
+from residualsim.data.splits import SPLITS
+from residualsim.errors import ParameterError
+from residualsim.parallel import BACKENDS
+
+__all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
+           "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line"]
+
+
+def count(minimum: int):
+    """argparse type: an int >= minimum, with a clear message otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def json_line(record: dict) -> None:
+    """Print ``record`` as one JSON line (non-finite floats as null or text), for scripts."""
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None if math.isnan(value) else str(value)
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+    print(json.dumps(clean(record), sort_keys=False))
+
+
+def mapping_option(text: str | None, flag: str) -> dict[str, str]:
+    """``name=value,name=value`` into a dict (values kept as text)."""
+    result: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ParameterError(f"{flag}: expected name=value, got {item!r}")
+        result[name.strip()] = value.strip()
+    return result
+
+
+def bounds_option(text: str | None) -> dict[str, tuple[float, float]]:
+    bounds = {}
+    for name, value in mapping_option(text, "--bounds").items():
+        try:
+            low, high = (float(v) for v in value.split(":"))
+        except ValueError:
+            raise ParameterError(f"--bounds: expected {name}=LOW:HIGH, got {value!r}") from None
+        bounds[name] = (low, high)
+    return bounds
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers >= 0, got {text!r}")
+    return values
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: one finite number >= 0."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
+    return float_list(text)[0]
+
+
+def state_option(text: str):
+    try:
+        values = np.array([float(v) for v in text.split(",")])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not np.isfinite(values).all():
+        raise argparse.ArgumentTypeError(f"the state must be finite, got {text!r}")
+    return values
+
+
+def kappa_option(text: str) -> tuple[float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    return values
+
+
+def add_workers(sub: argparse.ArgumentParser) -> None:
+    """``--workers``, ``--backend`` and ``--address`` (see :func:`residualsim.parallel_backend`)."""
+    sub.add_argument("--workers", type=count(1), default=1,
+                     help="workers: processes, or Ray actors with --backend ray (default 1)")
+    sub.add_argument("--backend", choices=BACKENDS, default="local",
+                     help="where workers run: local processes or Ray actors (default local)")
+    sub.add_argument("--address", help="Ray cluster to join with --backend ray: auto or "
+                     "HOST:PORT (default: start a local Ray)")

@@ -1,0 +1,134 @@
+"""``residualsim train``, ``predict`` and ``fit-spread``: the residual model's life cycle."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from residualsim.cli.options import SPLITS, add_workers, count, float_list, json_line
+from residualsim.data.datasets import resolve_data
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from residualsim.sim.rollout import ContactGuard
+    from residualsim.residual.train import TrainingConfig, run_training
+
+    config = TrainingConfig(
+        budget=args.budget, samples=args.samples, hidden=tuple(args.hidden),
+        n_components=args.components, sigma=args.sigma, optimizer=args.optimizer,
+        batch_size=args.batch_size, rotation_weight=args.rotation_weight,
+        validate_every=args.validate_every, patience=args.patience, seed=args.seed,
+        guard=ContactGuard())
+    figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
+                           calibration=args.calibration, substeps=args.substeps,
+                           max_trajectories=args.max_tosses, config=config,
+                           n_workers=args.workers, resume=args.resume,
+                           checkpoint_every=args.checkpoint_every, progress=not args.quiet,
+                           command=" ".join(["residualsim", *sys.argv[1:]]))
+    print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, engine "
+          f"{figures['engine_validation_rmse_m']:.4g} m ({100 * figures['improvement']:.1f} % "
+          f"lower); rotation {figures['validation_rotation_deg']:.1f} deg vs "
+          f"{figures['engine_validation_rotation_deg']:.1f} deg")
+    json_line({"command": "train", "out": str(args.out), **figures})
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    from residualsim.evaluation import save_predictions
+    from residualsim.experiments.jobs import predict_dataset
+
+    start = time.perf_counter()
+    predictions, figures = predict_dataset(
+        args.model, args.data, samples=args.samples, seed=args.seed, n_workers=args.workers,
+        residual=not args.no_residual, split=args.split, limit=args.limit)
+    save_predictions(args.out, predictions)
+    count_, samples = figures.pop("count"), figures.pop("samples")
+    json_line({"command": "predict", "model": str(args.model), "count": count_,
+               "samples": samples, "residual": not args.no_residual, "out": str(args.out),
+               **figures, "seconds": time.perf_counter() - start})
+
+
+def cmd_fit_spread(args: argparse.Namespace) -> None:
+    """Set a model's sampling spread from its training tosses (energy score or coverage)."""
+    from residualsim.experiments.jobs import fit_spread_job
+
+    figures = fit_spread_job(args.model, args.data, tosses=args.tosses, unseen=args.unseen,
+                             samples=args.samples, grid=args.grid, seed=args.seed,
+                             n_workers=args.workers, criterion=args.criterion,
+                             state_noise=args.state_noise)
+    json_line({"command": "fit-spread", **figures})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    tr = commands.add_parser("train", help="train the residual contact model (nevergrad)")
+    tr.add_argument("--scene", default="cube")
+    tr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    tr.add_argument("--calibration", help="calibration directory (default: engine defaults)")
+    tr.add_argument("--out", required=True, help="model directory to write")
+    tr.add_argument("--budget", type=count(1), default=800, help="nevergrad evaluations")
+    tr.add_argument("--max-tosses", type=count(1),
+                    help="only the first N training recordings")
+    tr.add_argument("--samples", type=count(0), default=0, help="policy samples per "
+                    "recording in the loss (default 0: the mean prediction)")
+    tr.add_argument("--hidden", type=count(1), nargs="+", default=[16],
+                    help="hidden layer widths (default 16)")
+    tr.add_argument("--components", type=count(1), default=2, help="mixture components")
+    tr.add_argument("--sigma", type=float, default=0.1, help="initial mutation scale on θ")
+    tr.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
+    tr.add_argument("--batch-size", type=count(1), default=8,
+                    help="candidates evaluated together")
+    tr.add_argument("--rotation-weight", type=float, default=1.0,
+                    help="weight of the rotation error (x radius of gyration) in the loss")
+    tr.add_argument("--validate-every", type=count(1), default=48, help="evaluations")
+    tr.add_argument("--patience", type=count(1), default=6,
+                    help="validation checks without improvement before stopping")
+    tr.add_argument("--substeps", type=count(1),
+                    help="engine substeps (default: the calibration's, else the scene's)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--checkpoint-every", type=count(1),
+                    help="evaluations between checkpoints (default: after every batch)")
+    tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_workers(tr)
+    tr.set_defaults(run=cmd_train)
+
+    pr = commands.add_parser("predict", help="predict recordings with a trained model")
+    pr.add_argument("--model", required=True, help="model directory (residualsim train)")
+    pr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    pr.add_argument("--out", required=True, help="prediction file to write (.npz)")
+    pr.add_argument("--samples", type=count(0), default=0,
+                    help="stochastic samples per recording (default 0: the mean prediction)")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--no-residual", action="store_true",
+                    help="the model's calibrated engine alone")
+    pr.add_argument("--split", choices=SPLITS, default="all",
+                    help="which split of the recordings (default all)")
+    pr.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_workers(pr)
+    pr.set_defaults(run=cmd_predict)
+
+    fs = commands.add_parser(
+        "fit-spread", help="set a model's sampling spread from its training tosses")
+    fs.add_argument("--model", required=True, help="model directory (updated in place)")
+    fs.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    fs.add_argument("--tosses", type=count(1), default=60,
+                    help="first N tosses of the training split (default 60)")
+    fs.add_argument("--unseen", action="store_true",
+                    help="only training-split tosses the model was not trained on (its "
+                         "mean fits its own training tosses better, which would make the "
+                         "spread too narrow)")
+    fs.add_argument("--samples", type=count(2), default=32)
+    fs.add_argument("--grid", type=float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
+                    help="spreads to try (default 1,1.5,2,3,4)")
+    fs.add_argument("--seed", type=int, default=0)
+    fs.add_argument("--criterion", choices=("energy", "coverage"), default="energy",
+                    help="energy: lowest energy score (default); coverage: 50 %% and 90 %% "
+                         "sample regions closest to their nominal coverage on the table "
+                         "plane, |c50 - 0.5| + |c90 - 0.9|")
+    fs.add_argument("--state-noise", action="store_true",
+                    help="first estimate the noise of the recorded initial velocities from "
+                         "the free flight before the first contact (whole training split) "
+                         "and draw each sample's initial state from it")
+    add_workers(fs)
+    fs.set_defaults(run=cmd_fit_spread)

@@ -1,0 +1,55 @@
+"""``residualsim simulate`` and ``residualsim score``: the engine on recordings, and scores."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from residualsim.cli.options import SPLITS, add_workers, count, json_line
+from residualsim.data.datasets import resolve_data
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from residualsim.evaluation import save_predictions
+    from residualsim.experiments.jobs import simulate_dataset
+
+    data = resolve_data(args.data, args.scene)
+    start = time.perf_counter()
+    predictions, n = simulate_dataset(args.scene, data, args.params, args.workers,
+                                      args.substeps, args.split, args.limit)
+    save_predictions(Path(args.out), predictions)
+    json_line({"command": "simulate", "scene": args.scene, "count": n, "out": str(args.out),
+               "workers": args.workers, "seconds": time.perf_counter() - start})
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from residualsim.evaluation import format_table
+    from residualsim.experiments.jobs import score_file
+
+    score = score_file(Path(args.pred), resolve_data(args.data, args.scene or "cube"),
+                       args.scene)
+    print(format_table(score))
+    json_line({"command": "score", **score.aggregate()})
+
+
+def register(commands) -> None:
+    """Add this module's commands to the ``residualsim`` sub-parsers."""
+    sim = commands.add_parser("simulate", help="roll the plain engine from recorded states")
+    sim.add_argument("--scene", default="cube")
+    sim.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    sim.add_argument("--out", required=True, help="prediction file to write (.npz)")
+    sim.add_argument("--params", help="engine parameters: k=v,..., a JSON file or a "
+                     "calibration directory (its substeps are used too)")
+    sim.add_argument("--substeps", type=count(1), help="internal steps per sample")
+    sim.add_argument("--split", choices=SPLITS, default="all",
+                     help="which split of the recordings (default all)")
+    sim.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_workers(sim)
+    sim.set_defaults(run=cmd_simulate)
+
+    score = commands.add_parser("score", help="score a prediction file against recordings")
+    score.add_argument("--pred", required=True)
+    score.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    score.add_argument("--scene", help="scene (default: the one in the prediction file)")
+    score.set_defaults(run=cmd_score)

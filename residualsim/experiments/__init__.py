@@ -1,0 +1,42 @@
+"""Experiments: the comparisons a researcher runs before adopting a model.
+
+* :mod:`~residualsim.experiments.learning_curve`: error against the number of training
+  recordings, for the residual, the baselines and engine calibration.
+* :mod:`~residualsim.experiments.evaluate`: the ``evaluate`` command's tables and curves.
+* :mod:`~residualsim.experiments.bench`: benchmarks that print ratios against a baseline
+  measured in the same run.
+* :mod:`~residualsim.experiments.demo`: the ``demo`` command on the bundled real tosses.
+"""
+
+from __future__ import annotations
+
+from residualsim._lazy import lazy_exports
+
+_EXPORTS = {
+    'bench_engine_overhead': 'residualsim.experiments.bench',
+    'bench_workers': 'residualsim.experiments.bench',
+    'bench_calibration': 'residualsim.experiments.bench',
+    'bench_residual': 'residualsim.experiments.bench',
+    'bench_executors': 'residualsim.experiments.bench',
+    'bench_identify_loop': 'residualsim.experiments.bench',
+    'bench_beliefs': 'residualsim.experiments.bench',
+    'evaluate_impacts': 'residualsim.experiments.evaluate',
+    'evaluate_curve': 'residualsim.experiments.evaluate',
+    'impact_markdown': 'residualsim.experiments.evaluate',
+    'CurveConfig': 'residualsim.experiments.learning_curve',
+    'SIZES': 'residualsim.experiments.learning_curve',
+    'METHODS': 'residualsim.experiments.learning_curve',
+    'DEFAULT_METHODS': 'residualsim.experiments.learning_curve',
+    'training_subsets': 'residualsim.experiments.learning_curve',
+    'position_rmse': 'residualsim.experiments.learning_curve',
+    'run_learning_curve': 'residualsim.experiments.learning_curve',
+    'summarize': 'residualsim.experiments.learning_curve',
+    'curve_table': 'residualsim.experiments.learning_curve',
+    'curve_plot': 'residualsim.experiments.learning_curve',
+    'run_demo': 'residualsim.experiments.demo',
+    'format_demo': 'residualsim.experiments.demo',
+    'DemoResult': 'residualsim.experiments.demo',
+}
+
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,459 @@
+"""Benchmarks that print ratios against a baseline measured in the same run.
+
+These machines are noisy, so nothing here asserts a time: each figure is the best of
+several interleaved repeats, reported next to its baseline.
+
+* wrapper overhead: :meth:`Engine.rollout` (step, read state, detect contacts) against a
+  raw PyBullet loop doing the same calls on the same world, and :meth:`Engine.step` against
+  bare ``stepSimulation``, at 1 substep and at the scene's default.
+* worker speed-up: simulating a set of tosses with 1 and 2 persistent worker processes.
+* residual rollouts against the calibrated engine alone (:func:`bench_residual`).
+* executors: training evaluations per second with 1 and 2 local workers and 2 Ray actors,
+  and the cost of one map call on each (:func:`bench_executors`).
+* arm + loop stiffness identification: generate, identify, error and wall time
+  (:func:`bench_identify_loop`).
+* beliefs: particles through whole real tosses against real time, the engine alone and the
+  bare PyBullet loop, with the belief filter's rejection counts (:func:`bench_beliefs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pybullet as pb
+
+from residualsim.data.trajectory import Trajectory
+from residualsim.sim.engine import Engine
+from residualsim.sim.rollout import simulate_one, recording_settings, simulation_items
+from residualsim.sim.scenes import parse_params
+from residualsim.sim.synthesize import sample_toss_states
+from residualsim.sim.pool import engine_workers
+
+__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual",
+           "bench_executors", "bench_identify_loop", "bench_beliefs"]
+
+
+def _best_of(function, repeats: int) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _raw_rollout(engine: Engine, state: np.ndarray, n_steps: int) -> list:
+    """What a user would write by hand: reset, then step, read pose/velocity, query contacts."""
+    engine.reset(state)
+    cid, body, table = engine.client, engine.scene.body, engine.scene.static_body
+    records = []
+    for _ in range(n_steps):
+        pb.stepSimulation(physicsClientId=cid)
+        records.append((pb.getBasePositionAndOrientation(body, physicsClientId=cid),
+                        pb.getBaseVelocity(body, physicsClientId=cid),
+                        pb.getContactPoints(body, table, -1, -1, physicsClientId=cid)))
+    return records
+
+
+def bench_engine_overhead(n_tosses: int = 20, n_steps: int = 110, repeats: int = 5,
+                          substeps: tuple[int, ...] = (1, 10)) -> dict:
+    """Time per step of the wrapper against raw PyBullet on the same cube tosses.
+
+    Returns, per substep count, microseconds per step for the raw loop and the wrapper's
+    rollout and their ratio, plus the same for bare stepping (``Engine.step``).
+    """
+    states = sample_toss_states(n_tosses, rng=0)
+    report: dict = {}
+    for count in substeps:
+        engine = Engine("cube")
+        settings = dataclasses.replace(engine.scene.settings, substeps=count)
+        engine.close()
+        engine = Engine("cube", settings=settings)
+        total = n_tosses * n_steps
+
+        def raw() -> None:
+            for state in states:
+                _raw_rollout(engine, state, n_steps)
+
+        def wrapped() -> None:
+            for state in states:
+                engine.rollout(state, n_steps)
+
+        def raw_step() -> None:
+            engine.reset(states[0])
+            for _ in range(total):
+                pb.stepSimulation(physicsClientId=engine.client)
+
+        def wrapped_step() -> None:
+            engine.reset(states[0])
+            engine.step(total)
+
+        times = {name: np.inf for name in ("raw", "wrapped", "raw_step", "wrapped_step")}
+        for _ in range(repeats):  # interleave so load changes hit both alike
+            for name, fn in (("raw", raw), ("wrapped", wrapped), ("raw_step", raw_step),
+                             ("wrapped_step", wrapped_step)):
+                times[name] = min(times[name], _best_of(fn, 1))
+        engine.close()
+        report[f"substeps_{count}"] = {
+            "rollout_raw_us_per_step": 1e6 * times["raw"] / total,
+            "rollout_wrapper_us_per_step": 1e6 * times["wrapped"] / total,
+            "rollout_ratio": times["wrapped"] / times["raw"],
+            "step_raw_us": 1e6 * times["raw_step"] / total,
+            "step_wrapper_us": 1e6 * times["wrapped_step"] / total,
+            "step_ratio": times["wrapped_step"] / times["raw_step"],
+        }
+    return report
+
+
+def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
+                  worker_counts: tuple[int, ...] = (1, 2), repeats: int = 2) -> dict:
+    """Seconds to simulate every trajectory with 1 and 2 persistent worker processes.
+
+    ``map_s`` is one simulation pass over the set with the pool already running (what a
+    calibration likelihood pays per evaluation); ``startup_s`` is starting the pool.
+    """
+    params = parse_params(params)
+    items = simulation_items("cube", trajectories)
+    settings = recording_settings("cube", trajectories)
+    report: dict = {"n_trajectories": len(items),
+                    "n_samples": int(sum(item[2] for item in items))}
+    reference = None
+    for count in worker_counts:
+        start = time.perf_counter()
+        with engine_workers("cube", items, count, settings) as pool:
+            startup = time.perf_counter() - start
+            results = pool.map(simulate_one, params)  # warm-up, and the check below
+            seconds = _best_of(lambda: pool.map(simulate_one, params), repeats)
+        states = [r.states for r in results]
+        if reference is None:
+            reference = states
+        identical = all(np.array_equal(a, b) for a, b in zip(reference, states))
+        report[f"workers_{count}"] = {"map_s": seconds, "startup_s": startup,
+                                      "identical_to_first": identical}
+    first = report[f"workers_{worker_counts[0]}"]["map_s"]
+    for count in worker_counts[1:]:
+        report[f"speedup_{count}_over_{worker_counts[0]}"] = first / report[f"workers_{count}"]["map_s"]
+    return report
+
+
+def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
+                      n_chains: int = 2, steps: int = 1000 + 3000, probe_steps: int = 20,
+                      worker_counts: tuple[int, ...] = (1, 2)) -> dict:
+    """Cost of a Metropolis-Hastings calibration over ``trajectories``.
+
+    For each worker count, the seconds per sampler step (one likelihood call evaluating
+    ``n_chains`` parameter sets over all trajectories, as :class:`MetropolisHastings` does)
+    over ``probe_steps`` steps, and the projected time of ``steps`` steps; the speed-up of
+    the later worker counts over the first; and, in this process, the share of a likelihood
+    evaluation spent outside ``stepSimulation`` (against a loop doing only the resets and
+    ``stepSimulation`` calls of the same rollouts).
+    """
+    from residualsim.sysid.likelihood import TrajectoryLikelihood
+    from residualsim.sim.scenes import EngineParams
+
+    rng = np.random.default_rng(0)
+    batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
+                for m, e in zip(rng.uniform(0.1, 0.4, n_chains), rng.uniform(0, 0.5, n_chains))]
+               for _ in range(probe_steps)]
+    report: dict = {"n_trajectories": len(trajectories), "substeps": substeps,
+                    "n_chains": n_chains, "steps": steps}
+    reference = None
+    for count in worker_counts:
+        with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=count) as lik:
+            lik.errors(batches[0])  # warm-up
+            start = time.perf_counter()
+            errors = [lik.errors(batch) for batch in batches]
+            per_step = (time.perf_counter() - start) / probe_steps
+        reference = errors if reference is None else reference
+        report[f"workers_{count}"] = {
+            "seconds_per_step": per_step, "projected_minutes": per_step * steps / 60.0,
+            "identical_to_first": all(np.array_equal(a, b) for a, b in zip(reference, errors))}
+    first = report[f"workers_{worker_counts[0]}"]["seconds_per_step"]
+    for count in worker_counts[1:]:
+        report[f"speedup_{count}_over_{worker_counts[0]}"] = (
+            first / report[f"workers_{count}"]["seconds_per_step"])
+    # Share outside stepSimulation, in this process.
+    settings = recording_settings("cube", trajectories, substeps)
+    items = simulation_items("cube", trajectories)
+    with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=1) as lik:
+        engine = Engine("cube", params=batches[0][0], settings=settings)
+
+        def steps_only() -> None:
+            cid = engine.client
+            for _, state, n_samples in items:
+                engine.reset(state)
+                for _ in range(n_samples - 1):
+                    pb.stepSimulation(physicsClientId=cid)
+
+        full = step = np.inf
+        for _ in range(3):  # interleaved
+            full = min(full, _best_of(lambda: lik.errors(batches[0][:1]), 1))
+            step = min(step, _best_of(steps_only, 1))
+        engine.close()
+    report["ms_per_trajectory"] = 1e3 * full / len(items)
+    report["step_only_ms_per_trajectory"] = 1e3 * step / len(items)
+    report["share_outside_step"] = 1.0 - step / full
+    return report
+
+
+def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int = 5,
+                   samples: int = 4) -> dict:
+    """Cost of residual rollouts against the model's calibrated engine alone, same tosses.
+
+    One process, one engine at the model's settings, interleaved repeats (best of each):
+
+    * ``engine_poses``: :meth:`Engine.rollout_poses`, the leanest engine-only loop (what
+      calibration runs);
+    * ``engine_rollout``: :meth:`Engine.rollout`, the engine with its contact-event
+      bookkeeping (what ``simulate`` runs);
+    * ``residual_mean``: Algorithm 1 in deterministic mode;
+    * ``residual_sample``: Algorithm 1 in stochastic mode (per sample).
+
+    Returns seconds per toss for each and the ratios of the residual modes to both
+    engine baselines, plus the number of events per toss.
+    """
+    from residualsim.sim.rollout import residual_rollout
+
+    settings = recording_settings(model.scene, trajectories, model.substeps)
+    engine = Engine(model.scene, params=model.params, settings=settings)
+    policy = model.policy.numpy()
+    cases = [(engine.scene.state_from_trajectory(t, 0), t.n_samples - 1)
+             for t in trajectories.values()]
+    events = [residual_rollout(engine, s, n, policy, None, model.guard).n_events
+              for s, n in cases]
+
+    def run(kind: str) -> None:
+        for index, (state, n_steps) in enumerate(cases):
+            if kind == "engine_poses":
+                engine.rollout_poses(state, n_steps)
+            elif kind == "engine_rollout":
+                engine.rollout(state, n_steps)
+            elif kind == "residual_mean":
+                residual_rollout(engine, state, n_steps, policy, None, model.guard)
+            else:
+                for sample in range(samples):
+                    residual_rollout(engine, state, n_steps, policy,
+                                     np.random.default_rng([0, index, sample]), model.guard)
+
+    kinds = ("engine_poses", "engine_rollout", "residual_mean", "residual_sample")
+    best = dict.fromkeys(kinds, np.inf)
+    for _ in range(repeats):
+        for kind in kinds:
+            best[kind] = min(best[kind], _best_of(lambda: run(kind), 1))
+    engine.close()
+    per_toss = {k: v / len(cases) for k, v in best.items()}
+    per_toss["residual_sample"] /= samples
+    return {
+        "n_trajectories": len(cases), "substeps": model.substeps, "repeats": repeats,
+        "events_per_toss": float(np.mean(events)),
+        "seconds_per_toss": per_toss,
+        "mean_over_engine_poses": per_toss["residual_mean"] / per_toss["engine_poses"],
+        "mean_over_engine_rollout": per_toss["residual_mean"] / per_toss["engine_rollout"],
+        "sample_over_engine_poses": per_toss["residual_sample"] / per_toss["engine_poses"],
+        "sample_over_engine_rollout": per_toss["residual_sample"] / per_toss["engine_rollout"],
+    }
+
+
+def _noop(engine, item, payload) -> None:
+    """Worker function doing nothing: what a map call costs beyond the work itself."""
+    return None
+
+
+def bench_executors(model, trajectories: Mapping[str, Trajectory], candidates: int = 8,
+                    repeats: int = 3, noop_calls: int = 50,
+                    configs: tuple[tuple[str, int], ...] = (("local", 1), ("local", 2),
+                                                            ("ray", 2))) -> dict:
+    """Training evaluations per second on each backend, and the cost of a map call.
+
+    For each (backend, workers) in ``configs`` one pool is built over the recordings (as
+    :func:`residualsim.residual.train.train_residual` does) and a batch of ``candidates`` policy
+    weight vectors (the model's, perturbed with a fixed seed) is evaluated in mean mode:
+    ``evals_per_s`` is the best of ``repeats`` batches. ``noop_ms`` is one map call of a
+    function that does nothing over the same items (messaging and scheduling only), best
+    of ``noop_calls``; ``startup_s`` starts the pool (for Ray, plus starting Ray itself
+    when no Ray runs yet: ``ray_init_s``). Ratios are against the first config; every
+    config's errors must equal the first's bit for bit (``identical_to_first``).
+    """
+    from residualsim.sim.rollout import RolloutRequest, residual_errors, trajectory_items
+    from residualsim.parallel import Backend
+
+    settings = recording_settings(model.scene, trajectories, model.substeps)
+    items = trajectory_items(model.scene, trajectories, "train")
+    theta = model.policy.get_flat()
+    noise = np.random.default_rng(0).normal(0.0, 0.05, (candidates, theta.size))
+    policies = tuple(model.policy.set_flat(theta + row).numpy() for row in noise)
+    model.policy.set_flat(theta)
+    request = RolloutRequest(params=model.params, policies=policies, guard=model.guard)
+    report: dict = {"n_trajectories": len(items), "substeps": model.substeps,
+                    "candidates": candidates, "repeats": repeats}
+    reference = None
+    for name, count in configs:
+        key = f"{name}_{count}"
+        row: dict = {}
+        if name == "ray":
+            from residualsim.parallel.ray_transport import ensure_ray
+
+            start = time.perf_counter()
+            ensure_ray(None, count)
+            row["ray_init_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        with engine_workers(model.scene, items, count, settings, backend=Backend(name)) as pool:
+            pool.map(_noop)  # the first call waits for every worker to be up
+            row["startup_s"] = time.perf_counter() - start
+            table = np.array(pool.map(residual_errors, request))
+            seconds = _best_of(lambda: pool.map(residual_errors, request), repeats)
+            row["noop_ms"] = 1e3 * _best_of(lambda: pool.map(_noop), noop_calls)
+        row["evals_per_s"] = candidates / seconds
+        row["seconds_per_batch"] = seconds
+        if reference is None:
+            reference = table
+        row["identical_to_first"] = bool(np.array_equal(reference, table))
+        report[key] = row
+    first = report[f"{configs[0][0]}_{configs[0][1]}"]
+    for name, count in configs[1:]:
+        row = report[f"{name}_{count}"]
+        row["speedup_over_first"] = row["evals_per_s"] / first["evals_per_s"]
+    if ("local", 2) in configs and ("ray", 2) in configs:
+        report["ray_over_local_noop"] = report["ray_2"]["noop_ms"] / report["local_2"]["noop_ms"]
+        report["ray_over_local_evals"] = (report["ray_2"]["evals_per_s"]
+                                          / report["local_2"]["evals_per_s"])
+    return report
+
+
+def bench_identify_loop(method: str = "lsq", seed_kappa=(5.0, 5.0), n_links: int = 12,
+                        n_workers: int = 2, estimate_offsets: bool = False,
+                        offset_rad: float = 0.0, rng: int = 0,
+                        recording_dir: str | None = None) -> dict:
+    """Generate an arm-loop recording (``n_links`` generating loop, sensor noise), identify
+    κ from ``seed_kappa`` with ``method`` and compare with the truth (the 12-link
+    equivalent of the generating springs). Returns the figures as a JSON-ready dict."""
+    import tempfile
+
+    from residualsim.data.joint_recording import load_joint_recording
+    from residualsim.sysid.loop_stiffness import ReplayConfig, identify_stiffness
+    from residualsim.sim.synthesize import synthesize_arm_loop
+
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = recording_dir or scratch
+        start = time.perf_counter()
+        substeps = ReplayConfig().substeps if n_links == 12 else 10
+        path = synthesize_arm_loop(directory, n_links=n_links, substeps=substeps,
+                                   offset_rad=offset_rad, rng=rng)
+        generate_s = time.perf_counter() - start
+        recording = load_joint_recording(path)
+    truth = np.array(recording.metadata["kappa_truth_12"])
+    result = identify_stiffness(recording, method, seed_kappa, n_workers=n_workers,
+                                estimate_offsets=estimate_offsets, rng=rng)
+    out = result.as_json()
+    out.update(truth=truth.tolist(), seed_kappa=list(map(float, seed_kappa)),
+               rel_error=((result.kappa - truth) / truth).tolist(),
+               generator_n_links=n_links, generate_s=round(generate_s, 2),
+               workers=n_workers)
+    if result.posterior is not None:
+        samples = result.posterior.samples.reshape(-1, 2)
+        out["interval_90"] = np.percentile(samples, [5, 95], axis=0).T.tolist()
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _BareRequest:
+    n_slots: int
+    states: np.ndarray
+    n_steps: int
+    params: object
+    seeds: None = None
+
+
+def _bare_tasks(engine, slot: int, request: _BareRequest) -> None:
+    """Worker function: the bare engine loop (:meth:`Engine.rollout_poses`: step and read
+    the pose, no contact queries, no residual) for every ``n_slots``-th state."""
+    from residualsim.belief.propagation import slot_particles
+
+    for _, state, _ in slot_particles(engine, slot, request):
+        engine.rollout_poses(state, request.n_steps)
+
+
+def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
+                  n_workers: int = 2, n_events: int = 3, seed: int = 0,
+                  bare_substeps: tuple[int, ...] = (1,)) -> dict:
+    """Particles through whole real tosses, against real time and the plain engine.
+
+    For each toss (initial state from its first sample, horizon its recorded length), in
+    the same run: ``particles`` residual rollouts drawn from the initial belief (a Gaussian
+    of :func:`~residualsim.belief.simulator.default_initial_std` about the recorded state), the same number
+    of rollouts of the calibrated engine alone from the same initial states, and the
+    event-to-event belief propagation (:func:`~residualsim.belief.propagation.propagate_belief`) over
+    ``n_events`` contacts with its rejection counts. Ratios: wall time / simulated time
+    (below 1: faster than real time) and residual / engine.
+
+    The floor any PyBullet propagation pays: the same particles through the bare engine
+    loop (step and read the pose, nothing else) at the model's substeps and at each of
+    ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
+    meaningful at other substep counts: the model was calibrated at its own.
+    """
+    from residualsim.belief.propagation import GaussianMixtureBelief
+    from residualsim.sim.scenes import make_scene
+    from residualsim.belief.simulator import StochasticSimulator, default_initial_std
+
+    scene = make_scene(model.scene)
+    rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
+                        "rejected_penetration": 0, "rejected_energy": 0}
+    slots = list(range(max(1, int(n_workers))))
+    bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
+    bare_s = dict.fromkeys(bare_counts, 0.0)
+    with contextlib.ExitStack() as stack:
+        residual = stack.enter_context(StochasticSimulator(model, n_workers))
+        engine = stack.enter_context(StochasticSimulator(model, n_workers, residual=False))
+        bare_pools = {n: stack.enter_context(engine_workers(
+            model.scene, slots, len(slots), dataclasses.replace(model.settings(), substeps=n)))
+            for n in bare_counts}
+        for traj_id, traj in trajectories.items():
+            state = scene.state_from_trajectory(traj, 0)
+            belief = GaussianMixtureBelief.gaussian(state, default_initial_std(model),
+                                                    planar=scene.planar)
+            horizon = float(traj.times_s[-1] - traj.times_s[0])
+            start = time.perf_counter()
+            runs = residual.rollout(belief, horizon, samples=particles, seed=seed)
+            residual_s = time.perf_counter() - start
+            start = time.perf_counter()
+            engine.rollout(belief, horizon, samples=particles, seed=seed)
+            engine_s = time.perf_counter() - start
+            start = time.perf_counter()
+            steps = residual.beliefs(belief, n_events=n_events, n_particles=particles,
+                                     seed=seed)
+            belief_s = time.perf_counter() - start
+            request = _BareRequest(
+                n_slots=len(slots), params=model.params,
+                states=runs.initial_states,  # the residual rollouts' own draws
+                n_steps=max(1, int(round(horizon / model.dt_s))))
+            for n, pool in bare_pools.items():
+                start = time.perf_counter()
+                pool.map(_bare_tasks, request)
+                bare_s[n] += time.perf_counter() - start
+            for step in steps:
+                summary = step.summary()
+                totals["propagated"] += summary["drawn"]
+                for key in ("accepted", "no_event", "rejected_penetration",
+                            "rejected_energy"):
+                    totals[key] += summary[key]
+            rows.append({"toss": traj_id, "simulated_s": horizon, "residual_s": residual_s,
+                         "engine_s": engine_s, "beliefs_s": belief_s,
+                         "events": len(steps),
+                         "max_penetration_m": float(runs.max_penetration_m.max())})
+    simulated = sum(r["simulated_s"] for r in rows)
+    met = totals["propagated"] - totals["no_event"]
+    return {"n_trajectories": len(rows), "particles": particles, "workers": n_workers,
+            "substeps": model.substeps, "simulated_s": simulated,
+            "residual_over_real_time": sum(r["residual_s"] for r in rows) / simulated,
+            "engine_over_real_time": sum(r["engine_s"] for r in rows) / simulated,
+            "residual_over_engine": sum(r["residual_s"] for r in rows) /
+            sum(r["engine_s"] for r in rows),
+            "bare_over_real_time": {str(n): t / simulated for n, t in bare_s.items()},
+            "beliefs_s_per_toss": sum(r["beliefs_s"] for r in rows) / len(rows),
+            **totals, "rejected_fraction": (totals["rejected_penetration"] +
+                                            totals["rejected_energy"]) / max(met, 1),
+            "per_toss": rows}

@@ -1,0 +1,94 @@
+"""``residualsim evaluate``: the comparisons a researcher asks for before adopting a model.
+
+* ``--scene planar-ellipse``: the impact table (:func:`residualsim.residual.impact.impact_table`)
+  of a planar impact model on the MCube ellipse impacts: every model's RMSE of
+  (dx, dy, k dθ) on the validation and test splits, in the corrected axis convention.
+* ``--scene cube``: the learning curve (:mod:`residualsim.experiments.learning_curve`) on the ContactNets
+  tosses, on the engine of a cube model (its calibrated parameters, substeps and guard).
+
+Both write into one output directory (JSON, a Markdown table, and for the curve a PNG), each
+file atomically; the curve resumes from ``curve.jsonl`` with ``resume=True``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from residualsim.atomic import atomic_write_text
+from residualsim.errors import DataError, ParameterError
+
+__all__ = ["evaluate_impacts", "evaluate_curve", "impact_markdown"]
+
+
+def impact_markdown(table: Sequence[dict[str, Any]]) -> str:
+    """The impact table as Markdown (m/s)."""
+    lines = ["| model | validation | test |", "|---|---|---|"]
+    lines += [f"| {row['model']} | {row['validation']:.3f} | {row['test']:.3f} |"
+              for row in table]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate_impacts(model, data: str | Path, out: str | Path, n_workers: int = 1,
+                     seed: int = 0) -> list[dict[str, Any]]:
+    """Write ``impact-table.json`` and ``impact-table.md`` for a planar impact model."""
+    from residualsim.data import load_impacts
+    from residualsim.data.splits import split_ids
+    from residualsim.residual.impact import impact_table
+
+    if model.info.get("kind") != "impacts":
+        raise DataError(f"{model.scene} model is not a planar impact model (train one with "
+                        "train/planar_impacts.py)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    impacts = load_impacts(data, convention="corrected")
+    table = impact_table(model, impacts, split_ids(impacts.rows.tolist()), n_workers=n_workers,
+                         seed=seed)
+    atomic_write_text(out / "impact-table.json", json.dumps(table, indent=1) + "\n")
+    atomic_write_text(out / "impact-table.md", impact_markdown(table))
+    return table
+
+
+def evaluate_curve(model, data: str | Path, out: str | Path, config, resume: bool = False,
+                   heldout: str = "test", log=print) -> list[dict[str, Any]]:
+    """Run (or, with ``resume``, continue) the learning curve into ``out``: ``curve.jsonl``
+    (one row per method, size and repeat), ``curve-summary.json``, ``curve.md`` and
+    ``curve.png``. Returns the summary."""
+    from dataclasses import asdict
+
+    from residualsim.data import load_trajectories
+    from residualsim.data.splits import split_ids
+    from residualsim.experiments.learning_curve import curve_plot, curve_table, run_learning_curve, summarize
+
+    if model.scene != "cube" or model.info.get("kind") == "impacts":
+        raise DataError("the learning curve runs on a cube model's engine "
+                        f"(got a {model.scene!r} model)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {**asdict(config), "heldout": heldout, "params": model.params.as_json(),
+                "substeps": model.substeps}
+    settings.pop("workers")
+    settings_path = out / "curve-config.json"
+    if (out / "curve.jsonl").exists():
+        if not resume:
+            raise ParameterError(f"{out / 'curve.jsonl'} exists: pass --resume to continue it, "
+                                 "or choose another --out")
+        if settings_path.exists():
+            before = json.loads(settings_path.read_text())
+            if before != json.loads(json.dumps(settings)):
+                changed = sorted(k for k in settings if before.get(k) !=
+                                 json.loads(json.dumps(settings))[k])
+                raise ParameterError(f"{settings_path}: the run was started with other "
+                                     f"settings ({', '.join(changed)}); use another --out")
+    atomic_write_text(settings_path, json.dumps(settings, indent=1) + "\n")
+    trajectories = load_trajectories(data)
+    rows = run_learning_curve(trajectories, split_ids(list(trajectories)), model.params,
+                              model.substeps, out, config, heldout=heldout, log=log)
+    summary = summarize(rows)
+    atomic_write_text(out / "curve-summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "curve.md", curve_table(summary))
+    curve_plot(summary, out / "curve.png",
+               title=f"cube tosses: held-out ({heldout}) position RMSE vs training tosses")
+    return summary

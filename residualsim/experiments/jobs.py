@@ -1,0 +1,340 @@
+"""The command line's jobs as library calls, each composing several wings.
+
+Each function here is what one ``residualsim`` command does, minus argument parsing and
+printing, so a test or a notebook reaches it without the command line:
+
+* :func:`simulate_dataset`: the engine from every recorded initial state (``simulate``);
+* :func:`score_file`: a prediction file against recordings (``score``);
+* :func:`predict_dataset`: a trained model on recordings or impacts (``predict``);
+* :func:`synthesize_cube_set`: synthetic tosses with their truth (``data synthesize``);
+* :func:`identify_loop`: the arm + loop stiffness from a joint recording (``calibrate
+  --scene arm-loop``);
+* :func:`rollout_job`: stochastic rollouts and beliefs from a state or a toss (``rollout``);
+* :func:`model_and_tosses`, :func:`fit_spread_job`: a model's sampling spread
+  (``fit-spread``).
+
+Positions are metres and quaternions w-x-y-z, world frame, as everywhere in residualsim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from residualsim.data import detect_format, load_impacts, load_trajectories
+from residualsim.data.datasets import resolve_data
+from residualsim.data.splits import select_impacts, select_recordings, split_ids
+from residualsim.errors import DataError, ParameterError
+
+__all__ = ["simulate_dataset", "score_file", "predict_dataset", "synthesize_cube_set",
+           "identify_loop", "rollout_job", "model_and_tosses", "fit_spread_job"]
+
+log = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+
+def simulate_dataset(scene: str, data: Path, params: str | None = None, n_workers: int = 1,
+                     substeps: int | None = None, split: str = "all",
+                     limit: int | None = None):
+    """The engine from each recording's first sample (or each impact's pre-contact state).
+
+    ``params``: ``k=v,...``, a JSON file or a calibration directory (its substeps are used
+    unless ``substeps`` is given). Returns ``(predictions, count)``: a
+    :class:`~residualsim.evaluation.TrajectoryPredictions` (one sample) or, for the MCube
+    impacts, :class:`~residualsim.evaluation.ImpactPredictions` in the upstream x-axis
+    convention.
+    """
+    from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
+    from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
+    from residualsim.sim.scenes import make_scene
+    from residualsim.sysid.calibrate import engine_from_option
+
+    make_scene(scene)
+    engine_params, substeps, provenance = engine_from_option(params, substeps, scene)
+    meta = {"scene": scene, **provenance, "data": str(data), "split": split,
+            "command": "simulate"}
+    if detect_format(data) == "mcube":
+        impacts = select_impacts(load_impacts(data, convention="corrected"), split, limit)
+        velocity = simulate_impacts(scene, impacts, engine_params, n_workers, substeps)
+        velocity[:, 0] *= -1.0  # back to the upstream files' x-axis convention
+        predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
+                                        meta={**meta, "convention": "upstream"})
+        return predictions, impacts.n_impacts
+    trajectories = select_recordings(load_trajectories(data), split, limit)
+    results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
+    predictions = TrajectoryPredictions(
+        {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()}, meta)
+    return predictions, len(results)
+
+
+def score_file(pred: PathLike, data: PathLike, scene: str | None = None):
+    """Score a prediction file against recordings: a ``TrajectoryScore`` (errors also in
+    sides of the scene's cube, where it has one) or an ``ImpactScore``."""
+    from residualsim.evaluation.metrics import score_impacts, score_trajectories
+    from residualsim.evaluation.predictions import ImpactPredictions, load_predictions
+    from residualsim.sim.scenes import make_scene
+
+    predictions = load_predictions(pred)
+    if isinstance(predictions, ImpactPredictions):
+        convention = predictions.meta.get("convention", "upstream")
+        return score_impacts(predictions, load_impacts(data, convention=convention))
+    scene = scene or predictions.meta.get("scene", "cube")
+    side = getattr(make_scene(scene), "side_m", None)
+    return score_trajectories(predictions, load_trajectories(data), side_m=side)
+
+
+def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
+                    n_workers: int = 1, residual: bool = True, split: str = "all",
+                    limit: int | None = None):
+    """A trained model (trajectories or single impacts) on ``data``: ``(predictions, figures)``.
+
+    ``samples`` = 0 gives the mean prediction; ``residual=False`` the model's calibrated
+    engine alone. ``data`` defaults to ``$RESIDUALSIM_DATA/<the model scene's set>``.
+    DataError when the data and the model are of different kinds.
+    """
+    from residualsim.residual.policy import ResidualModel
+
+    model = ResidualModel.load(model_dir)
+    data = resolve_data(data, model.scene)
+    impact_data, impact_model = detect_format(data) == "mcube", \
+        model.info.get("kind") == "impacts"
+    if impact_data != impact_model:
+        raise DataError(f"{data}: {'planar impacts' if impact_data else 'trajectories'}, but "
+                        f"{model_dir} is a model of "
+                        f"{'single impacts' if impact_model else 'trajectories'}")
+    meta = dict(model=str(model_dir), data=str(data), split=split, command="predict")
+    if impact_data:
+        from residualsim.residual.impact import predict_impacts
+
+        impacts = select_impacts(load_impacts(data, convention="corrected"), split, limit)
+        predictions = predict_impacts(model, impacts, samples=samples, seed=seed,
+                                      n_workers=n_workers, residual=residual)
+        predictions.meta.update(meta)
+        return predictions, {"count": impacts.n_impacts,
+                             "samples": predictions.post_velocity.shape[0]}
+    from residualsim.sim.rollout import predict_trajectories
+
+    trajectories = select_recordings(load_trajectories(data), split, limit)
+    predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
+                                              n_workers=n_workers, residual=residual)
+    predictions.meta.update(meta)
+    return predictions, {"count": len(trajectories), "samples": predictions.n_samples,
+                         **stats}
+
+
+def synthesize_cube_set(out: PathLike, params: str, *, like: PathLike | None = None,
+                        limit: int | None = None, count: int = 8, n_samples: int = 110,
+                        noise_m: float = 0.0, noise_rad: float = 0.0, seed: int = 0,
+                        substeps: int | None = None, n_workers: int = 1,
+                        overwrite: bool = False) -> tuple[Path, int, dict]:
+    """Synthetic cube tosses with known ``params`` written in the ContactNets format, with
+    ``synthetic.json`` (the truth) beside them: ``(directory, count, engine params)``.
+
+    From the initial states and lengths of the set ``like`` (its first ``limit``), else
+    ``count`` sampled tosses of ``n_samples``. Noise: ``noise_m`` m per position axis,
+    ``noise_rad`` rad per rotation-vector axis.
+    """
+    from residualsim.sim.scenes import make_scene, parse_params
+    from residualsim.sim.synthesize import synthesize_tosses, write_toss_set
+
+    engine_params = parse_params(params)
+    recordings = None
+    if like:
+        recordings = select_recordings(load_trajectories(resolve_data(like)), "all", limit)
+    tosses = synthesize_tosses(engine_params, like=recordings, n_tosses=count,
+                               n_samples=n_samples, noise_m=noise_m, noise_rad=noise_rad,
+                               rng=seed, n_workers=n_workers, substeps=substeps)
+    truth = {"scene": "cube", "params": engine_params.as_json(), "noise_m": noise_m,
+             "noise_rad": noise_rad, "seed": seed,
+             "substeps": substeps or make_scene("cube").settings.substeps,
+             "like": str(like) if like else None, "count": len(tosses),
+             "note": "synthetic recordings made by residualsim's engine; velocities are "
+                     "the simulated ones, without noise"}
+    path = write_toss_set(out, tosses, truth, overwrite=overwrite)
+    return path, len(tosses), engine_params.as_json()
+
+
+def identify_loop(data: PathLike | None, out: PathLike, method: str,
+                  seed_kappa: tuple[float, float], *, n_workers: int = 1,
+                  estimate_offsets: bool = False, samples: int = 3000, burn_in: int = 1000,
+                  seed: int = 0, resume: bool = False,
+                  progress: Callable[[dict], None] | None = None) -> dict:
+    """The loop's spring stiffnesses (κ_θ, κ_ψ) N m/rad from a joint recording; writes
+    ``out/summary.json`` (atomically) and returns it. Rollouts are cached in
+    ``out/rollouts``; an earlier run's cache is reused only with ``resume``."""
+    from residualsim.atomic import atomic_write_text
+    from residualsim.data.joint_recording import load_joint_recording
+    from residualsim.sysid.loop_stiffness import identify_stiffness
+
+    if not data:
+        raise DataError("calibrate --scene arm-loop needs --data: a joint recording (.npz) "
+                        "or a directory holding one (residualsim data synthesize --scene "
+                        "arm-loop makes one)")
+    if method not in ("lsq", "gradient", "homotopy", "mh"):
+        raise ParameterError("--scene arm-loop takes --method lsq, gradient, homotopy or mh")
+    recording = load_joint_recording(data)
+    out = Path(out)
+    cache = out / "rollouts"
+    if cache.is_dir() and any(cache.iterdir()) and not resume:
+        raise DataError(f"{cache}: rollouts of an earlier run exist; resume it (--resume) or "
+                        "choose another output")
+    result = identify_stiffness(
+        recording, method, seed_kappa, n_workers=n_workers,
+        estimate_offsets=estimate_offsets, mh_samples=samples, mh_burn_in=burn_in, rng=seed,
+        cache_dir=cache, progress=progress)
+    summary = {"scene": "arm-loop", "data": str(recording.source), **result.as_json(),
+               "seed_kappa": list(seed_kappa), "history": result.history}
+    if result.posterior is not None:
+        draws = result.posterior.samples.reshape(-1, 2)
+        summary["q05"], summary["q95"] = np.percentile(draws, [5, 95], axis=0).tolist()
+    truth = recording.metadata.get("kappa_truth_12")
+    if truth:
+        summary["truth"] = truth
+        summary["rel_error"] = ((result.kappa - np.array(truth)) / np.array(truth)).tolist()
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None = None,
+                toss: str | None = None, data: str | None = None,
+                horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
+                events: int = 3, seed: int = 0, n_workers: int = 1, residual: bool = True,
+                plot: PathLike | None = None) -> dict:
+    """Stochastic rollouts and per-contact beliefs from one initial state or recorded toss.
+
+    ``state``: 13 numbers (position m, quaternion w-x-y-z, velocity m/s, angular velocity
+    rad/s, world frame) or the scene's state vector; or ``toss``, an id in ``data`` (then the
+    sampled initial velocities follow the model's state noise). Writes ``out`` (.npz:
+    sampled positions and quaternions, the particles and mixture of each event) and, with
+    ``plot``, the belief picture (PNG). Returns the command's figures.
+    """
+    from residualsim.atomic import atomic_open
+    from residualsim.belief.plot import belief_plot
+    from residualsim.belief.simulator import StochasticSimulator, default_initial_std, toss_state
+    from residualsim.residual.policy import ResidualModel
+    from residualsim.sim.scenes import make_scene
+
+    if (state is None) == (toss is None):
+        raise ParameterError("give exactly one of --state and --toss")
+    model = ResidualModel.load(model_dir)
+    for path in (out, plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    recorded = None
+    if toss is not None:
+        trajectories = load_trajectories(resolve_data(data, model.scene))
+        if toss not in trajectories:
+            raise DataError(f"no toss {toss!r} in the recordings")
+        recording = trajectories[toss]
+        state = make_scene(model.scene).state_from_trajectory(recording, 0)
+        recorded = recording.positions_m
+        horizon = horizon_s if horizon_s is not None else \
+            recording.times_s[-1] - recording.times_s[0]
+    else:
+        horizon = horizon_s if horizon_s is not None else 1.5
+    start = time.perf_counter()
+    with StochasticSimulator(model, n_workers=n_workers, residual=residual) as simulator:
+        if state.shape == (13,):
+            state = toss_state(state[:3], state[3:7], state[7:10], state[10:13])
+        runs = simulator.rollout(state, horizon, samples=samples, seed=seed,
+                                 state_noise=toss is not None)  # a recorded state
+        steps = simulator.beliefs(state, n_events=events, n_particles=particles,
+                                  seed=seed) if particles else []
+    arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,
+              "times_s": runs.times_s, "initial_state": state, "n_events": runs.n_events,
+              "max_penetration_m": runs.max_penetration_m,
+              "initial_std": default_initial_std(model)}
+    for k, step in enumerate(steps, start=1):
+        arrays[f"event{k}_particles"] = step.particles
+        if step.belief is not None:
+            arrays[f"event{k}_weights"] = step.belief.weights
+            arrays[f"event{k}_means"] = step.belief.means
+            arrays[f"event{k}_covariances"] = step.belief.covariances
+    with atomic_open(out) as handle:
+        np.savez_compressed(handle, **arrays)
+    if plot:
+        belief_plot(steps, plot, recorded_m=recorded, sampled_m=runs.positions_m,
+                    title=f"{toss or 'state'}: {particles} particles, {samples} rollouts")
+    final = runs.final_positions_m
+    return {"out": str(out), "samples": samples, "horizon_s": float(horizon),
+            "final_mean_m": final.mean(axis=0).tolist(),
+            "final_std_m": final.std(axis=0).tolist(),
+            "max_penetration_m": float(runs.max_penetration_m.max()),
+            "beliefs": [step.summary() for step in steps],
+            "plot": None if plot is None else str(plot),
+            "seconds": time.perf_counter() - start}
+
+
+def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses: int,
+                     unseen: bool = False):
+    """The model in ``model_dir`` and the first ``n_tosses`` recordings of ``split``; with
+    ``unseen``, only those the model was not trained on (``info["train_ids"]``)."""
+    from residualsim.residual.policy import ResidualModel
+
+    model = ResidualModel.load(model_dir)
+    trajectories = load_trajectories(resolve_data(data, model.scene))
+    keep = split_ids(list(trajectories))[split]
+    if unseen:
+        if "train_ids" not in model.info:
+            raise ParameterError(f"{model_dir}: the model does not record which tosses it "
+                                 f"was trained on (info.train_ids), so --unseen cannot apply")
+        trained = set(model.info["train_ids"])
+        keep = [k for k in keep if k not in trained]
+        if not keep:
+            raise DataError(f"{model_dir}: every {split} toss was used in training; "
+                            f"nothing is left for --unseen")
+    keep = keep[:n_tosses]
+    return model, {k: trajectories[k] for k in keep}
+
+
+def _training_state_noise(model, data: str | None):
+    """The initial-velocity noise estimated on the whole training split (the tracker's
+    noise does not depend on which tosses the policy saw)."""
+    from residualsim.residual.state_noise import estimate_state_noise
+
+    trajectories = load_trajectories(resolve_data(data, model.scene))
+    noise = estimate_state_noise({k: trajectories[k]
+                                  for k in split_ids(list(trajectories))["train"]})
+    log.info("initial-state noise from %d training tosses: velocity %s m/s, angular velocity "
+             "%s rad/s (world x, y, z)", noise.n_recordings,
+             [round(v, 4) for v in noise.velocity_std_mps],
+             [round(v, 3) for v in noise.omega_std_radps])
+    return noise
+
+
+def fit_spread_job(model_dir: PathLike, data: str | None, *, tosses: int = 60,
+                   unseen: bool = False, samples: int = 32,
+                   grid: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0), seed: int = 0,
+                   n_workers: int = 1, criterion: str = "energy",
+                   state_noise: bool = False) -> dict:
+    """Set a model's sampling spread from its training tosses (energy score or coverage),
+    optionally after estimating the initial-state noise; rewrites ``model_dir`` and returns
+    the figures. Finished grid points are checkpointed in
+    ``model_dir/spread-fit.checkpoint.json`` and reused by a rerun."""
+    from residualsim.residual.train import fit_spread
+
+    model, recordings = model_and_tosses(model_dir, data, "train", tosses, unseen=unseen)
+    start = time.perf_counter()
+    if state_noise:
+        model = dataclasses.replace(model, state_noise=_training_state_noise(model, data))
+    checkpoint = Path(model_dir) / "spread-fit.checkpoint.json"  # rows so far; resumable
+    spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
+                              n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)
+    info = dict(model.info, spread_fit={"training_tosses": len(recordings),
+                                        "unseen_by_training": unseen,
+                                        "criterion": criterion,
+                                        "state_noise_fitted": state_noise,
+                                        "samples": samples, "seed": seed, "rows": rows})
+    dataclasses.replace(model, spread=spread, info=info).save(model_dir)
+    checkpoint.unlink(missing_ok=True)
+    return {"model": str(model_dir), "spread": spread,
+            "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
+            "rows": rows, "tosses": len(recordings), "seconds": time.perf_counter() - start}

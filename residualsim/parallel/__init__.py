@@ -1,0 +1,15 @@
+"""The executor: persistent workers (local processes or Ray actors), each holding a state built
+by a picklable factory and a shard of the items; restarts of lost workers.
+
+Generic on purpose: it imports nothing of the physics, so the physics batches its own
+rollouts on it (:func:`residualsim.sim.engine_workers`).
+"""
+
+from __future__ import annotations
+
+from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError, current_backend,
+                                          default_workers, parallel_backend)
+from residualsim.parallel.workers import ShardedWorkers
+
+__all__ = ["ShardedWorkers", "WorkerError", "Backend", "BACKENDS", "parallel_backend",
+           "current_backend", "default_workers"]

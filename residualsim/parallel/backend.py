@@ -1,0 +1,107 @@
+"""Where worker pools run: the backend choice, the core count, and the worker error.
+
+Backends (the transport that carries shards and payloads; chosen like scikit-learn's
+joblib backends, by a context manager, so library calls keep their ``n_workers`` argument):
+
+* ``"local"`` (default): worker processes on this machine (``multiprocessing``, spawn);
+* ``"ray"``: Ray actors, on an existing cluster (``address="auto"`` or ``"HOST:PORT"``) or
+  on a local Ray started on first use. Needs ``pip install residualsim[ray]``.
+
+::
+
+    with residualsim.parallel_backend("ray", address="auto"):
+        calibrate("cube", data, ["lateral_friction"], "out", n_workers=32)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from residualsim.errors import ParameterError, ResidualSimError
+
+__all__ = ["WorkerError", "default_workers", "Backend", "BACKENDS", "current_backend",
+           "parallel_backend", "run_items", "ItemFunction", "StateFactory"]
+
+#: ``function(state, item, payload)``: the work, run on each item of a worker's shard with the
+#: state the worker holds (for the physics: its engine).
+ItemFunction = Callable[[Any, Any, Any], Any]
+#: A picklable callable with no arguments building what one worker holds; the result needs a
+#: ``close()``.
+StateFactory = Callable[[], Any]
+
+#: The backends :func:`parallel_backend` accepts.
+BACKENDS = ("local", "ray")
+
+
+class WorkerError(ResidualSimError, RuntimeError):
+    """A worker failed; the message carries its traceback (or why it could not be restarted)."""
+
+
+def default_workers() -> int:
+    """Number of usable CPU cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """Where :class:`ShardedWorkers` run: ``name`` in :data:`BACKENDS`; ``address`` of a Ray
+    cluster (``"auto"``, ``"HOST:PORT"`` or None: start a local Ray); ``max_restarts``
+    replacements of one shard's worker within one :meth:`ShardedWorkers.map` call before
+    giving up."""
+
+    name: str = "local"
+    address: str | None = None
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKENDS:
+            raise ParameterError(f"unknown backend {self.name!r}; choose one of {BACKENDS}")
+        if self.address is not None and self.name != "ray":
+            raise ParameterError("an address is for the 'ray' backend only")
+        if int(self.max_restarts) != self.max_restarts or self.max_restarts < 0:
+            raise ParameterError(f"max_restarts must be an integer >= 0, got "
+                                 f"{self.max_restarts!r}")
+
+
+_current = Backend()
+
+
+def current_backend() -> Backend:
+    """The backend new :class:`ShardedWorkers` use (see :func:`parallel_backend`)."""
+    return _current
+
+
+@contextlib.contextmanager
+def parallel_backend(name: str = "local", address: str | None = None,
+                     max_restarts: int = 3) -> Iterator[Backend]:
+    """Run the worker pools created inside the ``with`` block on backend ``name``.
+
+    Parameters
+    ----------
+    name : {"local", "ray"}
+        ``"local"``: processes on this machine; ``"ray"``: Ray actors.
+    address : str, optional
+        Ray cluster to join (``"auto"`` or ``"HOST:PORT"``); default: the Ray already
+        initialised in this process, else a new local one.
+    max_restarts : int
+        Replacements of one shard's worker within one map call before :class:`WorkerError`.
+    """
+    global _current
+    backend = Backend(name, address, max_restarts)
+    previous, _current = _current, backend
+    try:
+        yield backend
+    finally:
+        _current = previous
+
+
+def run_items(state: Any, function: ItemFunction, items: Sequence, payload: Any) -> list:
+    """``[function(state, item, payload) for item in items]``: what a worker does per call."""
+    return [function(state, item, payload) for item in items]

@@ -1,0 +1,40 @@
+"""The residual contact learner.
+
+* :mod:`~residualsim.residual.policy`: the mixture-density policy (torch definition, numpy
+  evaluation, flat θ) and model directories (:class:`ResidualModel`).
+* :mod:`~residualsim.residual.train`: Algorithm 2, gradient-free training on full-trajectory
+  error.
+* :mod:`~residualsim.residual.state_noise`: initial-state noise of recordings.
+* :mod:`~residualsim.residual.impact`: the single-impact residual (planar impacts).
+"""
+
+from __future__ import annotations
+
+from residualsim._lazy import lazy_exports
+
+_EXPORTS = {
+    'ImpactContacts': 'residualsim.residual.impact',
+    'impact_contacts': 'residualsim.residual.impact',
+    'best_impulses': 'residualsim.residual.impact',
+    'guarded_correction': 'residualsim.residual.impact',
+    'impact_rmse': 'residualsim.residual.impact',
+    'GPImpactResidual': 'residualsim.residual.impact',
+    'policy_post_velocity': 'residualsim.residual.impact',
+    'train_impact_residual': 'residualsim.residual.impact',
+    'predict_impacts': 'residualsim.residual.impact',
+    'impact_table': 'residualsim.residual.impact',
+    'handedness_consistent_models': 'residualsim.residual.impact',
+    'ResidualPolicy': 'residualsim.residual.policy',
+    'ResidualModel': 'residualsim.residual.policy',
+    'NumpyPolicy': 'residualsim.residual.policy',
+    'MixtureDensityNetwork': 'residualsim.residual.policy',
+    'LOG_SCALE_BOUNDS': 'residualsim.residual.policy',
+    'TrainingConfig': 'residualsim.residual.train',
+    'TrajectoryLoss': 'residualsim.residual.train',
+    'train_residual': 'residualsim.residual.train',
+    'run_training': 'residualsim.residual.train',
+    'params_sha256': 'residualsim.residual.train',
+}
+
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,442 @@
+"""The residual contact policy π(p_res | x, θ): a small mixture-density network.
+
+Input: the invariant contact features x = (upper triangle of M_c, v_c) of
+:mod:`residualsim.sim.contact` (9 numbers in 3D, 5 in the plane; kg and m/s), standardised with
+the training set's mean and spread; with ``spin=True`` the body's spin in the contact frame
+(:func:`residualsim.sim.contact.spin_features`: 3 more numbers in 3D, 1 in the plane, m/s) is
+appended to x. Output: a mixture of K Gaussians with diagonal scales
+over the residual impulse in the contact frame (normal, tangent 1[, tangent 2]), in units
+of ``impulse_scale_ns`` (N s), so the network works on numbers of order one:
+
+    p_res = impulse_scale_ns · y,   y ~ Σ_k w_k N(μ_k, diag(σ_k²)).
+
+The network is defined (and differentiable) in torch; :meth:`ResidualPolicy.numpy` extracts
+its weights once into a :class:`NumpyPolicy` that evaluates one contact in a few
+microseconds (a torch call costs about 25 µs), which rollouts use at each contact event.
+Nevergrad sees the weights as one flat float64 vector (:meth:`get_flat`/:meth:`set_flat`).
+
+A freshly built policy predicts *no* correction (the output means are zero), so training
+starts from the calibrated engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from residualsim.atomic import atomic_open, atomic_write_text, read_json
+from residualsim.errors import DataError, ParameterError
+
+__all__ = ["ResidualPolicy", "ResidualModel", "NumpyPolicy", "MixtureDensityNetwork",
+           "LOG_SCALE_BOUNDS"]
+
+#: Bounds of the log standard deviation of each component, in units of the impulse scale.
+LOG_SCALE_BOUNDS = (-7.0, 1.0)
+#: Initial component standard deviation (units of the impulse scale).
+INITIAL_SCALE = 0.05
+_FORMAT = "residualsim.policy/1"
+
+
+class MixtureDensityNetwork(torch.nn.Module):
+    """x (N, n_features) standardised → (logits (N, K), means (N, K, k), log σ (N, K, k)).
+
+    One tanh hidden layer per entry of ``hidden``; the head is linear.
+    """
+
+    def __init__(self, n_features: int, n_outputs: int, n_components: int,
+                 hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.n_features, self.n_outputs, self.n_components = n_features, n_outputs, n_components
+        layers: list[torch.nn.Module] = []
+        width = n_features
+        for size in hidden:
+            layers += [torch.nn.Linear(width, size), torch.nn.Tanh()]
+            width = size
+        self.body = torch.nn.Sequential(*layers)
+        self.head = torch.nn.Linear(width, n_components * (1 + 2 * n_outputs))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = self.head(self.body(x))
+        k, d = self.n_components, self.n_outputs
+        logits = out[:, :k]
+        means = out[:, k:k + k * d].reshape(-1, k, d)
+        log_scales = out[:, k + k * d:].reshape(-1, k, d).clamp(*LOG_SCALE_BOUNDS)
+        return logits, means, log_scales
+
+
+@dataclass(frozen=True)
+class NumpyPolicy:
+    """The policy's weights as float64 numpy arrays, for per-contact evaluation.
+
+    ``layers`` are (W (out, in), b (out,)) pairs of the tanh body followed by the head.
+    ``spread`` multiplies the components' scales when sampling (see
+    :attr:`ResidualModel.spread`); the mean is unaffected. ``spin``: the features end with
+    the spin features (see :class:`ResidualPolicy`).
+    """
+
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
+    impulse_scale_ns: float
+    n_components: int
+    n_outputs: int
+    spread: float = 1.0
+    spin: bool = False
+
+    def components(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Mixture of one contact (features (n,)) or of N contacts (features (N, n)):
+        weights (..., K), means (..., K, k) and std (..., K, k) in N s."""
+        h = (np.asarray(features, dtype=np.float64) - self.feature_mean) / self.feature_std
+        for weight, bias in self.layers[:-1]:
+            h = np.tanh(h @ weight.T + bias)
+        weight, bias = self.layers[-1]
+        out = h @ weight.T + bias
+        k, d = self.n_components, self.n_outputs
+        logits = out[..., :k] - out[..., :k].max(axis=-1, keepdims=True)
+        weights = np.exp(logits)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        batch = out.shape[:-1]
+        means = out[..., k:k + k * d].reshape(*batch, k, d) * self.impulse_scale_ns
+        scales = np.exp(np.clip(out[..., k + k * d:].reshape(*batch, k, d), *LOG_SCALE_BOUNDS))
+        return weights, means, scales * self.impulse_scale_ns
+
+    def mean(self, features: np.ndarray) -> np.ndarray:
+        """Mean residual impulse Σ_k w_k μ_k, N s, contact frame: (k,) for one contact's
+        features (n,), (N, k) for N contacts' (N, n)."""
+        weights, means, _ = self.components(features)
+        return np.einsum("...k,...kd->...d", weights, means)
+
+    def sample(self, features: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One residual impulse (k,) N s drawn from the mixture.
+
+        Always consumes exactly one uniform and k normals from ``rng`` (so candidates that
+        share a generator seed share their random numbers).
+        """
+        weights, means, scales = self.components(features)
+        u, z = rng.random(), rng.standard_normal(self.n_outputs)
+        index = min(int(np.searchsorted(np.cumsum(weights), u * weights.sum())),
+                    self.n_components - 1)
+        return means[index] + self.spread * scales[index] * z
+
+
+class ResidualPolicy:
+    """Mixture-density residual contact policy (see module docstring).
+
+    Parameters
+    ----------
+    n_features : int
+        9 for 3D contacts, 5 for planar ones (plus 3 or 1 with ``spin``).
+    n_outputs : int
+        Impulse components: 3 in 3D (normal, tangent 1, tangent 2), 2 in the plane.
+    n_components : int
+        Mixture components K >= 1.
+    hidden : sequence of int
+        Hidden layer widths (tanh).
+    seed : int
+        Seed of the initial weights.
+    spin : bool
+        The last features are the spin features (the rollout appends them at events).
+    """
+
+    def __init__(self, n_features: int = 9, n_outputs: int = 3, n_components: int = 2,
+                 hidden: Sequence[int] = (16,), seed: int = 0, spin: bool = False) -> None:
+        for name, value, low in (("n_features", n_features, 1), ("n_outputs", n_outputs, 1),
+                                 ("n_components", n_components, 1)):
+            if int(value) != value or value < low:
+                raise ParameterError(f"{name} must be an integer >= {low}, got {value!r}")
+        hidden = tuple(int(h) for h in hidden)
+        if any(h < 1 for h in hidden):
+            raise ParameterError(f"hidden widths must be >= 1, got {hidden}")
+        self.n_features, self.n_outputs = int(n_features), int(n_outputs)
+        self.n_components, self.hidden, self.seed = int(n_components), hidden, int(seed)
+        self.spin = bool(spin)
+        spin_width = {2: 6, 3: 12}.get(self.n_outputs)
+        if self.spin and self.n_features != spin_width:
+            raise ParameterError(f"a spin policy with {n_outputs} outputs has {spin_width} "
+                                 f"features (contact features plus spin), got {n_features}")
+        generator = torch.Generator().manual_seed(self.seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
+            self.network = MixtureDensityNetwork(self.n_features, self.n_outputs,
+                                                 self.n_components, hidden).float()
+        self._zero_output()
+        self.feature_mean = np.zeros(self.n_features)
+        self.feature_std = np.ones(self.n_features)
+        self.impulse_scale_ns = 1.0
+
+    @classmethod
+    def for_scene(cls, planar: bool, spin: bool = False, **kwargs: Any) -> ResidualPolicy:
+        """A policy sized for 3D (9 features, 3 outputs) or planar (5, 2) contacts, plus the
+        spin features (3 or 1) with ``spin``."""
+        n_features = (5 + spin) if planar else (9 + 3 * spin)
+        return cls(n_features=n_features, n_outputs=2 if planar else 3, spin=spin, **kwargs)
+
+    def _zero_output(self) -> None:
+        """Start from 'no correction': zero head weights, equal weights, σ = INITIAL_SCALE."""
+        head, k, d = self.network.head, self.n_components, self.n_outputs
+        with torch.no_grad():
+            head.weight.zero_()
+            head.bias.zero_()
+            head.bias[k + k * d:] = math.log(INITIAL_SCALE)
+
+    # --- normalisation -----------------------------------------------------------------------
+    def fit_scaling(self, features: np.ndarray, impulses: np.ndarray) -> ResidualPolicy:
+        """Set the feature standardisation and the impulse unit from contact events.
+
+        ``features`` (N, n_features) are contact features of the engine's events on the
+        training data, ``impulses`` (N, n_outputs) N s their engine impulses (contact
+        frame); the impulse unit is their root-mean-square norm.
+        """
+        features = np.asarray(features, dtype=np.float64)
+        impulses = np.asarray(impulses, dtype=np.float64)
+        if features.ndim != 2 or features.shape[1] != self.n_features or len(features) < 2:
+            raise DataError(f"need at least 2 contact feature rows of width {self.n_features}, "
+                            f"got shape {features.shape}")
+        if not (np.isfinite(features).all() and np.isfinite(impulses).all()):
+            raise DataError("contact features or impulses contain NaN or inf")
+        self.feature_mean = features.mean(axis=0)
+        spread = features.std(axis=0)
+        self.feature_std = np.where(spread > 1e-9, spread, 1.0)
+        scale = float(np.sqrt(np.mean(np.sum(impulses**2, axis=1))))
+        self.impulse_scale_ns = scale if scale > 0 else 1.0
+        return self
+
+    # --- flat parameter vector ------------------------------------------------------------------
+    @property
+    def n_parameters(self) -> int:
+        """Number of network weights θ."""
+        return sum(p.numel() for p in self.network.parameters())
+
+    def get_flat(self) -> np.ndarray:
+        """θ as a float64 vector (a copy)."""
+        vector = torch.nn.utils.parameters_to_vector(self.network.parameters())
+        return vector.detach().numpy().astype(np.float64)
+
+    def set_flat(self, theta: np.ndarray) -> ResidualPolicy:
+        """Set θ from a flat vector of exactly :attr:`n_parameters` finite numbers."""
+        theta = np.asarray(theta)
+        if theta.shape != (self.n_parameters,):
+            raise ParameterError(f"flat parameter vector must have shape ({self.n_parameters},)"
+                                 f", got {theta.shape}")
+        if not np.isfinite(theta).all():
+            raise ParameterError("flat parameter vector contains NaN or inf")
+        # Copy into float32: vector_to_parameters would alias a tensor made from the array
+        # and turn the model float64 if handed nevergrad's float64 values.
+        vector = torch.tensor(theta, dtype=torch.float32)
+        torch.nn.utils.vector_to_parameters(vector.clone(), self.network.parameters())
+        return self
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def _standardise(self, features: np.ndarray) -> torch.Tensor:
+        x = np.atleast_2d(np.asarray(features, dtype=np.float64))
+        if x.shape[1] != self.n_features:
+            raise ParameterError(f"features must have {self.n_features} columns, got {x.shape}")
+        return torch.tensor((x - self.feature_mean) / self.feature_std, dtype=torch.float32)
+
+    def distribution(self, features: np.ndarray) -> torch.distributions.Distribution:
+        """The mixture over p_res (N s, contact frame) for features (N, n_features)."""
+        logits, means, log_scales = self.network(self._standardise(features))
+        scale = self.impulse_scale_ns
+        component = torch.distributions.Independent(
+            torch.distributions.Normal(means * scale, log_scales.exp() * scale), 1)
+        return torch.distributions.MixtureSameFamily(
+            torch.distributions.Categorical(logits=logits), component)
+
+    def mean(self, features: np.ndarray) -> np.ndarray:
+        """Mean residual impulses (N, n_outputs), N s, contact frame."""
+        with torch.no_grad():
+            return self.distribution(features).mean.numpy().astype(np.float64)
+
+    def sample(self, features: np.ndarray, rng: int | np.random.Generator | None = None
+               ) -> np.ndarray:
+        """One residual impulse per row of features: (N, n_outputs), N s, contact frame."""
+        generator = np.random.default_rng(rng)
+        fast = self.numpy()
+        return np.array([fast.sample(x, generator) for x in np.atleast_2d(features)])
+
+    def log_prob(self, features: np.ndarray, impulses: np.ndarray) -> np.ndarray:
+        """log π(p_res | x) (N,) for impulses (N, n_outputs) in N s (density per (N s)^k)."""
+        with torch.no_grad():
+            value = torch.tensor(np.atleast_2d(impulses), dtype=torch.float32)
+            return self.distribution(features).log_prob(value).numpy().astype(np.float64)
+
+    def numpy(self, spread: float = 1.0) -> NumpyPolicy:
+        """The weights extracted once for fast per-contact evaluation (float64), sampling
+        with the components' scales times ``spread``."""
+        linear = [m for m in self.network.modules() if isinstance(m, torch.nn.Linear)]
+        layers = tuple((m.weight.detach().numpy().astype(np.float64),
+                        m.bias.detach().numpy().astype(np.float64)) for m in linear)
+        return NumpyPolicy(layers=layers, feature_mean=self.feature_mean.copy(),
+                           feature_std=self.feature_std.copy(),
+                           impulse_scale_ns=float(self.impulse_scale_ns),
+                           n_components=self.n_components, n_outputs=self.n_outputs,
+                           spread=float(spread), spin=self.spin)
+
+    # --- persistence ---------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """Architecture and normalisation as strict JSON."""
+        return {"format": _FORMAT, "n_features": self.n_features, "n_outputs": self.n_outputs,
+                "n_components": self.n_components, "hidden": list(self.hidden),
+                "seed": self.seed, "spin": self.spin, "n_parameters": self.n_parameters,
+                "feature_mean": self.feature_mean.tolist(),
+                "feature_std": self.feature_std.tolist(),
+                "impulse_scale_ns": self.impulse_scale_ns}
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``policy.json`` (architecture, normalisation) and ``policy.npz`` (weights)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        arrays = {k: v.detach().numpy() for k, v in self.network.state_dict().items()}
+        with atomic_open(directory / "policy.npz") as handle:
+            np.savez(handle, **arrays)
+        atomic_write_text(directory / "policy.json", json.dumps(self.config(), indent=2))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "policy") -> ResidualPolicy:
+        """Rebuild an (untrained) policy with the architecture and normalisation of a config."""
+        if not isinstance(config, Mapping) or config.get("format") != _FORMAT:
+            found = config.get("format") if isinstance(config, Mapping) else type(config).__name__
+            raise DataError(f"{where}: not a residualsim policy (format {found!r}, expected "
+                            f"{_FORMAT!r})")
+        try:
+            policy = cls(config["n_features"], config["n_outputs"], config["n_components"],
+                         config["hidden"], config.get("seed", 0), bool(config.get("spin", False)))
+            policy.feature_mean = np.asarray(config["feature_mean"], dtype=np.float64)
+            policy.feature_std = np.asarray(config["feature_std"], dtype=np.float64)
+            policy.impulse_scale_ns = float(config["impulse_scale_ns"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{where}: malformed policy configuration ({exc!r})") from None
+        if policy.feature_mean.shape != (policy.n_features,) or \
+                policy.feature_std.shape != (policy.n_features,):
+            raise DataError(f"{where}: feature normalisation does not match n_features")
+        return policy
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ResidualPolicy:
+        """Read a policy written by :meth:`save`."""
+        directory = Path(directory)
+        config = read_json(directory / "policy.json",
+                           missing=f"{directory}: no policy.json (not a residualsim model)")
+        policy = cls.from_config(config, where=str(directory / "policy.json"))
+        try:
+            with np.load(directory / "policy.npz", allow_pickle=False) as archive:
+                state = {k: torch.tensor(archive[k]) for k in archive.files}
+            policy.network.load_state_dict(state)
+        except FileNotFoundError:
+            raise DataError(f"{directory}: no policy.npz (weights missing)") from None
+        except (OSError, ValueError, RuntimeError, KeyError, EOFError,
+                zipfile.BadZipFile) as exc:
+            raise DataError(f"{directory / 'policy.npz'}: weights do not match the "
+                            f"architecture or the file is damaged ({exc})") from None
+        if not np.isfinite(policy.get_flat()).all():
+            raise DataError(f"{directory / 'policy.npz'}: weights contain NaN or inf")
+        return policy
+
+
+_MODEL_FORMAT = "residualsim.model/1"
+
+
+@dataclass
+class ResidualModel:
+    """Everything a rollout needs: the policy, the (calibrated) engine and its settings.
+
+    A model directory holds ``model.json`` (format, scene, engine parameters, ``dt_s`` and
+    ``substeps`` the policy was trained at, the contact guard, training provenance and
+    figures), ``policy.json`` and ``policy.npz`` (see :class:`ResidualPolicy`).
+    """
+
+    scene: str
+    policy: ResidualPolicy
+    params: Any  # EngineParams
+    dt_s: float
+    substeps: int
+    guard: Any  # rollout.ContactGuard
+    info: dict[str, Any] = field(default_factory=dict)
+    #: Factor on the mixture's scales when sampling: the policy is trained on its mean's
+    #: error, which leaves its scales uncalibrated; :func:`residualsim.residual.train.fit_spread`
+    #: sets this from the training tosses' energy score. 1.0 for models without one.
+    spread: float = 1.0
+    #: Noise of a recording's initial velocities (:class:`~residualsim.residual.state_noise.StateNoise`),
+    #: drawn for each stochastic sample before its rollout; None: samples start from the
+    #: recorded state exactly. Set by ``fit-spread --state-noise``.
+    state_noise: Any = None
+
+    def sampling_policy(self):
+        """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread."""
+        return self.policy.numpy(self.spread)
+
+    def settings(self):
+        """The engine settings the model runs at (the scene's, with its dt_s and substeps)."""
+        import dataclasses
+
+        from residualsim.sim.scenes import make_scene
+
+        return dataclasses.replace(make_scene(self.scene).settings, dt_s=self.dt_s,
+                                   substeps=self.substeps)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the model directory (each file atomically)."""
+        import dataclasses
+
+        from residualsim import __version__
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.policy.save(directory)
+        header = {"format": _MODEL_FORMAT, "residualsim_version": __version__,
+                  "scene": self.scene, "params": self.params.as_json(),
+                  "settings": {"dt_s": self.dt_s, "substeps": self.substeps},
+                  "guard": dataclasses.asdict(self.guard), "spread": self.spread,
+                  "state_noise": (None if self.state_noise is None
+                                  else self.state_noise.as_json()),
+                  "info": self.info}
+        atomic_write_text(directory / "model.json", json.dumps(header, indent=2))
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ResidualModel:
+        """Read a model directory; a clear DataError names what is missing or wrong."""
+        from residualsim.sim.rollout import ContactGuard
+        from residualsim.sim.scenes import make_scene, parse_params
+        from residualsim.residual.state_noise import StateNoise
+
+        directory = Path(directory)
+        path = directory / "model.json"
+        if not directory.is_dir():
+            raise DataError(f"{directory}: model directory not found")
+        header = read_json(path, missing=f"{directory}: no model.json (not a residualsim model)")
+        if not isinstance(header, dict) or header.get("format") != _MODEL_FORMAT:
+            raise DataError(f"{path}: not a residualsim model (expected format "
+                            f"{_MODEL_FORMAT!r})")
+        try:
+            scene = str(header["scene"])
+            make_scene(scene)
+            params = parse_params({k: float(v) for k, v in dict(header["params"]).items()})
+            dt_s = float(header["settings"]["dt_s"])
+            substeps = int(header["settings"]["substeps"])
+            guard = ContactGuard(**dict(header.get("guard", {})))
+            info = dict(header.get("info", {}))
+            spread = float(header.get("spread", 1.0))
+            noise = header.get("state_noise")
+            state_noise = None if noise is None else StateNoise.from_json(noise)
+            if not (dt_s > 0 and substeps >= 1):
+                raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
+            if not (math.isfinite(spread) and spread >= 0):
+                raise ValueError(f"spread {spread} must be finite and >= 0")
+        except (KeyError, TypeError, ValueError, AttributeError, DataError) as exc:
+            raise DataError(f"{path}: malformed model description ({exc})") from None
+        policy = ResidualPolicy.load(directory)
+        planar = make_scene(scene).planar
+        if policy.n_features != (5 if planar else 9) + policy.spin * (1 if planar else 3):
+            raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
+                            f"run the {'planar' if planar else '3D'} scene {scene!r}")
+        return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
+                   guard=guard, info=info, spread=spread, state_noise=state_noise)

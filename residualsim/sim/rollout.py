@@ -1,0 +1,579 @@
+"""Rollouts from recorded initial states (the residual-learning paper's Algorithm 1).
+
+Each recorded trajectory is replayed from its first sample with the (calibrated) engine over
+the recorded number of samples, at the recording rate. :func:`residual_rollout` adds the
+learned correction: at each contact event it computes the contact features x = (M_c, v_c),
+draws p_res from the policy (or takes its mean) and adds M⁻¹Jᵀp_res to the velocity the
+engine resolved, within physical limits (:class:`ContactGuard`). Batches are spread over
+worker processes; results come back in the order given, identical for any number of
+workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pybullet as pb
+
+from residualsim.data.trajectory import Trajectory
+from residualsim.sim.contact import ContactModel, contact_model, is_touching, spin_features
+from residualsim.sim.engine import Engine
+from residualsim.errors import DataError
+from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene, parse_params
+from residualsim.parallel import ShardedWorkers
+from residualsim.sim.pool import engine_workers
+
+__all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simulation_items",
+           "recording_settings", "simulate_impact", "simulate_impacts",
+           "impact_settings", "ContactGuard", "ResidualRollout", "residual_rollout",
+           "RolloutRequest", "trajectory_items", "item_rollouts", "interleave",
+           "residual_errors", "predict_trajectories",
+           "residual_trajectories"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedTrajectory:
+    """One simulated trajectory on the recorded time stamps.
+
+    ``positions_m`` (T, 3) world, ``quat_wxyz`` (T, 4) body to world, ``states`` (T, n) in
+    the scene's layout, ``n_events`` the number of contact events the engine went through.
+    """
+
+    traj_id: str
+    positions_m: np.ndarray
+    quat_wxyz: np.ndarray
+    states: np.ndarray
+    n_events: int
+
+
+def recording_settings(scene: str, trajectories: Mapping[str, Trajectory],
+                       substeps: int | None = None) -> EngineSettings:
+    """The scene's solver settings with ``dt_s`` set to the recordings' sample period.
+
+    Raises DataError when the recordings do not share one (uniform) rate.
+    """
+    base = make_scene(scene).settings
+    periods = []
+    for traj in trajectories.values():
+        steps = np.diff(traj.times_s)
+        if np.ptp(steps) > 1e-6 * steps.mean():
+            raise DataError(f"{traj.source or traj.traj_id}: samples are not evenly spaced")
+        periods.append(steps.mean())
+    if not periods:
+        raise DataError("no recordings to simulate")
+    if np.ptp(periods) > 1e-6 * np.mean(periods):
+        raise DataError(f"recordings have different rates ({1 / max(periods):.3f} to "
+                        f"{1 / min(periods):.3f} Hz): simulate them separately")
+    changes: dict = {"dt_s": float(np.mean(periods))}
+    if substeps is not None:
+        changes["substeps"] = substeps
+    return dataclasses.replace(base, **changes)
+
+
+def simulate_one(engine: Engine, item: tuple, params: EngineParams) -> SimulatedTrajectory:
+    """Worker function: one item of :func:`simulation_items` rolled out with ``params``."""
+    traj_id, initial_state, n_samples = item
+    if engine.params != params:
+        engine.set_params(params)
+    result = engine.rollout(initial_state, n_samples - 1)
+    positions, quat, _, _ = engine.scene.rigid_motion(result.states)
+    return SimulatedTrajectory(traj_id=traj_id, positions_m=positions, quat_wxyz=quat,
+                               states=result.states, n_events=len(result.events))
+
+
+def simulate_trajectories(scene: str, trajectories: Mapping[str, Trajectory],
+                          params=None, n_workers: int = 1, substeps: int | None = None,
+                          workers: ShardedWorkers | None = None
+                          ) -> dict[str, SimulatedTrajectory]:
+    """Simulate the engine from each recording's first sample over its recorded length.
+
+    Parameters
+    ----------
+    scene : str
+        Scene name, e.g. ``"cube"``.
+    trajectories : mapping of id -> Trajectory
+        Recordings; their common sample period becomes the step ``dt_s``.
+    params : EngineParams, mapping, ``k=v`` string, JSON path or None
+        Effective contact parameters (default: the engine's defaults).
+    n_workers : int
+        Worker processes (ignored when ``workers`` is given).
+    substeps : int, optional
+        Internal steps per sample (default: the scene's).
+    workers : ShardedWorkers, optional
+        An existing pool built over :func:`simulation_items` of the same recordings, to
+        reuse across calls (calibration does this).
+
+    Returns
+    -------
+    dict of id -> SimulatedTrajectory, in the order of ``trajectories``.
+    """
+    params = parse_params(params)
+    if workers is None:
+        settings = recording_settings(scene, trajectories, substeps)
+        with engine_workers(scene, simulation_items(scene, trajectories), n_workers,
+                            settings) as pool:
+            results = pool.map(simulate_one, params)
+    else:
+        results = workers.map(simulate_one, params)
+    return {result.traj_id: result for result in results}
+
+
+def simulation_items(scene: str, trajectories: Mapping[str, Trajectory]) -> list[tuple]:
+    """Work items (id, initial state in the scene layout, number of samples) for workers."""
+    layout = make_scene(scene)
+    return [(traj_id, layout.state_from_trajectory(traj, 0), traj.n_samples)
+            for traj_id, traj in trajectories.items()]
+
+
+#: Longest simulated contact of a planar impact, in recording periods (4 ms each).
+IMPACT_MAX_STEPS = 10
+
+
+def simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.ndarray:
+    """Worker function: post-contact velocity (3,) of one impact item ``(row, pre_state)``
+    (see :func:`simulate_impacts`)."""
+    from residualsim.sim.scenes.planar import IMPACT_START_OVERLAP_M
+
+    _, pre_state = item
+    if engine.params != params:
+        engine.set_params(params)
+    x, _, theta, dx, dy, dtheta = pre_state
+    height = engine.scene.resting_height(theta) - IMPACT_START_OVERLAP_M
+    result = engine.rollout(np.array([x, height, theta, dx, dy, dtheta]), IMPACT_MAX_STEPS)
+    if not result.events:
+        return np.asarray(pre_state[3:6], dtype=np.float64)
+    end = result.events[0].end_index
+    velocity = result.states[end, 3:6].copy()
+    # Remove what gravity added since the start: the impulsive post-contact velocity.
+    velocity[:2] -= np.asarray(engine.scene.settings.gravity_mps2[:2]) * end * engine.dt_s
+    return velocity
+
+
+def impact_settings(scene: str, substeps: int | None = None) -> EngineSettings:
+    """The planar scene's solver settings, optionally with another substep count."""
+    settings = make_scene(scene).settings
+    return settings if substeps is None else dataclasses.replace(settings, substeps=substeps)
+
+
+def simulate_impacts(scene: str, impacts, params=None, n_workers: int = 1,
+                     substeps: int | None = None) -> np.ndarray:
+    """Post-contact velocities (N, 3) (dx m/s, dy m/s, dtheta rad/s) of planar impacts.
+
+    Each impact starts from its pre-contact state placed at contact (the centre at the
+    resting height for its angle, 0.1 mm into the floor: see
+    :mod:`residualsim.sim.scenes.planar`) and runs until its contact event ends (at most
+    :data:`IMPACT_MAX_STEPS` periods); gravity's share over that time is removed, as in
+    the analytic models' impulsive predictions. ``impacts`` must be in the ``"corrected"``
+    (right-handed) convention of the scenes; the result is in the same convention.
+    """
+    if impacts.convention != "corrected":
+        raise DataError(f"{impacts.source}: simulate impacts in the 'corrected' convention")
+    params = parse_params(params)
+    items = list(zip(impacts.rows.tolist(), impacts.pre_state))
+    with engine_workers(scene, items, n_workers, impact_settings(scene, substeps)) as pool:
+        return np.array(pool.map(simulate_impact, params)).reshape(-1, 3)
+
+
+# --- Algorithm 1 with the residual ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ContactGuard:
+    """What counts as a contact event, and the physical limits on a residual correction.
+
+    A *contact event* begins at a step after which the body touches the static body at a
+    point farther than ``new_point_distance_m`` from every point it touched after the
+    previous step (a first touch after flight, or a new corner or edge coming down while
+    tumbling), with the contact point approaching faster than ``min_approach_mps`` before
+    the step. Sustained contact (sliding, resting) is not an event.
+
+    The residual is applied as a velocity correction q_dot += α M⁻¹Jᵀp_res after the engine
+    resolved the step, with the largest α in [0, 1] such that
+
+    * the total energy (kinetic + gravitational) does not exceed its value before the step
+      (plus ``energy_tolerance_j``): no sample gains energy across a contact event;
+    * the normal velocity of every touching point stays >= min(0, engine's) −
+      ``penetration_tolerance_m`` / dt: within one step the correction can push no touching
+      point more than that tolerance into the table (the engine's contact then resolves it).
+      A floor of exactly min(0, engine's) would forbid almost every correction of a body
+      resting on several points (any tangential kick tilts some point down).
+
+    α < 1 counts as a clamp (reported per rollout).
+    """
+
+    new_point_distance_m: float = 0.02
+    min_approach_mps: float = 0.02
+    energy_tolerance_j: float = 1e-9
+    penetration_tolerance_m: float = 0.001
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualRollout:
+    """One rollout of Algorithm 1.
+
+    ``positions_m`` (T, 3) world, ``quat_wxyz`` (T, 4) body to world, ``states`` (T, n)
+    scene layout; ``n_events`` contact events (residual applied, possibly clamped);
+    ``n_energy_clamped`` / ``n_normal_clamped`` events whose residual was scaled down by the
+    energy / normal-velocity limit; ``n_engine_energy_gain`` events where the engine alone
+    had already gained energy (the residual was then limited to what does not add more, or
+    dropped);
+    ``max_penetration_m`` the deepest penetration seen after any step (>= 0);
+    ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals, in the
+    contact frames ``frames`` (E, k, 3) (rows n, t1[, t2]: world-frame unit vectors, so the
+    world-frame impulse is ``frames[e].T @ impulses[e]``).
+    """
+
+    positions_m: np.ndarray
+    quat_wxyz: np.ndarray
+    states: np.ndarray
+    n_events: int
+    n_energy_clamped: int
+    n_normal_clamped: int
+    n_engine_energy_gain: int
+    max_penetration_m: float
+    features: np.ndarray
+    impulses: np.ndarray
+    frames: np.ndarray
+
+
+def largest_steps(a, b, c, cap) -> np.ndarray:
+    """Largest α in [0, cap] with a α² + b α + c <= 0, elementwise over arrays (0 where only
+    α = 0 comes close). With a = ½ΔᵀMΔ, b = vᵀMΔ and c = kinetic energy now minus the
+    allowed energy, it is the longest step along a correction Δ that keeps the energy
+    within the allowance."""
+    a, b, c, cap = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, c, cap)))
+    disc = b * b - 4.0 * a * c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sqrt = np.sqrt(np.maximum(disc, 0.0))
+        root, lower = (-b + sqrt) / (2.0 * a), (-b - sqrt) / (2.0 * a)
+        linear = np.where(b <= 0.0, cap, np.minimum(cap, -c / b))
+    quadratic = np.where((disc < 0.0) | (root < 0.0) | (lower > cap), 0.0,
+                         np.minimum(cap, root))
+    alpha = np.where(a <= 1e-300, linear, quadratic)
+    return np.where((c > 0.0) & ((a <= 0.0) | (b >= 0.0)), 0.0, alpha)
+
+
+def _largest_step(a: float, b: float, c: float, cap: float) -> float:
+    """:func:`largest_steps` for one correction (scalars)."""
+    return float(largest_steps(a, b, c, cap))
+
+
+def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
+                        ) -> ContactModel:
+    """The contact model of an event: at the normal-force-weighted mean of the new contact
+    ``points`` (PyBullet contact tuples; equal weights when no force acts yet) and their mean
+    normal, with the pre-step velocity of ``pre_state`` (scene layout). Every learner that
+    pairs recorded events with the rollout's uses this, so their features agree."""
+    scene = engine.scene
+    table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
+    weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
+    point = weights @ table[:, 0:3] / weights.sum()
+    normal = weights @ table[:, 3:6]
+    normal /= np.linalg.norm(normal)
+    return contact_model(engine.mass_matrix(), engine.point_jacobian(point),
+                         scene.generalized_velocity_of(pre_state), point, normal,
+                         planar=scene.planar)
+
+
+class _EventCorrector:
+    """Applies the residual at contact events of one rollout and keeps the counts."""
+
+    def __init__(self, engine: Engine, policy, rng: np.random.Generator | None,
+                 guard: ContactGuard) -> None:
+        self.engine, self.policy, self.rng, self.guard = engine, policy, rng, guard
+        self.features: list[np.ndarray] = []
+        self.impulses: list[np.ndarray] = []
+        self.frames: list[np.ndarray] = []
+        self.energy_clamped = self.normal_clamped = self.engine_gain = 0
+
+    def __call__(self, pre_state: np.ndarray, points: list[tuple], touching: list[tuple]
+                 ) -> bool:
+        """Correct the velocity after a step that began an event at the new ``points``
+        (``touching``: all points touching now); True when the step is an event."""
+        engine, scene = self.engine, self.engine.scene
+        model = event_contact_model(engine, pre_state, points)
+        mass = model.mass_matrix
+        if model.velocity[0] > -self.guard.min_approach_mps:
+            return False
+        features = model.features
+        if getattr(self.policy, "spin", False):
+            omega = scene.rigid_motion(pre_state[None])[3][0]
+            features = np.concatenate([features, spin_features(
+                model.frame, omega, scene.radius_of_gyration_m)])
+        self.features.append(features)
+        self.frames.append(model.frame)
+        if self.policy is None:  # engine alone: count and describe the event only
+            self.impulses.append(np.zeros(len(model.velocity)))
+            return True
+        if self.rng is None:
+            impulse = self.policy.mean(features)
+        else:
+            impulse = self.policy.sample(features, self.rng)
+        qdot = scene.generalized_velocity()
+        delta = model.velocity_change(impulse)
+        # No touching point's normal velocity may be pushed below min(0, engine's).
+        cap = 1.0
+        for p in touching:
+            row = np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]))
+            normal_now, normal_change = float(row @ qdot), float(row @ delta)
+            floor = min(0.0, normal_now) - self.guard.penetration_tolerance_m / engine.dt_s
+            if normal_now + cap * normal_change < floor:
+                cap = max(0.0, (floor - normal_now) / normal_change)
+        if cap < 1.0:
+            self.normal_clamped += 1
+        # Total energy must not exceed the pre-step energy.
+        state_now = engine.state()
+        kinetic_now = 0.5 * qdot @ mass @ qdot
+        potential_now = scene.energy(state_now) - kinetic_now
+        limit = scene.energy(pre_state) + self.guard.energy_tolerance_j - potential_now
+        a = 0.5 * delta @ mass @ delta
+        b = qdot @ mass @ delta
+        c = kinetic_now - limit
+        if c > 0.0:
+            self.engine_gain += 1
+        alpha = _largest_step(a, b, c, cap)
+        if alpha < cap and c <= 0.0:
+            self.energy_clamped += 1
+        scene.set_generalized_velocity(qdot + alpha * delta)
+        self.impulses.append(alpha * np.asarray(impulse))
+        return True
+
+
+#: A touched point is new when it is far from every point touched in this many previous steps
+#: (contact points flicker while a body rests or slides).
+_MEMORY_STEPS = 5
+
+
+def _far_from(point: tuple, recent: list[list[tuple]], spacing2: float) -> bool:
+    x, y, z = point
+    for points in recent:
+        for a, b, c in points:
+            if (x - a) ** 2 + (y - b) ** 2 + (z - c) ** 2 <= spacing2:
+                return False
+    return True
+
+
+def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy=None,
+                     rng: np.random.Generator | None = None,
+                     guard: ContactGuard = ContactGuard(),
+                     stop_after_events: int | None = None) -> ResidualRollout:
+    """Algorithm 1: simulate ``n_steps`` periods from ``initial_state`` with the residual.
+
+    Parameters
+    ----------
+    engine : Engine
+        The (calibrated) engine; its world is reset to ``initial_state``.
+    initial_state : ndarray
+        Scene layout (cube: position m, quaternion w-x-y-z, velocity m/s, angular velocity
+        rad/s, all world frame).
+    n_steps : int
+        Recording periods to simulate; the result has ``n_steps + 1`` samples.
+    policy : NumpyPolicy or None
+        The residual policy (:meth:`ResidualPolicy.numpy`); None runs the engine alone
+        through the same loop (events are still detected and counted).
+    rng : numpy Generator or None
+        None: deterministic mode (the policy's mean). A generator: stochastic mode, one
+        sample of p_res per event.
+    guard : ContactGuard
+        Event definition and physical limits.
+    stop_after_events : int or None
+        Stop right after the step of this many contact events (its residual applied): the
+        result is then shorter than ``n_steps + 1`` samples and ends at the post-event
+        state (how :mod:`residualsim.belief.propagation` goes from contact event to contact event).
+    """
+    scene, cid = engine.scene, engine.client
+    engine.reset(initial_state)
+    read, step, get_contacts = scene.read_raw, pb.stepSimulation, pb.getContactPoints
+    body, static, link = scene.body, scene.static_body, scene.link
+    correct = _EventCorrector(engine, policy, rng, guard)
+    raws = [read()]
+    recent: list[list[tuple]] = []  # touched points of the last MEMORY_STEPS contact steps
+    events, deepest = 0, 0.0
+    spacing2 = guard.new_point_distance_m ** 2
+    for _ in range(n_steps):
+        step(physicsClientId=cid)
+        raw = read()
+        touching = [p for p in get_contacts(body, static, link, -1, physicsClientId=cid)
+                    if is_touching(p)]
+        if touching:
+            deepest = max(deepest, -min(p[8] for p in touching))
+            fresh = [p for p in touching if _far_from(p[6], recent, spacing2)]
+            if fresh:
+                if correct(scene.raw_to_states([raws[-1]])[0], fresh, touching):
+                    events += 1
+                    if policy is not None:
+                        raw = read()
+            recent.append([p[6] for p in touching])
+            del recent[:-_MEMORY_STEPS]
+        elif recent:
+            recent = []
+        raws.append(raw)
+        if stop_after_events is not None and events >= stop_after_events:
+            break
+    states = scene.raw_to_states(raws)
+    positions, quat, _, _ = scene.rigid_motion(states)
+    width, n_features = (2, 5) if scene.planar else (3, 9)
+    if getattr(policy, "spin", False):
+        n_features += 1 if scene.planar else 3
+    return ResidualRollout(
+        positions_m=positions, quat_wxyz=quat, states=states, n_events=events,
+        n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,
+        n_engine_energy_gain=correct.engine_gain, max_penetration_m=float(deepest),
+        features=np.array(correct.features).reshape(-1, n_features),
+        impulses=np.array(correct.impulses).reshape(-1, width),
+        frames=np.array(correct.frames).reshape(-1, width, 3))
+
+
+# --- batches of residual rollouts over worker processes -------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RolloutRequest:
+    """What workers roll out for each of their items.
+
+    ``policies`` one NumpyPolicy (or None: engine alone) per candidate; ``samples`` policy
+    samples per item (0: one deterministic rollout with the policy mean); sample s of item
+    i draws from ``numpy.random.default_rng([seed, i, s])``, the same stream for every
+    candidate (common random numbers); ``split`` restricts the rollout to items of that
+    split (the others return None); ``state_noise`` (a
+    :class:`~residualsim.residual.state_noise.StateNoise` or None) perturbs each stochastic
+    sample's initial velocities, drawn first from the sample's stream.
+    """
+
+    params: EngineParams
+    policies: tuple
+    samples: int = 0
+    seed: int = 0
+    guard: ContactGuard = ContactGuard()
+    split: str | None = None
+    state_noise: Any = None
+
+
+def trajectory_items(scene: str, trajectories: Mapping[str, Trajectory],
+                     split: str | None = None, start: int = 0) -> list[tuple]:
+    """Work items ``(index, split, id, initial state, positions (T, 3), quat_wxyz (T, 4))``.
+
+    ``index`` (from ``start``) seeds the item's random streams, so keep it stable.
+    """
+    layout = make_scene(scene)
+    return [(start + k, split, traj_id, layout.state_from_trajectory(traj, 0),
+             traj.positions_m, traj.quat_wxyz)
+            for k, (traj_id, traj) in enumerate(trajectories.items())]
+
+
+def interleave(*groups: list) -> list:
+    """Merge lists so that every contiguous shard holds each list in proportion."""
+    keyed = [((rank + 0.5) / len(group), g, item) for g, group in enumerate(groups)
+             for rank, item in enumerate(group)]
+    return [item for _, _, item in sorted(keyed, key=lambda entry: entry[:2])]
+
+
+def item_rollouts(engine: Engine, item: tuple, request: RolloutRequest
+              ) -> list[list[ResidualRollout]] | None:
+    """Rollouts of one item: per candidate, per sample (None when outside the split)."""
+    index, split, _, initial_state, positions, _ = item
+    if request.split is not None and split != request.split:
+        return None
+    if engine.params != request.params:
+        engine.set_params(request.params)
+    n_steps = len(positions) - 1
+    runs = []
+    for policy in request.policies:
+        if request.samples == 0 or policy is None:
+            runs.append([residual_rollout(engine, initial_state, n_steps, policy, None,
+                                          request.guard)])
+        else:
+            runs.append([_sample_rollout(engine, initial_state, n_steps, policy, request,
+                                         np.random.default_rng([request.seed, index, s]))
+                         for s in range(request.samples)])
+    return runs
+
+
+def _sample_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy,
+                    request: RolloutRequest, rng: np.random.Generator) -> ResidualRollout:
+    """One stochastic rollout: the initial state perturbed by the request's state noise
+    (if any), then residual samples, all from ``rng``."""
+    if request.state_noise is not None:
+        initial_state = request.state_noise.perturb(initial_state, rng)
+    return residual_rollout(engine, initial_state, n_steps, policy, rng, request.guard)
+
+
+def residual_errors(engine: Engine, item: tuple, request: RolloutRequest) -> np.ndarray | None:
+    """Worker function: errors of an item, (C candidates, S samples, 7).
+
+    Columns: mean squared position error (m²) and mean squared rotation angle (rad²) over
+    the samples after the first; events; energy clamps; normal clamps; engine energy
+    gains; deepest penetration (m).
+    """
+    from residualsim.sim.rotations import geodesic_angle
+
+    _, _, _, _, positions, quat = item
+    rows = []
+    generated = item_rollouts(engine, item, request)
+    if generated is None:
+        return None
+    for runs in generated:
+        per_sample = []
+        for run in runs:
+            squared = np.sum((run.positions_m[1:] - positions[1:]) ** 2, axis=1)
+            angle = geodesic_angle(run.quat_wxyz[1:], quat[1:])
+            per_sample.append((np.mean(squared), np.mean(angle**2), run.n_events,
+                               run.n_energy_clamped, run.n_normal_clamped,
+                               run.n_engine_energy_gain, run.max_penetration_m))
+        rows.append(per_sample)
+    return np.array(rows, dtype=np.float64)
+
+
+def residual_trajectories(engine: Engine, item: tuple, request: RolloutRequest):
+    """Worker function: the rollouts of an item's first candidate as (positions (S, T, 3),
+    quat_wxyz (S, T, 4), stats (S, 5): events, energy clamps, normal clamps, engine energy
+    gains, deepest penetration m)."""
+    generated = item_rollouts(engine, item, request)
+    if generated is None:
+        return None
+    runs = generated[0]
+    stats = np.array([(r.n_events, r.n_energy_clamped, r.n_normal_clamped,
+                       r.n_engine_energy_gain, r.max_penetration_m) for r in runs], float)
+    return (np.stack([r.positions_m for r in runs]), np.stack([r.quat_wxyz for r in runs]),
+            stats)
+
+
+def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples: int = 0,
+                         seed: int = 0, n_workers: int = 1, residual: bool = True,
+                         guard: ContactGuard | None = None):
+    """Predictions of a :class:`~residualsim.residual.policy.ResidualModel` for recordings.
+
+    Rolls out each recording from its first sample over its recorded length with the
+    model's engine and policy: ``samples=0`` the deterministic mean prediction (S = 1), S >= 1
+    stochastic samples (sample s of the k-th recording uses ``default_rng([seed, k, s])``,
+    and starts from the recorded state perturbed by the model's ``state_noise``, if any);
+    ``residual=False`` the model's engine alone. Returns (TrajectoryPredictions, stats) with
+    stats summing the event, clamp and penetration counts of every rollout.
+    """
+    from residualsim.evaluation.predictions import TrajectoryPredictions
+
+    if int(samples) != samples or samples < 0:
+        raise DataError(f"samples must be an integer >= 0, got {samples!r}")
+    if not trajectories:
+        raise DataError("no recordings to predict")
+    settings = recording_settings(model.scene, trajectories, model.substeps)
+    if abs(settings.dt_s - model.dt_s) > 1e-6 * model.dt_s:
+        raise DataError(f"recordings at {1 / settings.dt_s:.3f} Hz, but the model was trained "
+                        f"at {1 / model.dt_s:.3f} Hz")
+    policy = model.sampling_policy() if residual else None
+    request = RolloutRequest(params=model.params, policies=(policy,), samples=int(samples),
+                             seed=int(seed), guard=guard or model.guard,
+                             state_noise=model.state_noise if residual else None)
+    items = trajectory_items(model.scene, trajectories)
+    with engine_workers(model.scene, items, n_workers, settings) as workers:
+        results = workers.map(residual_trajectories, request)
+    stats = np.concatenate([r[2] for r in results])
+    predictions = TrajectoryPredictions(
+        {traj_id: (r[0], r[1]) for traj_id, r in zip(trajectories, results)},
+        meta={"scene": model.scene, "params": model.params.as_json(),
+              "substeps": model.substeps, "residual": bool(residual),
+              "samples": int(samples) if residual else 0, "seed": int(seed)})
+    summary = {"rollouts": len(stats), "events": int(stats[:, 0].sum()),
+               "energy_clamped": int(stats[:, 1].sum()), "normal_clamped": int(stats[:, 2].sum()),
+               "engine_energy_gains": int(stats[:, 3].sum()),
+               "max_penetration_m": float(stats[:, 4].max())}
+    return predictions, summary

@@ -1,0 +1,236 @@
+"""The :class:`Scene` interface shared by every scene, and engine settings.
+
+A scene owns the bodies of one simulated set-up inside one PyBullet client: it builds them
+from URDF in ``assets/``, knows its state layout and units, sets and gets state, applies the
+engine parameters, and answers the model queries contact math needs (mass matrix M and the
+Jacobian J of a body point, both in generalised velocity coordinates).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pybullet as pb
+
+from residualsim.errors import SceneError
+from residualsim.sim.scenes.params import EngineParams
+
+__all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf"]
+
+
+
+def _assets_dir() -> Path:
+    """``$RESIDUALSIM_ASSETS``, else the checkout's ``assets/``, else the installed copy."""
+    import os
+    import sys
+
+    candidates = [os.environ.get("RESIDUALSIM_ASSETS", ""),
+                  str(Path(__file__).resolve().parents[3] / "assets"),
+                  str(Path(sys.prefix) / "share" / "residualsim" / "assets")]
+    for candidate in filter(None, candidates):
+        if (Path(candidate) / "cube.urdf").is_file():
+            return Path(candidate)
+    return Path(candidates[1])
+
+
+#: Folder of the URDF files and meshes.
+ASSETS_DIR = _assets_dir()
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Solver settings of a scene.
+
+    ``dt_s`` is the recording period (one :meth:`Engine.step` advances it); each step runs
+    ``substeps`` internal steps of ``dt_s / substeps``. ``restitution_velocity_threshold_mps``
+    is Bullet's speed below which no bounce is applied (0: restitution applies at any speed).
+    ``erp`` sets ERP, contact ERP and friction ERP together (None keeps PyBullet's defaults).
+    """
+
+    dt_s: float
+    substeps: int = 10
+    gravity_mps2: tuple[float, float, float] = (0.0, 0.0, -9.81)
+    restitution_velocity_threshold_mps: float = 0.0
+    erp: float | None = None
+    solver_iterations: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.dt_s > 0:
+            raise SceneError(f"dt_s must be positive, got {self.dt_s}")
+        if int(self.substeps) != self.substeps or self.substeps < 1:
+            raise SceneError(f"substeps must be an integer >= 1, got {self.substeps}")
+
+
+def load_urdf(client: int, filename: str, **kwargs: object) -> int:
+    """Load ``assets/<filename>`` (or an absolute path) into ``client``; SceneError if it fails."""
+    path = Path(filename)
+    if not path.is_absolute():
+        path = ASSETS_DIR / path
+    if not path.is_file():
+        raise SceneError(f"{path}: URDF file not found")
+    try:
+        return pb.loadURDF(str(path), physicsClientId=client, **kwargs)
+    except pb.error as exc:
+        raise SceneError(f"{path}: PyBullet could not load this URDF ({exc})") from None
+
+
+def quat_wxyz_to_matrix(quat_wxyz: np.ndarray) -> np.ndarray:
+    """Rotation matrices (..., 3, 3), body to world, from quaternions (..., 4) in w-x-y-z."""
+    q = np.asarray(quat_wxyz, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+        ],
+        -2,
+    )
+
+
+class Scene(ABC):
+    """A single rigid body in contact with a static body (table or floor).
+
+    Subclasses set the class attributes and implement the state and model hooks. After
+    :meth:`build`, ``client``, ``body`` (the moving body's id), ``link`` (its link index,
+    -1 for a free base) and ``static_body`` are set.
+    """
+
+    #: Registry name, e.g. ``"cube"``.
+    name: str = ""
+    #: True for bodies moving in the world x-y plane.
+    planar: bool = False
+    #: Names of the state entries, with units, in order.
+    state_names: tuple[str, ...] = ()
+    #: Mass in kg and body-frame inertia about the centre of mass in kg m^2, shape (3, 3).
+    mass_kg: float = 0.0
+    inertia_body: np.ndarray = np.zeros((3, 3))
+    #: Default solver settings.
+    settings: EngineSettings = EngineSettings(dt_s=0.01)
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        if settings is not None:
+            self.settings = settings
+        self.client: int = -1
+        self.body: int = -1
+        self.link: int = -1
+        self.static_body: int = -1
+
+    # --- construction -------------------------------------------------------------------
+    @abstractmethod
+    def build(self, client: int) -> None:
+        """Load the bodies into ``client`` and zero PyBullet's default damping and motors."""
+
+    def apply_params(self, params: EngineParams) -> None:
+        """Give the bodies the effective contact parameters (see :mod:`.params`)."""
+        cid = self.client
+        pb.changeDynamics(self.static_body, -1, lateralFriction=1.0, restitution=1.0,
+                          spinningFriction=0.0, rollingFriction=0.0, physicsClientId=cid)
+        pb.changeDynamics(self.body, self.link, lateralFriction=params.lateral_friction,
+                          restitution=params.restitution,
+                          spinningFriction=params.spinning_friction,
+                          rollingFriction=params.rolling_friction, physicsClientId=cid)
+        if params.soft_contact:
+            pb.changeDynamics(self.body, self.link, contactStiffness=params.contact_stiffness,
+                              contactDamping=params.contact_damping, physicsClientId=cid)
+            # Series stiffness with 1e12 N/m and zero added damping: the body's values rule.
+            pb.changeDynamics(self.static_body, -1, contactStiffness=1e12, contactDamping=0.0,
+                              physicsClientId=cid)
+
+    # --- state ----------------------------------------------------------------------------
+    @property
+    def state_size(self) -> int:
+        """Length of the flat state vector."""
+        return len(self.state_names)
+
+    @abstractmethod
+    def set_state(self, state: np.ndarray) -> None:
+        """Set position and velocity from a flat state (layout: :attr:`state_names`)."""
+
+    @abstractmethod
+    def get_state(self) -> np.ndarray:
+        """The current flat state (layout: :attr:`state_names`)."""
+
+    @abstractmethod
+    def read_raw(self) -> object:
+        """The current state as PyBullet returns it, as cheaply as possible (hot loop)."""
+
+    @abstractmethod
+    def raw_to_states(self, raws: list) -> np.ndarray:
+        """Stack :meth:`read_raw` results into states of shape (T, state_size)."""
+
+    def read_pose_raw(self) -> object:
+        """The current pose as PyBullet returns it (hot loop); default: :meth:`read_raw`."""
+        return self.read_raw()
+
+    def raw_to_poses(self, raws: list) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (T, 3) m world and quaternions (T, 4) w-x-y-z from :meth:`read_pose_raw`
+        results."""
+        positions, quat, _, _ = self.rigid_motion(self.raw_to_states(raws))
+        return positions, quat
+
+    @abstractmethod
+    def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:
+        """The flat state of a :class:`~residualsim.data.Trajectory` at one sample."""
+
+    @abstractmethod
+    def rigid_motion(self, states: np.ndarray) -> tuple[np.ndarray, ...]:
+        """3D motion of the body for states (T, state_size).
+
+        Returns positions (T, 3) m world, quaternions (T, 4) w-x-y-z body to world, linear
+        velocity (T, 3) m/s world and angular velocity (T, 3) rad/s world.
+        """
+
+    # --- model queries (generalised coordinates) -------------------------------------------
+    @abstractmethod
+    def generalized_velocity(self) -> np.ndarray:
+        """Current generalised velocity q_dot (nv,)."""
+
+    @abstractmethod
+    def generalized_velocity_of(self, state: np.ndarray) -> np.ndarray:
+        """q_dot (nv,) held in a state (scene layout), without touching the world."""
+
+    @abstractmethod
+    def set_generalized_velocity(self, qdot: np.ndarray) -> None:
+        """Set the generalised velocity q_dot (nv,), keeping the configuration."""
+
+    @abstractmethod
+    def mass_matrix(self) -> np.ndarray:
+        """Generalised mass matrix M (nv, nv) at the current configuration."""
+
+    @abstractmethod
+    def point_jacobian(self, point_world: np.ndarray) -> np.ndarray:
+        """J (3, nv): world-frame velocity of the body point now at ``point_world`` = J q_dot."""
+
+    # --- derived ----------------------------------------------------------------------------
+    def energy(self, states: np.ndarray) -> np.ndarray:
+        """Total mechanical energy in joules (kinetic + gravitational, zero at height 0).
+
+        ``states`` is (state_size,) or (T, state_size); returns a float or (T,).
+        """
+        states = np.asarray(states, dtype=np.float64)
+        single = states.ndim == 1
+        pos, quat, vel, omega = self.rigid_motion(np.atleast_2d(states))
+        rot = quat_wxyz_to_matrix(quat)
+        omega_body = np.einsum("tji,tj->ti", rot, omega)
+        kinetic = 0.5 * self.mass_kg * np.einsum("ti,ti->t", vel, vel)
+        kinetic += 0.5 * np.einsum("ti,ij,tj->t", omega_body, self.inertia_body, omega_body)
+        potential = -self.mass_kg * pos @ np.asarray(self.settings.gravity_mps2)
+        total = kinetic + potential
+        return float(total[0]) if single else total
+
+    @property
+    def radius_of_gyration_m(self) -> float:
+        """sqrt(I / m) in metres: the length that makes an angle weigh like a distance
+        (I about the plane normal for planar scenes, the mean principal moment in 3D)."""
+        inertia = np.asarray(self.inertia_body)
+        moment = inertia[2, 2] if self.planar else np.trace(inertia) / 3.0
+        return float(np.sqrt(moment / self.mass_kg))
+
+    def describe_state(self) -> str:
+        """One line naming the state entries and their units."""
+        return f"{self.name}: state = ({', '.join(self.state_names)})"

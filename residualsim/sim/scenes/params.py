@@ -1,0 +1,166 @@
+"""Engine parameters that calibration tunes: names, units, valid ranges, defaults.
+
+Convention (see README, "Engine settings"): Bullet combines each contact coefficient across
+the two bodies in contact (lateral friction and restitution multiply; spinning and rolling
+friction combine as s_a*f_b + s_b*f_a; stiffness combines in series and damping adds). Every
+scene gives its static body (table, floor) friction 1, restitution 1, spinning and rolling
+friction 0 and, for soft contact, an effectively infinite stiffness and zero damping, so the
+values below are the *effective pair values* of the contact, not per-body values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from residualsim.atomic import read_json
+from residualsim.errors import ParameterError
+
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "parse_params"]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One tunable engine parameter.
+
+    ``low``/``high`` bound the valid range (inclusive); ``log_scale`` says calibration should
+    move it in log space. ``default`` is PyBullet's own effective value out of the box.
+    """
+
+    name: str
+    default: float
+    low: float
+    high: float
+    unit: str
+    description: str
+    log_scale: bool = False
+
+
+ENGINE_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("lateral_friction", 0.25, 0.0, 2.0, "-",
+              "Coulomb friction coefficient mu (PyBullet default 0.5 x 0.5 = 0.25)"),
+    ParamSpec("restitution", 0.0, 0.0, 1.0, "-",
+              "coefficient of restitution (post/pre normal velocity ratio)"),
+    ParamSpec("spinning_friction", 0.0, 0.0, 0.5, "m",
+              "torsional friction about the contact normal"),
+    ParamSpec("rolling_friction", 0.0, 0.0, 0.5, "m",
+              "rolling resistance"),
+    ParamSpec("contact_stiffness", math.inf, 1e2, math.inf, "N/m",
+              "soft-contact stiffness; inf selects PyBullet's rigid (LCP) contact", log_scale=True),
+    ParamSpec("contact_damping", 0.0, 0.0, 1e4, "N s/m",
+              "soft-contact damping; ignored for rigid contact"),
+)
+
+#: Stiffnesses of the arm + loop scene's joint springs, identified by
+#: :mod:`residualsim.sysid.loop_stiffness` through the same :class:`~residualsim.sysid.paramspace.ParamSpace`
+#: (they are not contact parameters, so :class:`EngineParams` does not hold them).
+SPRING_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("kappa_theta", 4.45252, 1e-3, 1e3, "N m/rad",
+              "stiffness of every θ (twist) joint of the loop", log_scale=True),
+    ParamSpec("kappa_psi", 0.96969, 1e-3, 1e3, "N m/rad",
+              "stiffness of every ψ (bending) joint of the loop", log_scale=True),
+)
+
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS}
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """Effective contact parameters of a scene; validated on creation.
+
+    Units: friction and restitution dimensionless, spinning and rolling friction in metres
+    (Bullet's convention), stiffness N/m, damping N*s/m.
+    """
+
+    lateral_friction: float = 0.25
+    restitution: float = 0.0
+    spinning_friction: float = 0.0
+    rolling_friction: float = 0.0
+    contact_stiffness: float = math.inf
+    contact_damping: float = 0.0
+
+    def __post_init__(self) -> None:
+        for spec in ENGINE_PARAMS:
+            value = getattr(self, spec.name)
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ParameterError(f"{spec.name} must be a number, got {value!r}") from None
+            if math.isnan(value) or (math.isinf(value) and spec.high != math.inf):
+                raise ParameterError(f"{spec.name} must be finite, got {value}")
+            if not spec.low <= value <= spec.high:
+                raise ParameterError(
+                    f"{spec.name} must lie in [{spec.low}, {spec.high}] {spec.unit}, got {value}"
+                )
+            object.__setattr__(self, spec.name, value)
+
+    @property
+    def soft_contact(self) -> bool:
+        """True when a finite contact stiffness selects Bullet's soft contact."""
+        return math.isfinite(self.contact_stiffness)
+
+    def replace(self, **changes: float) -> EngineParams:
+        """A copy with some parameters changed (validated)."""
+        unknown = sorted(set(changes) - set(_SPECS))
+        if unknown:
+            raise ParameterError(
+                f"unknown engine parameter(s) {', '.join(unknown)}; known: {', '.join(_SPECS)}"
+            )
+        return EngineParams(**{**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict of parameter name to value."""
+        return {spec.name: getattr(self, spec.name) for spec in ENGINE_PARAMS}
+
+    def as_json(self) -> dict[str, float | str]:
+        """Like :meth:`as_dict` but strict-JSON safe: an infinite value becomes ``"inf"``."""
+        return {k: (v if math.isfinite(v) else "inf") for k, v in self.as_dict().items()}
+
+
+def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
+                 base: EngineParams | None = None) -> EngineParams:
+    """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
+
+    A JSON file may hold the mapping itself or a ``{"params": {...}}`` or
+    ``{"median": {...}}`` object (a calibration summary); a directory holding a
+    ``summary.json`` (a calibration output) is read through that file. Values not given keep ``base``
+    (default: :class:`EngineParams` defaults).
+    """
+    base = base or EngineParams()
+    if source is None:
+        return base
+    if isinstance(source, EngineParams):
+        return source
+    if isinstance(source, Mapping):
+        return base.replace(**{str(k): v for k, v in source.items()})
+    text = str(source).strip()
+    path = Path(text)
+    if path.is_dir() and (path / "summary.json").is_file():  # a calibration directory
+        path = path / "summary.json"
+        text = str(path)
+    if text.endswith(".json") or path.is_file():
+        content = read_json(path, missing=f"{path}: parameter file not found",
+                            error=ParameterError)
+        if isinstance(content, dict):
+            for key in ("params", "median"):
+                if isinstance(content.get(key), dict):
+                    content = content[key]
+                    break
+        if not isinstance(content, dict):
+            raise ParameterError(f"{path}: expected a JSON object of parameter values")
+        try:
+            return base.replace(**content)
+        except ParameterError as exc:
+            raise ParameterError(f"{path}: {exc}") from None
+    changes: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ParameterError(f"expected name=value in parameter list, got {item!r}")
+        try:
+            changes[name.strip()] = float(value)
+        except ValueError:
+            raise ParameterError(f"{name.strip()}: {value!r} is not a number") from None
+    return base.replace(**changes)

@@ -1,0 +1,213 @@
+"""Trajectory likelihoods of engine parameters, evaluated in persistent worker processes.
+
+The error of one recording under parameters θ is its mean squared configuration error
+
+    e_i(θ) = mean_t ( ‖p_sim(t) − p_rec(t)‖² + r_g² · angle(R_sim(t), R_rec(t))² )   [m²]
+
+over its samples after the first (the shared initial state), with p the body position
+(metres, world frame), angle the geodesic rotation angle (radians) and r_g the body's radius
+of gyration (metres), so that angles weigh like lengths: in the plane this is the error of
+q = (x, y, r_g θ). For planar *impacts* (one contact each) it is the squared error of the
+post-contact velocity (dx, dy, r_g dθ) [m²/s²].
+
+Errors along one recording are strongly correlated (a wrong bounce shifts everything after
+it), so each recording counts as *one* observation. With the noise scale σ given (a
+tolerance: metres, or m/s for impacts),
+
+    log L(θ) = −Σ_i e_i(θ) / (2σ²)
+
+(the residual-learning paper's likelihood from the mean squared error). Estimated (the
+default), each recording i gets its own unknown scale σ_i, integrated out under the
+scale-free prior p(σ_i) ∝ 1/σ_i, which gives
+
+    log L(θ) = −½ Σ_i log e_i(θ)
+
+(both up to a constant). Why per recording: contact is chaotic, and from a noisy initial
+state a few recordings end up centimetres off whatever θ is, while most fit to millimetres.
+A pooled σ lets those few dominate and, on synthetic tosses with 1 mm / 5 mrad noise, put
+the true parameters 25 log-units below the mode (a posterior narrower than the real
+uncertainty); per-recording scales weigh every recording's *relative* fit equally and had
+the truth at the mode. A rollout that fails (NaN) has e_i = inf and log L = −inf.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from residualsim.data.impacts import PlanarImpacts
+from residualsim.data.trajectory import Trajectory
+from residualsim.sim.engine import Engine
+from residualsim.sim.rotations import geodesic_angle
+from residualsim.errors import DataError, ParameterError
+from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
+from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
+from residualsim.sim.pool import engine_workers
+
+__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "ERROR_FLOOR"]
+
+#: Smallest per-recording error used in the log (a 10 µm fit counts as perfect), m² or m²/s².
+ERROR_FLOOR = 1e-10
+
+
+def trajectory_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]) -> np.ndarray:
+    """Worker function: e_i (see module doc) of one recording for each parameter set.
+
+    ``item`` is ``(initial_state, positions (T-1, 3), quat_wxyz (T-1, 4), r_g)`` with the
+    recorded poses after the first sample.
+    """
+    initial_state, positions, quat, radius = item
+    errors = np.empty(len(batch))
+    for k, params in enumerate(batch):
+        if engine.params != params:
+            engine.set_params(params)
+        sim_positions, sim_quat = engine.rollout_poses(initial_state, len(positions))
+        squared = np.sum((sim_positions[1:] - positions) ** 2, axis=1)
+        squared += (radius * geodesic_angle(sim_quat[1:], quat)) ** 2
+        error = float(np.mean(squared))
+        errors[k] = error if math.isfinite(error) else math.inf
+    return errors
+
+
+def impact_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]) -> np.ndarray:
+    """Worker function: squared post-velocity error of one impact for each parameter set.
+
+    ``item`` is ``(row, pre_state (6,), post_velocity (3,), r_g)``.
+    """
+    row, pre_state, post_velocity, radius = item
+    scale = np.array([1.0, 1.0, radius])
+    errors = np.empty(len(batch))
+    for k, params in enumerate(batch):
+        velocity = simulate_impact(engine, (row, pre_state), params)
+        error = float(np.sum(((velocity - post_velocity) * scale) ** 2))
+        errors[k] = error if math.isfinite(error) else math.inf
+    return errors
+
+
+class _Likelihood:
+    """Shared part: worker pool, noise model, log-likelihood from per-item errors."""
+
+    #: Configuration dimension d of one item (for the reported noise estimate).
+    dims: int = 1
+    _function = staticmethod(trajectory_errors)
+
+    def __init__(self, scene: str, items: list, settings: EngineSettings,
+                 noise: float | None, n_workers: int, ids: list[str]) -> None:
+        if not items:
+            raise DataError("no recordings to calibrate on")
+        if noise is not None and not (math.isfinite(noise) and noise > 0):
+            raise ParameterError(f"noise scale must be a positive number, got {noise}")
+        self.scene = scene
+        self.settings = settings
+        self.noise = noise
+        self.ids = ids
+        self.n_items = len(items)
+        self._pool = engine_workers(scene, items, n_workers, settings)
+        self.n_workers = self._pool.n_workers
+        #: Number of rollouts run so far (items × parameter sets).
+        self.n_rollouts = 0
+
+    def errors(self, batch: Sequence[EngineParams]) -> np.ndarray:
+        """Per-item errors e_i, shape (len(batch), n_items), in the items' order."""
+        batch = list(batch)
+        per_item = self._pool.map(self._function, batch)
+        self.n_rollouts += len(batch) * self.n_items
+        return np.asarray(per_item, dtype=np.float64).reshape(self.n_items, len(batch)).T
+
+    def log_likelihood_from_errors(self, errors: np.ndarray) -> np.ndarray:
+        """log L (up to a constant) from errors (..., n_items); see the module doc."""
+        errors = np.asarray(errors, dtype=np.float64)
+        total = np.sum(errors, axis=-1)
+        if self.noise is not None:
+            value = -total / (2.0 * self.noise**2)
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                value = -0.5 * np.sum(np.log(np.maximum(errors, ERROR_FLOOR)), axis=-1)
+        return np.where(np.isfinite(total), value, -np.inf)
+
+    def __call__(self, batch: Sequence[EngineParams]) -> np.ndarray:
+        """log L for each parameter set in ``batch``, shape (len(batch),)."""
+        return self.log_likelihood_from_errors(self.errors(batch))
+
+    def noise_estimate(self, errors: np.ndarray) -> float:
+        """σ̂ = sqrt(Σ e_i / (n d)) for one row of errors: the noise scale they imply."""
+        return float(np.sqrt(np.sum(errors) / (self.n_items * self.dims)))
+
+    @property
+    def restarts(self) -> int:
+        """Dead workers replaced so far (their rollouts were re-run)."""
+        return self._pool.restarts
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TrajectoryLikelihood(_Likelihood):
+    """Likelihood of engine parameters given recorded trajectories (any scene).
+
+    Parameters
+    ----------
+    scene : str
+        Scene name, e.g. ``"cube"``.
+    trajectories : mapping of id -> Trajectory
+        Recordings; their common sample period is the engine step.
+    substeps : int, optional
+        Internal steps per sample (default: the scene's).
+    noise_m : float, optional
+        Observation noise scale σ in metres; default: estimated (integrated out).
+    n_workers : int
+        Worker processes, each holding a contiguous share of the recordings.
+    """
+
+    _function = staticmethod(trajectory_errors)
+
+    def __init__(self, scene: str, trajectories: Mapping[str, Trajectory],
+                 substeps: int | None = None, noise_m: float | None = None,
+                 n_workers: int = 1) -> None:
+        layout = make_scene(scene)
+        self.dims = 3 if layout.planar else 4
+        settings = recording_settings(scene, trajectories, substeps)
+        radius = layout.radius_of_gyration_m
+        items = []
+        for traj in trajectories.values():
+            if traj.n_samples < 2:
+                raise DataError(f"{traj.source or traj.traj_id}: needs at least 2 samples")
+            positions, quat, _, _ = layout.rigid_motion(np.array(
+                [layout.state_from_trajectory(traj, i) for i in range(traj.n_samples)]))
+            items.append((layout.state_from_trajectory(traj, 0), positions[1:], quat[1:],
+                          radius))
+        super().__init__(scene, items, settings, noise_m, n_workers, list(trajectories))
+
+
+class ImpactLikelihood(_Likelihood):
+    """Likelihood of planar-scene parameters given recorded impacts (post-contact velocity).
+
+    ``impacts`` must be in the ``"corrected"`` convention; ``noise`` is in m/s (of
+    (dx, dy, r_g dθ)); default estimated.
+    """
+
+    dims = 3
+    _function = staticmethod(impact_errors)
+
+    def __init__(self, scene: str, impacts: PlanarImpacts, substeps: int | None = None,
+                 noise_mps: float | None = None, n_workers: int = 1) -> None:
+        if impacts.convention != "corrected":
+            raise DataError(f"{impacts.source}: calibrate on impacts in the 'corrected' "
+                            "convention")
+        layout = make_scene(scene)
+        if not layout.planar:
+            raise DataError(f"{impacts.source}: planar impacts need a planar scene, "
+                            f"not {scene!r}")
+        radius = layout.radius_of_gyration_m
+        items = [(int(row), pre, post[3:6], radius) for row, pre, post
+                 in zip(impacts.rows, impacts.pre_state, impacts.post_state)]
+        super().__init__(scene, items, impact_settings(scene, substeps), noise_mps,
+                         n_workers, [str(int(r)) for r in impacts.rows])
