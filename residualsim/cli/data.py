@@ -7,7 +7,7 @@ import time
 
 from residualsim.cli.options import add_workers, count, json_line
 from residualsim.data.datasets import resolve_data
-from residualsim.errors import DataError
+from residualsim.errors import DataError, ParameterError
 
 
 def cmd_data_info(args: argparse.Namespace) -> None:
@@ -31,6 +31,9 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
     if args.scene != "cube":
         raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube') or an "
                         f"arm-loop joint recording (scene 'arm-loop'), got {args.scene!r}")
+    if not args.params:
+        raise ParameterError("data synthesize --scene cube needs --params: the true engine "
+                             "parameters, e.g. lateral_friction=0.3,restitution=0.4")
     from residualsim.experiments.jobs import synthesize_cube_set
 
     out, n, params = synthesize_cube_set(
@@ -50,7 +53,8 @@ def register(commands) -> None:
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
     synth.add_argument("--scene", default="cube")
-    synth.add_argument("--params", required=True, help="true parameters: k=v,... or JSON")
+    synth.add_argument("--params", help="true parameters: k=v,... or JSON (required for the "
+                       "cube; the arm-loop's truth is the loop model's own stiffness)")
     synth.add_argument("--like", help="start from this set's initial states and lengths")
     synth.add_argument("--limit", type=count(1), help="with --like: only the first N recordings")
     synth.add_argument("--count", type=count(1), default=8, help="sampled tosses without --like")

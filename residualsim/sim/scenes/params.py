@@ -1,6 +1,6 @@
 """Engine parameters that calibration tunes: names, units, valid ranges, defaults.
 
-Convention (see README, "Engine settings"): Bullet combines each contact coefficient across
+Convention (see train/README.md, "Scenes and engine settings"): Bullet combines each contact coefficient across
 the two bodies in contact (lateral friction and restitution multiply; spinning and rolling
 friction combine as s_a*f_b + s_b*f_a; stiffness combines in series and damping adds). Every
 scene gives its static body (table, floor) friction 1, restitution 1, spinning and rolling
