@@ -27,8 +27,8 @@ import numpy as np
 
 from residualsim.data import Trajectory
 from residualsim.data.datasets import first_contact_index
+from residualsim.data.velocities import fit_free_flight
 from residualsim.errors import DataError
-from residualsim.sim.rotations import quat_relative_rotvec
 
 #: Gravity used for the free-flight fit, m/s^2 along world -z.
 GRAVITY_MPS2 = 9.81
@@ -97,21 +97,16 @@ def free_flight_velocities(traj: Trajectory, half_width_m: float, max_samples: i
 
     The linear velocity is the slope of a parabola with gravity ``GRAVITY_MPS2`` through
     the centre positions; the angular velocity the slope, through the origin, of the
-    rotation vectors of R(t) R(0)^T. None when fewer than ``min_samples`` samples precede
-    the first contact (no free flight to fit).
+    rotation vectors of R(t) R(0)^T (:func:`residualsim.data.velocities.fit_free_flight`
+    with ``omega_intercept=False``, so the published estimates reproduce). None when fewer
+    than ``min_samples`` samples precede the first contact (no free flight to fit).
     """
     first = first_contact_index(traj, half_width_m)
     n = min(max_samples, traj.n_samples if first is None else first)
     if n < min_samples:
         return None
-    t = traj.times_s[:n] - traj.times_s[0]
-    heights = traj.positions_m[:n].copy()
-    heights[:, 2] += 0.5 * GRAVITY_MPS2 * t**2  # remove gravity: straight line left
-    design = np.stack([np.ones(n), t], axis=1)
-    velocity = np.linalg.lstsq(design, heights, rcond=None)[0][1]
-    increments = quat_relative_rotvec(traj.quat_wxyz[:n], traj.quat_wxyz[0])
-    omega = (t[1:, None] * increments[1:]).sum(axis=0) / np.sum(t[1:] ** 2)
-    return velocity, omega
+    return fit_free_flight(traj.times_s[:n], traj.positions_m[:n], traj.quat_wxyz[:n],
+                           gravity_mps2=GRAVITY_MPS2, omega_intercept=False)
 
 
 def estimate_state_noise(trajectories: Mapping[str, Trajectory], max_samples: int = 12

@@ -1,0 +1,332 @@
+"""Velocities of a recording that holds poses only: first contact, free-flight fit, smoothing.
+
+A motion-capture recording gives times, the base link's pose and joint positions; a rollout
+needs velocities too. :func:`estimate_velocities` estimates them in three steps.
+
+1. **First contact** (:func:`first_contact_by_acceleration`). The base's acceleration at each
+   sample is the second derivative of a quadratic fitted by least squares to the positions in
+   a window of :data:`ACCELERATION_WINDOW_S` = 60 ms around it (an odd number of samples, at
+   least 5, on the recorded time stamps). The first contact is the first sample whose
+   acceleration differs from gravity (9.81 m/s² along world -z; along -y for a planar body)
+   by more than :data:`CONTACT_ACCELERATION_MPS2` = 7 m/s² (Euclidean norm). Why 7: the
+   acceleration's noise for 0.5 mm tracker noise is about 0.7 m/s² per axis at 250 Hz and
+   1.1 m/s² at 100 Hz (more than 6 standard deviations below 7), a body resting on the
+   ground departs from gravity by 9.81 m/s², and an impact of 0.5 m/s spread over the
+   window by about 15 m/s². The window is centred on the sample, so the index found is up
+   to half a window (30 ms) EARLY: every sample before it is in free flight. Only the base
+   is tested; joint motion is not.
+2. **Initial state** (:func:`fit_free_flight`), from the samples before the first contact
+   that lie within :data:`MAX_FIT_S` = 0.1 s of the first sample, when there are at least
+   :data:`MIN_FIT_SAMPLES` = 4 of them, by least squares: the base position as a parabola
+   with known gravity (fitting p0 and v0 only); the orientation as a rotation at constant
+   world angular velocity omega (the slope of a line a + omega t fitted to the rotation
+   vectors of q(t) ⊗ q(0)⁻¹); each joint as a quadratic in t. The fitted motion gives the
+   velocities at every fitted sample, not only the first.
+3. **Elsewhere** (and everywhere when the free flight is too short): smoothed central
+   differences, the first derivative of a local quadratic fitted on the recorded time stamps
+   in a window of :data:`SMOOTHING_WINDOW_S` = 30 ms around each sample (at least 5
+   samples; a Savitzky-Golay filter that tolerates uneven sampling; shifted inward at the
+   ends). The angular velocity is the derivative at the centre of the rotation vectors of
+   q(t_j) ⊗ q(t_k)⁻¹, world frame; a window must turn by less than π (|omega| < 100 rad/s).
+   Velocity jumps at impacts are smeared over the window.
+
+Limits, stated: the parabola is exact for the centre of mass. For the built-in bodies the
+base frame is the centre of mass; for another body pass ``com_offset_base_m`` (the centre of
+mass in the base link's frame) and the fit follows p + R c instead and returns the frame's
+velocity; without it the centripetal acceleration of an offset frame biases v0 by about
+|omega|² |c| × 50 ms. Constant world omega is exact for a body with isotropic inertia or
+spinning about a principal axis and an approximation over 0.1 s otherwise. Quaternions are
+w-x-y-z, base -> world, throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "GRAVITY_MPS2",
+    "CONTACT_ACCELERATION_MPS2",
+    "ACCELERATION_WINDOW_S",
+    "SMOOTHING_WINDOW_S",
+    "MAX_FIT_S",
+    "MIN_FIT_SAMPLES",
+    "VelocityEstimate",
+    "relative_rotvecs",
+    "smoothed_derivative",
+    "smoothed_angular_velocity",
+    "base_accelerations",
+    "first_contact_by_acceleration",
+    "fit_free_flight",
+    "estimate_velocities",
+]
+
+#: Gravity, m/s², along world -z (free bodies) or -y (planar bodies).
+GRAVITY_MPS2 = 9.81
+#: A sample is in contact when its acceleration departs from gravity by more than this, m/s².
+CONTACT_ACCELERATION_MPS2 = 7.0
+#: Width of the window the acceleration is fitted in, s.
+ACCELERATION_WINDOW_S = 0.06
+#: Width of the window of the smoothed differences, s.
+SMOOTHING_WINDOW_S = 0.03
+#: The free-flight fit uses at most the samples this close to the first one, s.
+MAX_FIT_S = 0.1
+#: Fewer free-flight samples than this: no fit, smoothed differences at sample 0 too.
+MIN_FIT_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class VelocityEstimate:
+    """Estimated velocities of a recording of T samples and n joints.
+
+    Attributes
+    ----------
+    linear_velocity_mps : ndarray of shape (T, 3)
+        Velocity of the base frame's origin, m/s, world frame.
+    angular_velocity_world_radps : ndarray of shape (T, 3)
+        The base's angular velocity, rad/s, world frame.
+    joint_velocities : ndarray of shape (T, n)
+        rad/s or m/s.
+    first_contact : int or None
+        The first sample counted as contact (None: free flight throughout).
+    fit_samples : int
+        Samples fitted as free flight (0: smoothed differences everywhere).
+    """
+
+    linear_velocity_mps: np.ndarray
+    angular_velocity_world_radps: np.ndarray
+    joint_velocities: np.ndarray
+    first_contact: int | None
+    fit_samples: int
+
+    def summary(self) -> dict[str, object]:
+        """JSON-serialisable description of how the velocities were obtained."""
+        return {"method": "free-flight fit, then smoothed differences" if self.fit_samples
+                else "smoothed differences",
+                "first_contact_index": self.first_contact, "fit_samples": self.fit_samples}
+
+
+def relative_rotvecs(target_wxyz: np.ndarray, reference_wxyz: np.ndarray) -> np.ndarray:
+    """Rotation vectors (..., 3), rad, world frame, of ``target ⊗ reference⁻¹`` for unit
+    quaternions (..., 4) w-x-y-z (broadcast): the shortest rotation from reference to target."""
+    from scipy.spatial.transform import Rotation
+
+    a, b = np.broadcast_arrays(np.asarray(target_wxyz, np.float64),
+                               np.asarray(reference_wxyz, np.float64))
+    ra = Rotation.from_quat(np.array(a).reshape(-1, 4)[:, [1, 2, 3, 0]])
+    rb = Rotation.from_quat(np.array(b).reshape(-1, 4)[:, [1, 2, 3, 0]])
+    return (ra * rb.inv()).as_rotvec().reshape(*a.shape[:-1], 3)
+
+
+def _width(times_s: np.ndarray, window_s: float) -> int:
+    """An odd sample count covering ``window_s`` at the median period, >= 5, <= T (odd)."""
+    period = float(np.median(np.diff(times_s)))
+    width = max(5, int(round(window_s / period)) | 1)
+    n = len(times_s)
+    return min(width, n if n % 2 else n - 1)
+
+
+def _windows(n: int, width: int) -> np.ndarray:
+    """(n, width) sample indices of a window around each sample, shifted inward at the ends."""
+    start = np.clip(np.arange(n) - width // 2, 0, n - width)
+    return start[:, None] + np.arange(width)[None, :]
+
+
+def _local_fits(times_s: np.ndarray, values: np.ndarray, index: np.ndarray,
+                order: int = 2) -> np.ndarray:
+    """Least-squares polynomial coefficients (T, order + 1, d) in (t - t_k) of ``values``
+    (T, W, d) sampled at ``times_s[index]``, one fit per centre sample k."""
+    offsets = times_s[index] - times_s[:, None]  # (T, W)
+    scale = float(np.max(np.abs(offsets))) or 1.0
+    design = (offsets / scale)[..., None] ** np.arange(order + 1)  # (T, W, order + 1)
+    coefficients = np.linalg.pinv(design) @ values  # (T, order + 1, d)
+    return coefficients / (scale ** np.arange(order + 1))[None, :, None]
+
+
+def smoothed_derivative(times_s: np.ndarray, values: np.ndarray,
+                        window_s: float = SMOOTHING_WINDOW_S) -> np.ndarray:
+    """First time derivative (T, d) of ``values`` (T, d): the slope at each sample of a
+    quadratic fitted in a window of ``window_s`` around it (see the module docstring)."""
+    times_s = np.asarray(times_s, np.float64)
+    values = np.asarray(values, np.float64).reshape(len(times_s), -1)
+    if values.shape[1] == 0:
+        return values.copy()
+    index = _windows(len(times_s), _width(times_s, window_s))
+    return _local_fits(times_s, values[index], index)[:, 1, :]
+
+
+def smoothed_angular_velocity(times_s: np.ndarray, quat_wxyz: np.ndarray,
+                              window_s: float = SMOOTHING_WINDOW_S) -> np.ndarray:
+    """Angular velocity (T, 3), rad/s, world frame, of orientations (T, 4) w-x-y-z base ->
+    world: the slope at each sample of a quadratic fitted to the rotation vectors of
+    q(t_j) ⊗ q(t_k)⁻¹ over a window of ``window_s`` around it."""
+    times_s = np.asarray(times_s, np.float64)
+    quat_wxyz = np.asarray(quat_wxyz, np.float64)
+    index = _windows(len(times_s), _width(times_s, window_s))
+    relative = relative_rotvecs(quat_wxyz[index], quat_wxyz[:, None, :])  # (T, W, 3)
+    return _local_fits(times_s, relative, index)[:, 1, :]
+
+
+def base_accelerations(times_s: np.ndarray, positions_m: np.ndarray,
+                       window_s: float = ACCELERATION_WINDOW_S) -> np.ndarray:
+    """Acceleration (T, 3), m/s², world frame: twice the quadratic coefficient of a local
+    least-squares fit of the positions (T, 3) in a window of ``window_s`` around each sample."""
+    times_s = np.asarray(times_s, np.float64)
+    index = _windows(len(times_s), _width(times_s, window_s))
+    positions = np.asarray(positions_m, np.float64)
+    return 2.0 * _local_fits(times_s, positions[index], index)[:, 2, :]
+
+
+def _gravity(gravity_axis: int, gravity_mps2: float) -> np.ndarray:
+    vector = np.zeros(3)
+    vector[gravity_axis] = -gravity_mps2
+    return vector
+
+
+def first_contact_by_acceleration(
+    times_s: np.ndarray, positions_m: np.ndarray, *, gravity_axis: int = 2,
+    threshold_mps2: float = CONTACT_ACCELERATION_MPS2,
+    window_s: float = ACCELERATION_WINDOW_S, gravity_mps2: float = GRAVITY_MPS2,
+) -> int | None:
+    """The first sample whose base acceleration departs from gravity by more than
+    ``threshold_mps2`` (m/s², norm), or None; up to half a window early (module docstring).
+
+    Parameters
+    ----------
+    times_s : ndarray of shape (T,)
+        Seconds, increasing; T >= 3.
+    positions_m : ndarray of shape (T, 3)
+        Base position (or centre of mass), m, world frame.
+    gravity_axis : int
+        2 for a free body (gravity along world -z), 1 for a planar body (-y).
+    threshold_mps2, window_s, gravity_mps2 : float
+        The criterion's threshold (m/s²), the fit window (s) and gravity's magnitude (m/s²).
+    """
+    acceleration = base_accelerations(times_s, positions_m, window_s)
+    deviation = np.linalg.norm(acceleration - _gravity(gravity_axis, gravity_mps2), axis=1)
+    hits = np.flatnonzero(deviation > threshold_mps2)
+    return int(hits[0]) if hits.size else None
+
+
+def fit_free_flight(
+    times_s: np.ndarray, positions_m: np.ndarray, quat_wxyz: np.ndarray, *,
+    gravity_axis: int = 2, gravity_mps2: float = GRAVITY_MPS2,
+    com_offset_base_m: np.ndarray | None = None, omega_intercept: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Initial velocities fitted by least squares to samples in free flight (all given).
+
+    Parameters
+    ----------
+    times_s : ndarray of shape (N,)
+        Seconds; the fit gives the velocities at ``times_s[0]``.
+    positions_m : ndarray of shape (N, 3)
+        Base frame origin, m, world frame.
+    quat_wxyz : ndarray of shape (N, 4)
+        Base orientation, w-x-y-z, base -> world.
+    gravity_axis, gravity_mps2 : int, float
+        Gravity is ``gravity_mps2`` (m/s²) along minus world axis ``gravity_axis``.
+    com_offset_base_m : ndarray of shape (3,), optional
+        The centre of mass in the base frame, m: the parabola is fitted to p + R(t) c.
+    omega_intercept : bool, default True
+        Fit the rotation vectors as a + omega t (a absorbs the noise of the first
+        quaternion, which a line through the origin turns into a bias of omega); False
+        fits omega t through the origin, as :mod:`residualsim.residual.state_noise` always
+        has (kept so that its published estimates reproduce).
+
+    Returns
+    -------
+    velocity_mps : ndarray of shape (3,)
+        Velocity of the base frame's origin at the first sample, m/s, world frame: the slope
+        of the parabola with known gravity (p0 and v0 fitted).
+    omega_world_radps : ndarray of shape (3,)
+        Constant angular velocity, rad/s, world frame: the least-squares slope of the
+        rotation vectors of q(t) ⊗ q(0)⁻¹ against t.
+    """
+    times_s = np.asarray(times_s, np.float64)
+    n = len(times_s)
+    t = times_s - times_s[0]
+    heights = np.array(positions_m, dtype=np.float64)
+    if com_offset_base_m is not None:
+        from scipy.spatial.transform import Rotation
+
+        rotations = Rotation.from_quat(np.asarray(quat_wxyz, np.float64)[:, [1, 2, 3, 0]])
+        offsets = rotations.apply(np.asarray(com_offset_base_m, np.float64))  # (N, 3) world
+        heights += offsets
+    heights[:, gravity_axis] += 0.5 * gravity_mps2 * t**2  # remove gravity: straight line left
+    design = np.stack([np.ones(n), t], axis=1)
+    velocity = np.linalg.lstsq(design, heights, rcond=None)[0][1]
+    increments = relative_rotvecs(quat_wxyz, np.asarray(quat_wxyz)[0])
+    if omega_intercept:
+        omega = np.linalg.lstsq(design, increments, rcond=None)[0][1]
+    else:
+        omega = (t[1:, None] * increments[1:]).sum(axis=0) / np.sum(t[1:] ** 2)
+    if com_offset_base_m is not None:
+        velocity = velocity - np.cross(omega, offsets[0])
+    return velocity, omega
+
+
+def estimate_velocities(
+    times_s: np.ndarray, positions_m: np.ndarray, quat_wxyz: np.ndarray,
+    joint_positions: np.ndarray | None = None, *, planar: bool = False,
+    threshold_mps2: float = CONTACT_ACCELERATION_MPS2, max_fit_s: float = MAX_FIT_S,
+    min_fit_samples: int = MIN_FIT_SAMPLES, window_s: float = SMOOTHING_WINDOW_S,
+    com_offset_base_m: np.ndarray | None = None,
+) -> VelocityEstimate:
+    """Velocities of a poses-only recording, by the method of the module docstring.
+
+    Parameters
+    ----------
+    times_s : ndarray of shape (T,)
+        Seconds, strictly increasing, T >= 3.
+    positions_m : ndarray of shape (T, 3)
+        Base frame origin, m, world frame.
+    quat_wxyz : ndarray of shape (T, 4)
+        Base orientation, unit, w-x-y-z, base -> world.
+    joint_positions : ndarray of shape (T, n), optional
+        rad or m, already unwrapped.
+    planar : bool
+        Gravity along -y (a planar body in the x-y plane) instead of -z.
+    threshold_mps2, max_fit_s, min_fit_samples, window_s
+        See :data:`CONTACT_ACCELERATION_MPS2`, :data:`MAX_FIT_S`, :data:`MIN_FIT_SAMPLES`,
+        :data:`SMOOTHING_WINDOW_S`.
+    com_offset_base_m : ndarray of shape (3,), optional
+        Centre of mass in the base frame, m (see :func:`fit_free_flight`); the contact test
+        then follows the centre of mass too.
+    """
+    times_s = np.asarray(times_s, np.float64)
+    positions = np.asarray(positions_m, np.float64)
+    quats = np.asarray(quat_wxyz, np.float64)
+    joints = np.zeros((len(times_s), 0)) if joint_positions is None else np.asarray(
+        joint_positions, np.float64).reshape(len(times_s), -1)
+    axis = 1 if planar else 2
+    centre = positions
+    if com_offset_base_m is not None:
+        from scipy.spatial.transform import Rotation
+
+        centre = positions + Rotation.from_quat(quats[:, [1, 2, 3, 0]]).apply(
+            np.asarray(com_offset_base_m, np.float64))
+    first = first_contact_by_acceleration(times_s, centre, gravity_axis=axis,
+                                          threshold_mps2=threshold_mps2)
+    linear = smoothed_derivative(times_s, positions, window_s)
+    angular = smoothed_angular_velocity(times_s, quats, window_s)
+    joint_rates = smoothed_derivative(times_s, joints, window_s)
+    free = len(times_s) if first is None else first
+    n_fit = min(free, int(np.searchsorted(times_s - times_s[0], max_fit_s, side="right")))
+    if n_fit < max(min_fit_samples, 3):
+        return VelocityEstimate(linear, angular, joint_rates, first, 0)
+    t = times_s[:n_fit] - times_s[0]
+    velocity, omega = fit_free_flight(times_s[:n_fit], positions[:n_fit], quats[:n_fit],
+                                      gravity_axis=axis, com_offset_base_m=com_offset_base_m)
+    gravity = _gravity(axis, GRAVITY_MPS2)
+    linear[:n_fit] = velocity + t[:, None] * gravity
+    if com_offset_base_m is not None:  # the frame's velocity: v_com(t) - omega x R(t) c
+        offsets = centre[:n_fit] - positions[:n_fit]
+        linear[:n_fit] = (velocity + np.cross(omega, offsets[0])) + t[:, None] * gravity \
+            - np.cross(omega, offsets)
+    angular[:n_fit] = omega
+    if joints.shape[1]:
+        design = np.stack([np.ones(n_fit), t, t**2], axis=1)
+        coefficients = np.linalg.lstsq(design, joints[:n_fit], rcond=None)[0]  # (3, n)
+        joint_rates[:n_fit] = coefficients[1] + 2.0 * t[:, None] * coefficients[2]
+    return VelocityEstimate(linear, angular, joint_rates, first, n_fit)
