@@ -294,7 +294,8 @@ class Engine:
         centre, _, velocity, omega = scene.rigid_motion(states[[start - 1, end]])
         duration = (end - start + 1) * self.dt_s
         gravity = np.asarray(scene.settings.gravity_mps2)
-        impulse = scene.mass_kg * (velocity[1] - velocity[0] - gravity * duration)
+        com_velocity = scene.com_velocity(states[[start - 1, end]])
+        impulse = scene.mass_kg * (com_velocity[1] - com_velocity[0] - gravity * duration)
         if points:
             table = np.array([(*p[6], *p[7], p[9]) for p in points])
             weights = np.maximum(table[:, 6], 0.0)
@@ -320,9 +321,10 @@ class Engine:
         """Generalised mass matrix M (nv, nv) now (see the scene for the coordinates)."""
         return self.scene.mass_matrix()
 
-    def point_jacobian(self, point_world: np.ndarray) -> np.ndarray:
-        """J_p (3, nv): world velocity of the body point now at ``point_world`` (m)."""
-        return self.scene.point_jacobian(np.asarray(point_world, dtype=np.float64))
+    def point_jacobian(self, point_world: np.ndarray, link: int | None = None) -> np.ndarray:
+        """J_p (3, nv): world velocity of the body point now at ``point_world`` (m), on
+        ``link`` (PyBullet index; only bodies of several links need it)."""
+        return self.scene.point_jacobian(np.asarray(point_world, dtype=np.float64), link)
 
     def contact_model(self, point_world: np.ndarray, normal_world: np.ndarray) -> ContactModel:
         """Contact quantities (J, M_c, v_c, features) at a point with a given normal, now."""

@@ -266,12 +266,17 @@ def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tupl
     normal, with the pre-step velocity of ``pre_state`` (scene layout). Every learner that
     pairs recorded events with the rollout's uses this, so their features agree."""
     scene = engine.scene
+    links = {p[3] for p in points}
+    if len(links) > 1:  # an articulated body: the link pressed hardest carries the event
+        link = max(links, key=lambda k: (sum(max(p[9], 0.0) for p in points if p[3] == k),
+                                         -k))
+        points = [p for p in points if p[3] == link]
     table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
     weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
     point = weights @ table[:, 0:3] / weights.sum()
     normal = weights @ table[:, 3:6]
     normal /= np.linalg.norm(normal)
-    return contact_model(engine.mass_matrix(), engine.point_jacobian(point),
+    return contact_model(engine.mass_matrix(), engine.point_jacobian(point, points[0][3]),
                          scene.generalized_velocity_of(pre_state), point, normal,
                          planar=scene.planar)
 
@@ -315,7 +320,7 @@ class _EventCorrector:
         # No touching point's normal velocity may be pushed below min(0, engine's).
         cap = 1.0
         for p in touching:
-            row = np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]))
+            row = np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]), p[3])
             normal_now, normal_change = float(row @ qdot), float(row @ delta)
             floor = min(0.0, normal_now) - self.guard.penetration_tolerance_m / engine.dt_s
             if normal_now + cap * normal_change < floor:

@@ -7,6 +7,11 @@ name                what
 ``planar-ellipse``  MCube elliptic disc on planar joints, vertical arena, floor at y = 0
 ``planar-dice``     square PLA dice (49 g) in the same arena
 ==================  =====================================================================
+
+Any other object comes as a scene file (``.toml``: a URDF plus ``kind``, ``substeps``; see
+:mod:`~residualsim.sim.scenes.scene_file`) or a bare ``.urdf``: ``make_scene("elbow.toml")``
+builds a :class:`~residualsim.sim.scenes.urdf_scene.FreeUrdfScene` (3D, rigid or
+articulated) or a :class:`~residualsim.sim.scenes.planar_urdf.PlanarUrdfScene`.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from residualsim.sim.scenes.base import ASSETS_DIR, EngineSettings, Scene
 from residualsim.sim.scenes.cube import CubeScene
 from residualsim.sim.scenes.params import ENGINE_PARAMS, EngineParams, ParamSpec, parse_params
 from residualsim.sim.scenes.planar import PlanarDiceScene, PlanarEllipseScene, PlanarScene
+from residualsim.sim.scenes.scene_file import SceneSpec, is_scene_path, read_scene_file
 
 __all__ = [
     "ASSETS_DIR", "SCENES", "make_scene", "Scene", "EngineSettings", "CubeScene",
     "PlanarScene", "PlanarEllipseScene", "PlanarDiceScene", "EngineParams", "ParamSpec",
-    "ENGINE_PARAMS", "parse_params",
+    "ENGINE_PARAMS", "parse_params", "SceneSpec", "read_scene_file", "is_scene_path",
+    "scene_from_spec",
 ]
 
 SCENES: dict[str, type[Scene]] = {
@@ -30,12 +37,25 @@ SCENES: dict[str, type[Scene]] = {
 }
 
 
+def scene_from_spec(spec: SceneSpec, settings: EngineSettings | None = None) -> Scene:
+    """The scene a scene file describes (free: 3D, rigid or articulated; planar)."""
+    if spec.kind == "planar":
+        from residualsim.sim.scenes.planar_urdf import PlanarUrdfScene
+
+        return PlanarUrdfScene(spec, settings)
+    from residualsim.sim.scenes.urdf_scene import FreeUrdfScene
+
+    return FreeUrdfScene(spec, settings)
+
+
 def make_scene(name: str | Scene, settings: EngineSettings | None = None) -> Scene:
-    """A new (unbuilt) scene by registry name; SceneError naming the known scenes otherwise."""
+    """A new (unbuilt) scene: a registry name, or the path of a scene file (``.toml``) or a
+    ``.urdf``. SceneError naming the known scenes, or the file and its problem, otherwise."""
     if isinstance(name, Scene):
         return name
-    try:
-        cls = SCENES[name]
-    except KeyError:
-        raise SceneError(f"unknown scene {name!r}; known scenes: {', '.join(SCENES)}") from None
-    return cls(settings)
+    if name in SCENES:
+        return SCENES[name](settings)
+    if is_scene_path(name):
+        return scene_from_spec(read_scene_file(name), settings)
+    raise SceneError(f"unknown scene {name!r}; known scenes: {', '.join(SCENES)}, or the path "
+                     "of a scene file (.toml) or a .urdf")

@@ -29,7 +29,7 @@ import pybullet as pb
 import pybullet_data
 
 from residualsim.errors import SceneError
-from residualsim.sim.scenes.base import ASSETS_DIR
+from residualsim.sim.scenes.base import ASSETS_DIR, cache_dir
 from residualsim.sim.scenes.loop_urdf import LoopParameters, loop_urdf, read_loop_parameters
 
 __all__ = ["ArmLoopScene", "ArmLoopRun", "lqr_gains", "ArmLoopSettings", "LOOP_X_M", "CLAMP_HEIGHT_M", "ARM_JOINTS",
@@ -68,16 +68,12 @@ def loop_asset(n_links: int) -> Path:
     ``assets/loop<n>.urdf`` when shipped (12 and 24), otherwise generated once into the
     user cache (``$RESIDUALSIM_CACHE``, else ``$XDG_CACHE_HOME/residualsim``, else
     ``~/.cache/residualsim``), never into the installed package, which may be read-only."""
-    import os
-
     if int(n_links) != n_links or n_links < 3:
         raise SceneError(f"a loop needs an integer number of links >= 3, got {n_links!r}")
     shipped = ASSETS_DIR / f"loop{n_links}.urdf"
     if shipped.is_file():
         return shipped
-    root = os.environ.get("RESIDUALSIM_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "residualsim"
-    path = Path(root) / f"loop{n_links}.urdf"
+    path = cache_dir() / f"loop{n_links}.urdf"
     if not path.is_file():
         from residualsim.atomic import atomic_write_text
 

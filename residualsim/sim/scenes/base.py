@@ -18,7 +18,7 @@ import pybullet as pb
 from residualsim.errors import SceneError
 from residualsim.sim.scenes.params import EngineParams
 
-__all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf"]
+__all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf", "cache_dir"]
 
 
 
@@ -38,6 +38,17 @@ def _assets_dir() -> Path:
 
 #: Folder of the URDF files and meshes.
 ASSETS_DIR = _assets_dir()
+
+
+def cache_dir() -> Path:
+    """Where generated URDF files go: ``$RESIDUALSIM_CACHE``, else
+    ``$XDG_CACHE_HOME/residualsim``, else ``~/.cache/residualsim`` (never the installed
+    package, which may be read-only)."""
+    import os
+
+    root = os.environ.get("RESIDUALSIM_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "residualsim"
+    return Path(root)
 
 
 @dataclass(frozen=True)
@@ -125,18 +136,23 @@ class Scene(ABC):
     def build(self, client: int) -> None:
         """Load the bodies into ``client`` and zero PyBullet's default damping and motors."""
 
+    def contact_links(self) -> list[int]:
+        """PyBullet link indices of the moving body that touch the world (default: ``link``)."""
+        return [self.link]
+
     def apply_params(self, params: EngineParams) -> None:
         """Give the bodies the effective contact parameters (see :mod:`.params`)."""
         cid = self.client
         pb.changeDynamics(self.static_body, -1, lateralFriction=1.0, restitution=1.0,
                           spinningFriction=0.0, rollingFriction=0.0, physicsClientId=cid)
-        pb.changeDynamics(self.body, self.link, lateralFriction=params.lateral_friction,
-                          restitution=params.restitution,
-                          spinningFriction=params.spinning_friction,
-                          rollingFriction=params.rolling_friction, physicsClientId=cid)
-        if params.soft_contact:
-            pb.changeDynamics(self.body, self.link, contactStiffness=params.contact_stiffness,
-                              contactDamping=params.contact_damping, physicsClientId=cid)
+        for link in self.contact_links():
+            pb.changeDynamics(self.body, link, lateralFriction=params.lateral_friction,
+                              restitution=params.restitution,
+                              spinningFriction=params.spinning_friction,
+                              rollingFriction=params.rolling_friction, physicsClientId=cid)
+            if params.soft_contact:
+                pb.changeDynamics(self.body, link, contactStiffness=params.contact_stiffness,
+                                  contactDamping=params.contact_damping, physicsClientId=cid)
             # Series stiffness with 1e12 N/m and zero added damping: the body's values rule.
             pb.changeDynamics(self.static_body, -1, contactStiffness=1e12, contactDamping=0.0,
                               physicsClientId=cid)
@@ -203,10 +219,17 @@ class Scene(ABC):
         """Generalised mass matrix M (nv, nv) at the current configuration."""
 
     @abstractmethod
-    def point_jacobian(self, point_world: np.ndarray) -> np.ndarray:
-        """J (3, nv): world-frame velocity of the body point now at ``point_world`` = J q_dot."""
+    def point_jacobian(self, point_world: np.ndarray, link: int | None = None) -> np.ndarray:
+        """J (3, nv): world-frame velocity of the body point now at ``point_world`` = J q_dot.
+
+        ``link``: the PyBullet link index holding the point, for bodies of several links
+        (a contact tuple's ``linkIndexA``); single bodies ignore it."""
 
     # --- derived ----------------------------------------------------------------------------
+    def com_velocity(self, states: np.ndarray) -> np.ndarray:
+        """Velocity (T, 3) m/s world of the body's centre of mass, for states (T, n)."""
+        return self.rigid_motion(np.atleast_2d(states))[2]
+
     def energy(self, states: np.ndarray) -> np.ndarray:
         """Total mechanical energy in joules (kinetic + gravitational, zero at height 0).
 

@@ -110,6 +110,6 @@ class CubeScene(Scene):
         rot = self._rotation()
         return free_body_mass_matrix(self.mass_kg, rot @ self.inertia_body @ rot.T)
 
-    def point_jacobian(self, point_world: np.ndarray) -> np.ndarray:
+    def point_jacobian(self, point_world: np.ndarray, link: int | None = None) -> np.ndarray:
         centre, _ = pb.getBasePositionAndOrientation(self.body, physicsClientId=self.client)
         return free_body_point_jacobian(np.asarray(point_world) - np.asarray(centre))

@@ -141,7 +141,7 @@ class PlanarScene(Scene):
         return np.array(pb.calculateMassMatrix(self.body, self._positions(),
                                                physicsClientId=self.client))
 
-    def point_jacobian(self, point_world: np.ndarray) -> np.ndarray:
+    def point_jacobian(self, point_world: np.ndarray, link: int | None = None) -> np.ndarray:
         link_state = pb.getLinkState(self.body, _THETA, physicsClientId=self.client)
         com_world, com_orn = link_state[0], link_state[1]
         inv_pos, inv_orn = pb.invertTransform(com_world, com_orn)
