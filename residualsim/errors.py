@@ -13,6 +13,7 @@ __all__ = [
     "ParameterError",
     "SceneError",
     "PredictionError",
+    "SolverError",
 ]
 
 
@@ -38,3 +39,16 @@ class SceneError(ResidualSimError, ValueError):
 
 class PredictionError(ResidualSimError, ValueError):
     """A prediction file does not match the recorded data it is scored against."""
+
+
+class SolverError(ResidualSimError, RuntimeError):
+    """A numerical solver (IPOPT, in the MPEC identification) did not return a solution.
+
+    ``status`` holds the solver's own return status (e.g. ``Infeasible_Problem_Detected``),
+    which the message names too; ``solves`` the record of the solves run so far.
+    """
+
+    def __init__(self, message: str, status: str = "", solves: list | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.solves = list(solves or [])

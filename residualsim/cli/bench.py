@@ -1,6 +1,6 @@
 """``residualsim bench ...``: benchmarks that print ratios against a baseline measured in the
 same run (engine wrapper, calibration step, residual rollouts, executors, beliefs, loop
-identification)."""
+identification, MPEC)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,22 @@ def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
     json_line({"command": "bench identify-loop", **report})
 
 
+def cmd_bench_mpec(args: argparse.Namespace) -> None:
+    from residualsim.experiments.bench_mpec import bench_mpec
+
+    r = bench_mpec(filter_particles=args.particles, rng=args.seed)
+    print("noise      mu MPEC     |error|   filter    iters  solve s  violation")
+    for row in r["single"]:
+        print(f"{row['noise']:<8.0e} {row['mu_mpec']:.6f} {row['mu_error']:9.2e} "
+              f"{row['mu_filter']:.4f} {row['iterations']:7d} {row['solver_seconds']:7.2f} "
+              f"{row['violation']:9.1e}")
+    for row in r["multi"]:
+        print(f"{row['particles']:2d} particles: mu RMSE MPEC {row['mu_rmse']:.2e}, filter "
+              f"{row['filter_rmse']:.2e}; {row['iterations']} iterations, "
+              f"{row['solver_seconds']:.2f} s")
+    json_line({"command": "bench mpec", **r})
+
+
 def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
@@ -197,3 +213,7 @@ def register(commands) -> None:
     bid.add_argument("--workers", type=count(1), default=2)
     bid.add_argument("--seed", type=int, default=0, help="noise seed of the recording")
     bid.set_defaults(run=cmd_bench_identify_loop)
+    bmp = bench_commands.add_parser("mpec", help="MPEC identification of synthetic particles")
+    bmp.add_argument("--particles", type=count(2), default=2000, help="particle filter size")
+    bmp.add_argument("--seed", type=int, default=0)
+    bmp.set_defaults(run=cmd_bench_mpec)

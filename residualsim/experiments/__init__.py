@@ -5,6 +5,8 @@
 * :mod:`~residualsim.experiments.evaluate`: the ``evaluate`` command's tables and curves.
 * :mod:`~residualsim.experiments.bench`: benchmarks that print ratios against a baseline
   measured in the same run.
+* :mod:`~residualsim.experiments.bench_mpec`: the MPEC identification's seed experiments on
+  synthetic particles, against a particle filter.
 * :mod:`~residualsim.experiments.demo`: the ``demo`` command on the bundled real tosses.
 """
 
@@ -20,6 +22,7 @@ _EXPORTS = {
     'bench_executors': 'residualsim.experiments.bench',
     'bench_identify_loop': 'residualsim.experiments.bench',
     'bench_beliefs': 'residualsim.experiments.bench',
+    'bench_mpec': 'residualsim.experiments.bench_mpec',
     'evaluate_impacts': 'residualsim.experiments.evaluate',
     'evaluate_curve': 'residualsim.experiments.evaluate',
     'impact_markdown': 'residualsim.experiments.evaluate',

@@ -8,6 +8,8 @@
 * :mod:`~residualsim.sysid.calibrate`: the ``calibrate`` workflow (output directory, resume).
 * :mod:`~residualsim.sysid.loop_stiffness`: the arm + loop stiffness (least squares,
   gradient, homotopy, posterior).
+* :mod:`~residualsim.sysid.mpec`: complementarity-constrained identification (MPEC): contact
+  parameters, states and forces jointly from recordings, no simulator in the loop.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ _EXPORTS = {
     'trace_plot': 'residualsim.sysid.plots',
     'Posterior': 'residualsim.sysid.posterior',
     'POSTERIOR_FORMAT': 'residualsim.sysid.posterior',
+    'identify_particles': 'residualsim.sysid.mpec',
+    'make_particle_recording': 'residualsim.sysid.mpec',
+    'filter_mu': 'residualsim.sysid.mpec',
 }
 
 __all__ = list(_EXPORTS)

@@ -1,0 +1,37 @@
+"""Complementarity-constrained identification (MPEC; Berard & Trinkle 2008): states, contact
+forces and contact parameters estimated jointly from recordings, with the time-stepping
+contact model as constraints and no simulator in the loop (CasADi + IPOPT).
+
+* :mod:`~residualsim.sysid.mpec.relaxation`: the generic Scholtes relaxation driven to zero.
+* :mod:`~residualsim.sysid.mpec.particles`: point masses on a floor (exact forward
+  simulator, one μ per particle); :mod:`~residualsim.sysid.mpec.particle_filter`: the
+  bootstrap particle filter it is compared with.
+* :mod:`~residualsim.sysid.mpec.impacts`: single planar impacts (MCube ellipse), μ and a
+  Newton restitution e.
+* :mod:`~residualsim.sysid.mpec.cube`: the 3D cube tosses, windows around contact events.
+* :mod:`~residualsim.sysid.mpec.calibration`: ``calibrate --method mpec`` (the summary
+  other stages read).
+"""
+
+from __future__ import annotations
+
+from residualsim._lazy import lazy_exports
+
+_EXPORTS = {
+    "Program": "residualsim.sysid.mpec.relaxation",
+    "RelaxationResult": "residualsim.sysid.mpec.relaxation",
+    "SolveRecord": "residualsim.sysid.mpec.relaxation",
+    "DEFAULT_TAUS": "residualsim.sysid.mpec.relaxation",
+    "lcp_step": "residualsim.sysid.mpec.particles",
+    "particle_step": "residualsim.sysid.mpec.particles",
+    "simulate_particles": "residualsim.sysid.mpec.particles",
+    "ParticleRecording": "residualsim.sysid.mpec.particles",
+    "ParticleEstimate": "residualsim.sysid.mpec.particles",
+    "make_particle_recording": "residualsim.sysid.mpec.particles",
+    "identify_particles": "residualsim.sysid.mpec.particles",
+    "filter_mu": "residualsim.sysid.mpec.particle_filter",
+    "FilterEstimate": "residualsim.sysid.mpec.particle_filter",
+}
+
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
