@@ -56,16 +56,26 @@ def trajectory_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]
     """Worker function: e_i (see module doc) of one recording for each parameter set.
 
     ``item`` is ``(initial_state, positions (T-1, 3), quat_wxyz (T-1, 4), r_g)`` with the
-    recorded poses after the first sample.
+    recorded poses after the first sample; an object with joints adds ``(joints (T-1, n),
+    scale (n,))``, the recorded joint positions and the length (m per rad, or 1 for a
+    prismatic joint) that makes each joint's error a distance.
     """
-    initial_state, positions, quat, radius = item
+    initial_state, positions, quat, radius, *joint_item = item
     errors = np.empty(len(batch))
     for k, params in enumerate(batch):
         if engine.params != params:
             engine.set_params(params)
-        sim_positions, sim_quat = engine.rollout_poses(initial_state, len(positions))
+        if joint_item:
+            states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
+            sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
+        else:
+            sim_positions, sim_quat = engine.rollout_poses(initial_state, len(positions))
         squared = np.sum((sim_positions[1:] - positions) ** 2, axis=1)
         squared += (radius * geodesic_angle(sim_quat[1:], quat)) ** 2
+        if joint_item:
+            joints, scale = joint_item
+            sim_joints = engine.scene.joint_positions(states)[1:]
+            squared += np.sum(((sim_joints - joints) * scale) ** 2, axis=1)
         error = float(np.mean(squared))
         errors[k] = error if math.isfinite(error) else math.inf
     return errors
@@ -176,14 +186,22 @@ class TrajectoryLikelihood(_Likelihood):
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
         radius = layout.radius_of_gyration_m
+        n_joints = getattr(layout, "n_joints", 0)
+        if n_joints:
+            self.dims += n_joints
+            scale = np.array([radius if kind == "revolute" else 1.0
+                              for kind in layout.info.joint_types])
         items = []
         for traj in trajectories.values():
             if traj.n_samples < 2:
                 raise DataError(f"{traj.source or traj.traj_id}: needs at least 2 samples")
-            positions, quat, _, _ = layout.rigid_motion(np.array(
-                [layout.state_from_trajectory(traj, i) for i in range(traj.n_samples)]))
-            items.append((layout.state_from_trajectory(traj, 0), positions[1:], quat[1:],
-                          radius))
+            states = np.array([layout.state_from_trajectory(traj, i)
+                               for i in range(traj.n_samples)])
+            positions, quat, _, _ = layout.rigid_motion(states)
+            item = (states[0], positions[1:], quat[1:], radius)
+            if n_joints:
+                item += (layout.joint_positions(states)[1:], scale)
+            items.append(item)
         super().__init__(scene, items, settings, noise_m, n_workers, list(trajectories))
 
 

@@ -153,6 +153,7 @@ class Scene(ABC):
             if params.soft_contact:
                 pb.changeDynamics(self.body, link, contactStiffness=params.contact_stiffness,
                                   contactDamping=params.contact_damping, physicsClientId=cid)
+        if params.soft_contact:
             # Series stiffness with 1e12 N/m and zero added damping: the body's values rule.
             pb.changeDynamics(self.static_body, -1, contactStiffness=1e12, contactDamping=0.0,
                               physicsClientId=cid)
@@ -188,6 +189,24 @@ class Scene(ABC):
         results."""
         positions, quat, _, _ = self.rigid_motion(self.raw_to_states(raws))
         return positions, quat
+
+    def check_recording(self, trajectory) -> None:
+        """DataError naming the recording when it cannot be this scene's: a planar recording
+        for a 3D scene or the reverse, or joints a single body does not have."""
+        from residualsim.errors import DataError
+
+        where = trajectory.source or trajectory.traj_id
+        if trajectory.planar != self.planar:
+            fits = "a planar scene (e.g. planar-ellipse, or a scene file with kind = " \
+                   "\"planar\")" if trajectory.planar else "a 3D scene (e.g. cube, or a " \
+                   "scene file with kind = \"free\")"
+            raise DataError(f"{where}: a {'planar' if trajectory.planar else '3D'} recording, "
+                            f"but scene {self.name!r} is {'planar' if self.planar else '3D'}; "
+                            f"it needs {fits}")
+        joints = tuple(getattr(trajectory, "joint_names", ()))
+        if joints:
+            raise DataError(f"{where}: joints {list(joints)}, but scene {self.name!r} is a "
+                            "single rigid body; give the object's scene file")
 
     @abstractmethod
     def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:

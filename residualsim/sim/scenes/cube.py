@@ -84,6 +84,7 @@ class CubeScene(Scene):
         return self.raw_to_states([self.read_raw()])[0]
 
     def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:
+        self.check_recording(trajectory)
         return trajectory.state_at(index)
 
     def rigid_motion(self, states: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -109,6 +109,7 @@ class PlanarScene(Scene):
         return self.raw_to_states([self.read_raw()])[0]
 
     def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:
+        self.check_recording(trajectory)
         x, y, theta = trajectory.planar_configuration()[index]
         vx, vy = trajectory.linear_velocity_mps[index, :2]
         return np.array([x, y, theta, vx, vy, trajectory.angular_velocity_world_radps[index, 2]])

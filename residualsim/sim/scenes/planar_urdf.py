@@ -18,9 +18,7 @@ import hashlib
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import numpy as np
-
-from residualsim.errors import DataError, SceneError
+from residualsim.errors import SceneError
 from residualsim.sim.scenes.base import EngineSettings, cache_dir
 from residualsim.sim.scenes.planar import PlanarScene
 from residualsim.sim.scenes.scene_file import SceneSpec
@@ -95,16 +93,3 @@ class PlanarUrdfScene(PlanarScene):
                                             substeps=spec.substeps)
         super().__init__(settings)
 
-    def check_recording(self, trajectory) -> None:
-        """DataError naming the recording when it is not planar or carries joints."""
-        where = trajectory.source or trajectory.traj_id
-        if not trajectory.planar:
-            raise DataError(f"{where}: a 3D recording, but scene {self.name!r} is planar; use "
-                            "a scene file with kind = \"free\"")
-        if getattr(trajectory, "joint_names", ()):
-            raise DataError(f"{where}: joints {list(trajectory.joint_names)}, but scene "
-                            f"{self.name!r} is a single rigid body")
-
-    def state_from_trajectory(self, trajectory, index: int = 0) -> np.ndarray:
-        self.check_recording(trajectory)
-        return super().state_from_trajectory(trajectory, index)
