@@ -1,12 +1,18 @@
 """residualsim's own trajectory files: one ``<id>.npz`` per trajectory.
 
 Each file holds the five arrays of a :class:`~residualsim.data.trajectory.Trajectory`
-(``times_s`` s; ``positions_m`` m, world frame; ``quat_wxyz`` body -> world;
-``linear_velocity_mps`` m/s, world frame; ``angular_velocity_world_radps`` rad/s, world
-frame) as float64, plus ``meta``, a 0-d unicode array holding a JSON object::
+(``times_s`` s; ``positions_m`` m, world frame, base link frame; ``quat_wxyz`` w-x-y-z,
+base -> world; ``linear_velocity_mps`` m/s, world frame; ``angular_velocity_world_radps``
+rad/s, world frame) as float64, plus ``meta``, a 0-d unicode array holding a JSON object::
 
     {"format": "residualsim-trajectory", "format_version": 1,
      "planar": false, "source": "...", "metadata": {...}}
+
+A trajectory with joints is written as ``format_version`` 2, which adds ``joint_names`` (a
+(n,) unicode array, URDF order), ``joint_positions`` and ``joint_velocities`` ((T, n)
+float64; rad or m, rad/s or m/s); older readers then refuse the file instead of dropping
+its joints. A rigid body's file stays version 1, as before; version 1 files load with no
+joints. The joint arrays are required in version 2 and read wherever present.
 
 The trajectory id is the file stem.  Files are written atomically (temporary file in the
 same directory, then ``os.replace``) and read with ``allow_pickle=False``; anything else —
@@ -31,6 +37,7 @@ __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "ARRAY_NAMES",
+    "JOINT_ARRAY_NAMES",
     "save_trajectory",
     "load_trajectory",
     "save_trajectories",
@@ -39,8 +46,11 @@ __all__ = [
 
 #: Value of ``meta["format"]``.
 FORMAT_NAME = "residualsim-trajectory"
-#: Newest ``meta["format_version"]`` this module reads and the one it writes.
-FORMAT_VERSION = 1
+#: Newest ``meta["format_version"]`` this module reads; written for trajectories with joints
+#: (version 1, without joint arrays, for the others).
+FORMAT_VERSION = 2
+#: The joint arrays of a version 2 file.
+JOINT_ARRAY_NAMES = ("joint_names", "joint_positions", "joint_velocities")
 #: The arrays every file holds, besides ``meta``.
 ARRAY_NAMES = (
     "times_s",
@@ -87,7 +97,7 @@ def save_trajectory(path: str | os.PathLike[str], traj: Trajectory) -> None:
         raise DataError(f"{path}: expected a Trajectory, got {type(traj).__name__}")
     meta = {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if traj.n_joints else 1,
         "planar": bool(traj.planar),
         "source": str(traj.source),
         "metadata": traj.metadata,
@@ -99,6 +109,10 @@ def save_trajectory(path: str | os.PathLike[str], traj: Trajectory) -> None:
     if not path.parent.is_dir():
         raise DataError(f"{path}: directory {path.parent} does not exist")
     arrays = {name: np.asarray(getattr(traj, name), dtype=np.float64) for name in ARRAY_NAMES}
+    if traj.n_joints:
+        arrays["joint_names"] = np.array(traj.joint_names, dtype=str)
+        arrays["joint_positions"] = np.asarray(traj.joint_positions, dtype=np.float64)
+        arrays["joint_velocities"] = np.asarray(traj.joint_velocities, dtype=np.float64)
     with atomic_open(path) as handle:
         np.savez(handle, meta=np.array(meta_json), **arrays)
 
@@ -143,6 +157,7 @@ def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
                 raise DataError(f"{path}: missing array(s) {', '.join(missing)}")
             meta_array = archive["meta"]
             arrays = {name: archive[name] for name in ARRAY_NAMES}
+            joints = {name: archive[name] for name in JOINT_ARRAY_NAMES if name in names}
     except DataError:
         raise
     except Exception as exc:  # a damaged member: BadZipFile (CRC), ValueError, zlib.error...
@@ -169,9 +184,18 @@ def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
     metadata = meta.get("metadata", {})
     if not isinstance(metadata, dict) or not isinstance(meta.get("planar", False), bool):
         raise DataError(f"{path}: 'meta' has a malformed 'metadata' or 'planar' entry")
-    for name, array in arrays.items():
-        if array.dtype.kind not in "fiu":
+    for name, array in [*arrays.items(), *joints.items()]:
+        if name != "joint_names" and array.dtype.kind not in "fiu":
             raise DataError(f"{path}: {name} has dtype {array.dtype}, expected float64")
+    missing = [name for name in JOINT_ARRAY_NAMES if name not in joints]
+    if joints and missing or version >= 2 and missing:
+        raise DataError(f"{path}: format_version {version} file lacks joint array(s) "
+                        f"{', '.join(missing)}")
+    if joints:
+        names = joints.pop("joint_names")
+        if names.ndim != 1 or (names.size and names.dtype.kind != "U"):
+            raise DataError(f"{path}: joint_names is not a 1-d string array")
+        joints["joint_names"] = tuple(str(n) for n in names)
     try:
         return Trajectory(
             traj_id=path.stem,
@@ -179,6 +203,7 @@ def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
             source=str(meta.get("source", "")),
             metadata=metadata,
             **arrays,
+            **joints,
         )
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
