@@ -1,8 +1,11 @@
 """Recognise a data set on disk, load its trajectories, and summarise it.
 
 Formats: ``"contactnets"`` (a directory holding ``tosses/*.pt``, the ``tosses`` directory
-itself, or one ``.pt`` file), ``"mcube"`` (a directory holding ``data_ellipse.mat``) and
-``"npz"`` (a directory of residualsim ``*.npz`` trajectories, or one such file).
+itself, or one ``.pt`` file), ``"mcube"`` (a directory holding ``data_ellipse.mat``),
+``"npz"`` (a directory of residualsim ``*.npz`` trajectories, or one such file) and ``"csv"``
+(a directory of plain ``<id>.csv`` recordings, :mod:`residualsim.data.csv`, or one such
+file). A directory holding more than one of these (``.csv`` beside ``.npz``, say) is
+refused with what was found, before anything is read.
 
 First contact (reported by :func:`describe`): the first sample at which the lowest corner
 of the cube, corners at (+-h, +-h, +-h) in the body frame, is at most
@@ -11,20 +14,24 @@ tosses put the lowest corner 0.9 to 3.2 mm BELOW the table (centre at about 0.98
 half-widths), and the deepest penetration in a toss is 2 to 5.9 mm; the tosses start with
 the lowest corner 15 to 172 mm up.  With 5 mm every one of the 400 tosses has a contact,
 at sample 4 to 37 (27 to 250 ms).  Only cube trajectories (``metadata["half_width_m"]``)
-get a first-contact time.
+are tested this way. Other free bodies (their size unknown) get the first sample whose
+acceleration departs from gravity (:func:`residualsim.data.velocities.first_contact_by_acceleration`:
+a 60 ms local quadratic, more than 7 m/s² from 9.81 m/s² along -z); planar ones get none.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from residualsim.errors import DataError
-from residualsim.data import contactnets, mcube, npz
+from residualsim.data import contactnets, csv, mcube, npz
 from residualsim.data.trajectory import Trajectory
+from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, first_contact_by_acceleration
 
 __all__ = [
     "resolve_data",
@@ -39,23 +46,34 @@ __all__ = [
 ]
 
 #: The formats :func:`detect_format` recognises.
-FORMATS = ("contactnets", "mcube", "npz")
+FORMATS = ("contactnets", "mcube", "npz", "csv")
 #: Height of the lowest cube corner above the table that counts as contact, m.
 CONTACT_TOLERANCE_M = 0.005
 
 _CORNER_SIGNS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], float)
 
 
-def _format_of_dir(path: Path) -> str | None:
+def _formats_in_dir(path: Path) -> dict[str, str]:
+    """Each format found in a directory -> what shows it (``"12 .csv files"``)."""
+    found = {}
     if (path / "tosses").is_dir() and any((path / "tosses").glob("*.pt")):
-        return "contactnets"
+        found["contactnets"] = "tosses/*.pt"
     if (path / "data_ellipse.mat").is_file():
-        return "mcube"
-    if any(path.glob("*.pt")):
-        return "contactnets"
-    if any(path.glob("*.npz")):
-        return "npz"
-    return None
+        found["mcube"] = "data_ellipse.mat"
+    for kind, suffix in (("contactnets", ".pt"), ("npz", ".npz"), ("csv", ".csv")):
+        count = sum(1 for p in path.glob(f"*{suffix}") if p.is_file())
+        if count:
+            found.setdefault(kind, f"{count} {suffix} file{'s' if count > 1 else ''}")
+    return found
+
+
+def _format_of_dir(path: Path) -> str | None:
+    found = _formats_in_dir(path)
+    if len(found) > 1:
+        listing = "; ".join(f"{kind}: {what}" for kind, what in found.items())
+        raise DataError(f"{path}: mixes data formats ({listing}); keep one format per "
+                        "directory")
+    return next(iter(found), None)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -68,40 +86,51 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
     Returns
     -------
-    {"contactnets", "mcube", "npz"}
+    {"contactnets", "mcube", "npz", "csv"}
 
     Raises
     ------
     DataError
-        The path does not exist or holds none of the formats; sub-directories that do are
-        suggested.
+        The path does not exist, holds none of the formats (sub-directories that do are
+        suggested) or more than one (each is listed).
     """
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
     if path.is_file():
-        found = {".pt": "contactnets", ".npz": "npz"}.get(path.suffix)
+        found = {".pt": "contactnets", ".npz": "npz", ".csv": "csv"}.get(path.suffix)
         if found is None:
-            raise DataError(f"{path}: not a .pt or .npz file")
+            raise DataError(f"{path}: not a .pt or .npz file or a .csv recording")
         return found
     found = _format_of_dir(path)
     if found is not None:
         return found
-    hints = sorted(p.name for p in path.iterdir() if p.is_dir() and _format_of_dir(p))
+    hints = sorted(p.name for p in path.iterdir() if p.is_dir() and _formats_in_dir(p))
     hint = f"; try {', '.join(hints)}" if hints else ""
     raise DataError(
-        f"{path}: not a recognised data set (expected tosses/*.pt, data_ellipse.mat or "
-        f"*.npz){hint}"
+        f"{path}: not a recognised data set (expected tosses/*.pt, data_ellipse.mat, "
+        f"*.npz or *.csv){hint}"
     )
 
 
-def load_trajectories(path: str | os.PathLike[str]) -> dict[str, Trajectory]:
-    """Load every trajectory of a ContactNets or npz data set.
+def load_trajectories(path: str | os.PathLike[str], *, planar: bool | None = None,
+                      joint_names: Sequence[str] | None = None,
+                      com_offset_base_m: np.ndarray | None = None) -> dict[str, Trajectory]:
+    """Load every trajectory of a ContactNets, npz or CSV data set.
 
     Parameters
     ----------
     path : path-like
         A directory or a single file, see :func:`detect_format`.
+    planar : bool, optional
+        The scene's kind; when given, every trajectory must be planar (True) or free
+        (False). CSV files are read with the matching columns.
+    joint_names : sequence of str, optional
+        The scene's non-fixed joints in URDF order; when given, every trajectory must have
+        exactly these joints (CSV columns are put in this order).
+    com_offset_base_m : ndarray of shape (3,), optional
+        Centre of mass in the base link frame, m, for CSV recordings whose velocities are
+        estimated (:func:`residualsim.data.csv.load_csv_trajectory`).
 
     Returns
     -------
@@ -111,7 +140,8 @@ def load_trajectories(path: str | os.PathLike[str]) -> dict[str, Trajectory]:
     Raises
     ------
     DataError
-        Unknown format, the planar impact set (not trajectories), or a bad file.
+        Unknown or mixed format, the planar impact set (not trajectories), a bad file, or
+        a trajectory that does not match ``planar`` or ``joint_names`` (naming its file).
     """
     path = Path(path)
     kind = detect_format(path)
@@ -120,10 +150,28 @@ def load_trajectories(path: str | os.PathLike[str]) -> dict[str, Trajectory]:
             f"{path}: the planar impact set holds single impacts, not trajectories; "
             "use load_impacts"
         )
+    if kind == "csv":
+        options = {"planar": planar, "joint_names": joint_names,
+                   "com_offset_base_m": com_offset_base_m}
+        if path.is_file():
+            traj = csv.load_csv_trajectory(path, **options)
+            return {traj.traj_id: traj}
+        return csv.load_csv_trajectories(path, **options)
     if path.is_file():
         traj = contactnets.load_toss(path) if kind == "contactnets" else npz.load_trajectory(path)
-        return {traj.traj_id: traj}
-    return contactnets.load_tosses(path) if kind == "contactnets" else npz.load_trajectories(path)
+        trajs = {traj.traj_id: traj}
+    else:
+        trajs = (contactnets.load_tosses(path) if kind == "contactnets"
+                 else npz.load_trajectories(path))
+    for traj in trajs.values():
+        where = traj.source or f"{path}: trajectory {traj.traj_id!r}"
+        if planar is not None and traj.planar != planar:
+            raise DataError(f"{where}: a {'planar' if traj.planar else 'free'} recording, the "
+                            f"scene is {'planar' if planar else 'free'}")
+        if joint_names is not None and traj.joint_names != tuple(joint_names):
+            raise DataError(f"{where}: joints {list(traj.joint_names)}, the scene's are "
+                            f"{list(joint_names)}")
+    return trajs
 
 
 def first_contact_index(
@@ -164,8 +212,8 @@ def _stats(values: np.ndarray, total: bool = False) -> dict[str, float]:
     return out
 
 
-def _describe_trajectories(path: Path, kind: str) -> dict[str, Any]:
-    trajs = list(load_trajectories(path).values())
+def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, Any]:
+    trajs = list(load_trajectories(path, **options).values())
     samples = np.array([t.n_samples for t in trajs])
     rates = np.array([t.rate_hz for t in trajs])
     result: dict[str, Any] = {
@@ -180,26 +228,39 @@ def _describe_trajectories(path: Path, kind: str) -> dict[str, Any]:
             "all_equal": bool(np.allclose(rates, rates[0], rtol=1e-6, atol=0.0)),
         },
     }
+    names = {t.joint_names for t in trajs}
+    result["joints"] = {"count": trajs[0].n_joints, "names": list(trajs[0].joint_names),
+                        "all_equal": len(names) == 1}
+    kinds = [str(t.metadata.get("velocities", "recorded")) for t in trajs]
+    result["velocities"] = {k: kinds.count(k) for k in ("recorded", "estimated")}
     contact_times = []
-    n_cubes = 0
+    n_free = 0
+    criteria = set()
     shares = np.zeros(3)  # seconds in free flight, contact phases, rest
     for traj in trajs:
-        half_width = traj.metadata.get("half_width_m")
-        if traj.planar or not isinstance(half_width, (int, float)):
+        if traj.planar:
             continue
-        n_cubes += 1
-        index = first_contact_index(traj, float(half_width))
+        half_width = traj.metadata.get("half_width_m")
+        if isinstance(half_width, (int, float)):
+            index = first_contact_index(traj, float(half_width))
+            criteria.add("lowest cube corner within tolerance_m of the table")
+        else:
+            index = first_contact_by_acceleration(traj.times_s, traj.positions_m)
+            criteria.add("acceleration departs from gravity by more than threshold_mps2")
+        n_free += 1
         if index is not None:
             contact_times.append(traj.times_s[index] - traj.times_s[0])
         shares += _phase_seconds(traj, index)
     contact: dict[str, Any] = {"tolerance_m": CONTACT_TOLERANCE_M, "count": len(contact_times)}
-    contact["without_contact"] = n_cubes - len(contact_times)
+    contact["without_contact"] = n_free - len(contact_times)
+    contact["criteria"] = sorted(criteria)
+    contact["threshold_mps2"] = CONTACT_ACCELERATION_MPS2
     if contact_times:
         contact.update(_stats(np.array(contact_times)))
-    result["first_contact_s"] = contact if n_cubes else None
+    result["first_contact_s"] = contact if n_free else None
     result["time_share"] = (dict(zip(("flight", "contact", "rest"),
                                      (shares / shares.sum()).round(4).tolist()))
-                            if n_cubes and shares.sum() > 0 else None)
+                            if n_free and shares.sum() > 0 else None)
     return result
 
 
@@ -239,21 +300,28 @@ def _describe_impacts(path: Path) -> dict[str, Any]:
     }
 
 
-def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+def describe(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
     """A JSON-serialisable summary of a data set (``residualsim data info PATH``).
 
     Parameters
     ----------
     path : path-like
         Any path :func:`detect_format` accepts.
+    **options
+        For trajectory sets, passed to :func:`load_trajectories` (``planar``,
+        ``joint_names``, ``com_offset_base_m``: the scene's facts).
 
     Returns
     -------
     dict
         Trajectory sets: ``format``, ``count``, ``planar`` (how many), ``samples``
         (min/median/max), ``duration_s`` (min/median/max/total, s), ``rate_hz`` (median Hz,
-        ``all_equal``), ``first_contact_s`` (min/median/max s after the first sample, with
-        ``tolerance_m``, ``count``, ``without_contact``; None when no trajectory is a cube).
+        ``all_equal``), ``joints`` (``count`` and ``names`` of the first trajectory's,
+        ``all_equal``), ``velocities`` (how many ``recorded`` and ``estimated``),
+        ``first_contact_s`` (min/median/max s after the first sample, with ``count``,
+        ``without_contact``, the ``criteria`` used, ``tolerance_m`` of the cube's and
+        ``threshold_mps2`` of the others'; None when every trajectory is planar) and
+        ``time_share`` (flight, contact, rest) of the free ones.
         The planar impact set: ``count``, ``rate_hz``, ``convention``, ``models``,
         ``pre_impact_speed_mps`` and ``pre_impact_angular_speed_radps``
         (min/median/max), ``rigid_body_residual_median_m2ps``.
@@ -265,7 +333,9 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     kind = detect_format(path)
-    return _describe_impacts(path) if kind == "mcube" else _describe_trajectories(path, kind)
+    if kind == "mcube":
+        return _describe_impacts(path)
+    return _describe_trajectories(path, kind, **options)
 
 
 def _format_value(value: Any) -> str:

@@ -10,17 +10,28 @@ cumulative fraction exceeds ``u``.  So
   an old split is never evaluated on its own training data after the data set grows;
 * split sizes are binomial around ``fraction * n`` rather than exact (for 400 ids and
   0.15, about 60 +- 7).  Small sets can get an empty split; pick another seed if so.
+
+Explicit splits: :func:`parse_split_fractions` reads ``"0.6,0.2,0.2"`` (``--split-fractions``);
+:func:`split_from_lists` takes id lists, and :func:`load_split_ids` reads them from a JSON
+file ``{"train": [...], "validation": [...], "test": [...]}`` (``--split-ids FILE``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
-from residualsim.errors import ParameterError
+from residualsim.errors import DataError, ParameterError
 
-__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS"]
+__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS",
+           "DEFAULT_FRACTIONS", "parse_split_fractions", "split_from_lists", "load_split_ids"]
+
+#: The default expected shares of train, validation and test.
+DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 
 #: Split names, in the order of ``fractions``.
 SPLIT_NAMES = ("train", "validation", "test")
@@ -110,11 +121,17 @@ def split_ids(
 SPLITS = ("all", "train", "validation", "test")
 
 
-def select_recordings(trajectories: dict, split: str = "all", limit: int | None = None) -> dict:
+def select_recordings(trajectories: dict, split: str = "all", limit: int | None = None, *,
+                      fractions: Sequence[float] = DEFAULT_FRACTIONS,
+                      lists: Mapping[str, Sequence[str]] | None = None) -> dict:
     """The recordings of ``split`` (``"all"`` or a key of :func:`split_ids`), in their order,
-    then only the first ``limit``."""
+    then only the first ``limit``. ``fractions`` are :func:`split_ids`'s (seed 0); ``lists``,
+    when given, are explicit id lists (:func:`split_from_lists`) used instead."""
     if split != "all":
-        keep = split_ids(list(trajectories))[split]
+        if lists is not None:
+            keep = split_from_lists(list(trajectories), **lists)[split]
+        else:
+            keep = split_ids(list(trajectories), fractions=fractions)[split]
         trajectories = {k: trajectories[k] for k in keep}
     if limit is not None:
         trajectories = dict(list(trajectories.items())[:limit])
@@ -129,3 +146,129 @@ def select_impacts(impacts, split: str = "all", limit: int | None = None):
     if limit is not None:
         impacts = impacts.subset(impacts.rows[:limit])
     return impacts
+
+
+def parse_split_fractions(text: str) -> tuple[float, float, float]:
+    """Fractions of train, validation and test from ``"0.6,0.2,0.2"`` (``--split-fractions``).
+
+    Parameters
+    ----------
+    text : str
+        Three comma-separated numbers, each >= 0, summing to 1 (within 1e-6; they are then
+        rescaled to sum to exactly 1, so ``"0.33,0.33,0.34"`` and thirds both work).
+
+    Returns
+    -------
+    tuple of 3 floats
+
+    Raises
+    ------
+    ParameterError
+        Not three numbers, a negative or non-finite one, or a sum other than 1.
+    """
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != len(SPLIT_NAMES):
+        raise ParameterError(f"split fractions must be three comma-separated numbers "
+                             f"(train,validation,test), got {text!r}")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise ParameterError(f"split fractions must be numbers, got {text!r}") from None
+    if not all(math.isfinite(v) and v >= 0.0 for v in values):
+        raise ParameterError(f"split fractions must be finite and >= 0, got {text!r}")
+    if abs(sum(values) - 1.0) > 1e-6:
+        raise ParameterError(f"split fractions must sum to 1, got {text!r} "
+                             f"(sum {sum(values):.6g})")
+    total = sum(values)
+    return _check_fractions([v / total for v in values])
+
+
+def split_from_lists(ids: Iterable[str | int], train: Sequence[str | int] = (),
+                     validation: Sequence[str | int] = (), test: Sequence[str | int] = ()
+                     ) -> dict[str, list[str]]:
+    """An explicit split: the ids of each list, in the order of ``ids``.
+
+    Parameters
+    ----------
+    ids : iterable of str or int
+        The recordings' ids (ints converted with ``str``).
+    train, validation, test : sequence of str or int
+        The ids of each split. Ids in no list belong to no split (only to ``"all"``).
+
+    Returns
+    -------
+    dict with keys ``"train"``, ``"validation"``, ``"test"``
+
+    Raises
+    ------
+    ParameterError
+        An id listed that is not among ``ids``, an id in two lists (or twice in one).
+    """
+    known = [str(i) for i in ids]
+    lists = {"train": train, "validation": validation, "test": test}
+    owner: dict[str, str] = {}
+    for name, members in lists.items():
+        if isinstance(members, (str, bytes)) or not isinstance(members, Iterable):
+            raise ParameterError(f"split {name!r} must be a list of ids, got {members!r}")
+        for member in members:
+            key = str(member)
+            if key in owner:
+                raise ParameterError(f"id {key!r} is listed in {owner[key]!r}"
+                                     + (" twice" if owner[key] == name else f" and {name!r}"))
+            owner[key] = name
+    unknown = sorted(set(owner) - set(known))
+    if unknown:
+        shown = ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+        raise ParameterError(f"{len(unknown)} listed id(s) are not among the recordings: {shown}")
+    return {name: [i for i in known if owner.get(i) == name] for name in SPLIT_NAMES}
+
+
+def load_split_ids(path: str | os.PathLike[str], ids: Iterable[str | int] | None = None
+                   ) -> dict[str, list[str]]:
+    """Read an explicit split from a JSON file ``{"train": [...], "validation": [...],
+    "test": [...]}`` (``--split-ids FILE``; a missing key is an empty split).
+
+    Parameters
+    ----------
+    path : path-like
+        The JSON file.
+    ids : iterable of str or int, optional
+        The recordings' ids: when given, the lists are checked against them
+        (:func:`split_from_lists`) and returned in their order.
+
+    Returns
+    -------
+    dict with keys ``"train"``, ``"validation"``, ``"test"``
+        Lists of str ids.
+
+    Raises
+    ------
+    DataError
+        The file is missing or not JSON, has another structure or an unknown key, or its
+        lists do not fit ``ids``; the message starts with the path.
+    """
+    path = Path(path)
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such split file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(content, dict):
+        raise DataError(f"{path}: expected a JSON object with keys {list(SPLIT_NAMES)}, got "
+                        f"{type(content).__name__}")
+    extra = sorted(set(content) - set(SPLIT_NAMES))
+    if extra:
+        raise DataError(f"{path}: unknown key(s) {extra}; expected {list(SPLIT_NAMES)}")
+    lists = {}
+    for name in SPLIT_NAMES:
+        members = content.get(name, [])
+        if not isinstance(members, list) or not all(
+                isinstance(m, (str, int)) and not isinstance(m, bool) for m in members):
+            raise DataError(f"{path}: {name!r} must be a list of ids (strings or integers)")
+        lists[name] = [str(m) for m in members]
+    try:
+        everything = [i for members in lists.values() for i in members]
+        return split_from_lists(everything if ids is None else ids, **lists)
+    except ParameterError as exc:
+        raise DataError(f"{path}: {exc}") from None

@@ -1,0 +1,395 @@
+"""Plain CSV recordings: a directory of ``<id>.csv`` files, one per recording (id = file stem).
+
+Each file has one header row, then one row per sample, comma-separated (cells may be quoted
+and padded with spaces; blank lines are skipped; UTF-8, a byte-order mark is tolerated).
+The header names are the schema:
+
+Free objects (3D, gravity along world -z)
+    ``t, x, y, z, qw, qx, qy, qz``: time (s); the base link frame's origin (m, world frame);
+    its orientation as a quaternion in **w-x-y-z** order, base -> world. Optional velocity
+    columns ``vx, vy, vz`` (m/s, world) and ``wx, wy, wz`` (rad/s, world).
+Planar objects (the vertical x-y plane, gravity along -y)
+    ``t, x, y, theta`` (s, m, m, rad about +z); optional ``vx, vy, omega`` (m/s, m/s, rad/s).
+    Loaded as a planar :class:`~residualsim.data.trajectory.Trajectory` (z = 0, the
+    quaternion (cos theta/2, 0, 0, sin theta/2), ``planar=True``).
+Joints (either kind)
+    Every other column is a joint, named exactly as the URDF's non-fixed joint: its angle
+    (rad) or displacement (m). ``<joint>_vel`` is that joint's rate (rad/s or m/s). A joint
+    column whose value jumps by more than pi between two samples is unwrapped
+    (:func:`numpy.unwrap`), so continuous joints that wrap at +-pi become continuous; the
+    reader does not know the joint type, so this applies to every joint column (a prismatic
+    joint never moves pi metres in one sample). ``metadata["unwrapped_joints"]`` lists them.
+
+Velocities are all recorded (every base velocity column and a ``_vel`` column per joint) or
+none are; then they are estimated as :mod:`residualsim.data.velocities` describes (first
+contact from the base's acceleration, a free-flight fit for the initial state, smoothed
+differences elsewhere). ``metadata["velocities"]`` says ``"recorded"`` or ``"estimated"``
+and ``metadata["velocity_estimate"]`` how. Quaternions off unit norm by at most 1e-2 are
+normalised (exactly unit ones are kept bit for bit); ``source`` is ``"csv:<path>"``.
+
+Refused, each with a :class:`~residualsim.errors.DataError` naming the file (and the line
+and column where there is one): missing required columns, columns of the other kind (``qw``
+in a planar file), duplicate or empty column names, a ``_vel`` column without its joint,
+some velocity columns without the others, joints other than the scene's (when
+``joint_names`` is given), a row with another number of cells, a non-numeric, NaN or
+infinite cell, times that do not increase, a quaternion off unit norm, fewer than 3 rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residualsim.atomic import atomic_open
+from residualsim.data.npz import _check_id, _id_key
+from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
+from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, estimate_velocities
+from residualsim.errors import DataError, ParameterError
+
+__all__ = [
+    "FREE_COLUMNS",
+    "PLANAR_COLUMNS",
+    "FREE_VELOCITY_COLUMNS",
+    "PLANAR_VELOCITY_COLUMNS",
+    "JOINT_VELOCITY_SUFFIX",
+    "load_csv_trajectory",
+    "load_csv_trajectories",
+    "save_csv_trajectory",
+    "save_csv_trajectories",
+]
+
+#: Required columns of a free object's file, in order (quaternion w-x-y-z).
+FREE_COLUMNS = ("t", "x", "y", "z", "qw", "qx", "qy", "qz")
+#: Required columns of a planar object's file.
+PLANAR_COLUMNS = ("t", "x", "y", "theta")
+#: Optional base velocity columns of a free object (m/s and rad/s, world frame).
+FREE_VELOCITY_COLUMNS = ("vx", "vy", "vz", "wx", "wy", "wz")
+#: Optional base velocity columns of a planar object.
+PLANAR_VELOCITY_COLUMNS = ("vx", "vy", "omega")
+#: A joint's velocity column is its name plus this suffix.
+JOINT_VELOCITY_SUFFIX = "_vel"
+_RESERVED = frozenset(FREE_COLUMNS + PLANAR_COLUMNS + FREE_VELOCITY_COLUMNS
+                      + PLANAR_VELOCITY_COLUMNS)
+_MIN_ROWS = 3
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and each non-blank row's (line number, cells), cells stripped."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable UTF-8 text file ({exc})") from None
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    rows: list[tuple[int, list[str]]] = []
+    try:
+        start = 1
+        for cells in reader:
+            if any("\n" in c or "\r" in c for c in cells):
+                raise DataError(f"{path}: line {start}: a quoted cell is not closed")
+            cells = [c.strip() for c in cells]
+            if any(cells):
+                rows.append((reader.line_num, cells))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise DataError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
+    if not rows:
+        raise DataError(f"{path}: empty file, expected a header row and samples")
+    if len(rows) - 1 < _MIN_ROWS:
+        raise DataError(f"{path}: {len(rows) - 1} sample row(s), a recording needs at least "
+                        f"{_MIN_ROWS}")
+    return rows[0][1], rows[1:]
+
+
+def _to_table(path: Path, header: list[str], rows: list[tuple[int, list[str]]]
+              ) -> np.ndarray:
+    """The rows as a (rows, columns) float64 table; checks row lengths and every cell."""
+    table = np.empty((len(rows), len(header)))
+    for i, (line, cells) in enumerate(rows):
+        if len(cells) != len(header):
+            raise DataError(f"{path}: line {line} has {len(cells)} cells, the header "
+                            f"{len(header)}")
+        for j, (name, cell) in enumerate(zip(header, cells)):
+            try:
+                table[i, j] = float(cell)
+            except ValueError:
+                raise DataError(f"{path}: line {line}, column {name!r}: {cell!r} is not a "
+                                "number") from None
+            if not np.isfinite(table[i, j]):
+                raise DataError(f"{path}: line {line}, column {name!r}: {cell!r} is not a "
+                                "finite number")
+    return table
+
+
+def _schema(path: Path, header: list[str], planar: bool | None,
+            joint_names: Sequence[str] | None) -> tuple[bool, list[str], bool]:
+    """(planar, joint names in the order to store, velocities recorded) from the header."""
+    if "" in header:
+        raise DataError(f"{path}: column {header.index('') + 1} has no name")
+    repeated = sorted({n for n in header if header.count(n) > 1})
+    if repeated:
+        raise DataError(f"{path}: duplicate column(s) {', '.join(repeated)}")
+    if planar is None:
+        planar = "theta" in header and "qw" not in header
+    required, velocity = ((PLANAR_COLUMNS, PLANAR_VELOCITY_COLUMNS) if planar
+                          else (FREE_COLUMNS, FREE_VELOCITY_COLUMNS))
+    kind = "planar" if planar else "free"
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}; a {kind} recording "
+                        f"needs {', '.join(required)}")
+    known = set(joint_names or ())
+    foreign = [c for c in header if c in _RESERVED and c not in required + velocity]
+    if foreign:
+        raise DataError(f"{path}: column(s) {', '.join(foreign)} do not belong in a {kind} "
+                        f"recording ({', '.join(required)})")
+    rest = [c for c in header if c not in _RESERVED]
+    rates = [c for c in rest if c.endswith(JOINT_VELOCITY_SUFFIX) and c not in known
+             and (joint_names is not None or c[: -len(JOINT_VELOCITY_SUFFIX)] in rest)]
+    joints = [c for c in rest if c not in rates]
+    orphans = [c for c in joints if c.endswith(JOINT_VELOCITY_SUFFIX) and c not in known]
+    if orphans or any(r[: -len(JOINT_VELOCITY_SUFFIX)] not in joints for r in rates):
+        bad = orphans or [r for r in rates if r[: -len(JOINT_VELOCITY_SUFFIX)] not in joints]
+        raise DataError(f"{path}: velocity column {bad[0]!r} has no joint column "
+                        f"{bad[0][: -len(JOINT_VELOCITY_SUFFIX)]!r}")
+    if joint_names is not None:
+        expected = list(joint_names)
+        if sorted(joints) != sorted(expected):
+            lacking = [j for j in expected if j not in joints]
+            extra = [j for j in joints if j not in expected]
+            raise DataError(
+                f"{path}: the joint columns do not match the scene's joints {expected}"
+                + (f"; missing {lacking}" if lacking else "")
+                + (f"; unknown column(s) {extra}" if extra else ""))
+        joints = expected
+    wanted = list(velocity) + [j + JOINT_VELOCITY_SUFFIX for j in joints]
+    present = [c for c in wanted if c in header]
+    if present and len(present) != len(wanted):
+        raise DataError(f"{path}: velocity columns are all given or none; missing "
+                        f"{', '.join(c for c in wanted if c not in header)}")
+    return planar, joints, bool(present)
+
+
+def load_csv_trajectory(
+    path: str | os.PathLike[str], *, planar: bool | None = None,
+    joint_names: Sequence[str] | None = None, com_offset_base_m: np.ndarray | None = None,
+    contact_threshold_mps2: float = CONTACT_ACCELERATION_MPS2,
+) -> Trajectory:
+    """Read one CSV recording (format in the module docstring).
+
+    Parameters
+    ----------
+    path : path-like
+        A ``.csv`` file; its stem becomes ``traj_id``.
+    planar : bool, optional
+        The scene's kind: True for planar columns, False for free ones; None infers it
+        from the header (planar when it has ``theta`` and no ``qw``).
+    joint_names : sequence of str, optional
+        The scene's non-fixed joints in URDF order: the file must have exactly these joint
+        columns, stored in this order. None takes the file's joint columns in file order.
+    com_offset_base_m : ndarray of shape (3,), optional
+        Centre of mass in the base link's frame, m, for the free-flight fit when velocities
+        are estimated (see :func:`residualsim.data.velocities.fit_free_flight`).
+    contact_threshold_mps2 : float
+        The first-contact criterion's threshold, m/s².
+
+    Returns
+    -------
+    Trajectory
+
+    Raises
+    ------
+    DataError
+        Any problem listed in the module docstring; the message starts with the path.
+    """
+    path = Path(path)
+    header, rows = _read_rows(path)
+    planar, joints, recorded = _schema(path, header, planar, joint_names)
+    table, lines = _to_table(path, header, rows), [line for line, _ in rows]
+    column = {name: table[:, header.index(name)] for name in header}
+    times = column["t"]
+    steps = np.diff(times)
+    if (steps <= 0).any():
+        row = int(np.argmax(steps <= 0)) + 1
+        raise DataError(f"{path}: line {lines[row]}: t = {float(times[row])!r} does not "
+                        f"increase (previous {float(times[row - 1])!r})")
+    n = len(times)
+    if planar:
+        theta = column["theta"]
+        positions = np.column_stack([column["x"], column["y"], np.zeros(n)])
+        quats = np.column_stack([np.cos(theta / 2), np.zeros(n), np.zeros(n),
+                                 np.sin(theta / 2)])
+    else:
+        positions = np.column_stack([column[c] for c in ("x", "y", "z")])
+        quats = np.column_stack([column[c] for c in ("qw", "qx", "qy", "qz")])
+        norms = np.linalg.norm(quats, axis=1)
+        off = np.abs(norms - 1.0) > QUATERNION_NORM_TOLERANCE
+        if off.any():
+            row = int(np.argmax(off))
+            raise DataError(f"{path}: line {lines[row]}: quaternion (qw, qx, qy, qz) has "
+                            f"norm {norms[row]:.4g}, expected 1 (within "
+                            f"{QUATERNION_NORM_TOLERANCE})")
+        exact = np.abs(norms - 1.0)[:, None] <= 1e-12
+        quats = np.where(exact, quats, quats / norms[:, None])
+    raw_joints = np.column_stack([column[j] for j in joints]) if joints else np.zeros((n, 0))
+    joint_positions = np.unwrap(raw_joints, axis=0) if joints else raw_joints
+    unwrapped = [j for k, j in enumerate(joints)
+                 if not np.array_equal(joint_positions[:, k], raw_joints[:, k])]
+    metadata: dict[str, Any] = {"velocities": "recorded" if recorded else "estimated"}
+    if unwrapped:
+        metadata["unwrapped_joints"] = unwrapped
+    if recorded:
+        if planar:
+            linear = np.column_stack([column["vx"], column["vy"], np.zeros(n)])
+            angular = np.column_stack([np.zeros(n), np.zeros(n), column["omega"]])
+        else:
+            linear = np.column_stack([column[c] for c in ("vx", "vy", "vz")])
+            angular = np.column_stack([column[c] for c in ("wx", "wy", "wz")])
+        rates = np.column_stack([column[j + JOINT_VELOCITY_SUFFIX] for j in joints]) \
+            if joints else np.zeros((n, 0))
+    else:
+        estimate = estimate_velocities(times, positions, quats, joint_positions, planar=planar,
+                                       threshold_mps2=contact_threshold_mps2,
+                                       com_offset_base_m=com_offset_base_m)
+        linear, angular = estimate.linear_velocity_mps, estimate.angular_velocity_world_radps
+        rates = estimate.joint_velocities
+        if planar:  # keep the planar convention exact: no z motion, rotation about +z only
+            linear[:, 2] = 0.0
+            angular[:, :2] = 0.0
+        metadata["velocity_estimate"] = estimate.summary()
+    return Trajectory(traj_id=path.stem, times_s=times, positions_m=positions, quat_wxyz=quats,
+                      linear_velocity_mps=linear, angular_velocity_world_radps=angular,
+                      planar=planar, source=f"csv:{path}", metadata=metadata,
+                      joint_names=tuple(joints), joint_positions=joint_positions,
+                      joint_velocities=rates)
+
+
+def load_csv_trajectories(directory: str | os.PathLike[str], **options: Any
+                          ) -> dict[str, Trajectory]:
+    """Read every ``*.csv`` recording of a directory, ordered by numeric id then name.
+
+    Parameters
+    ----------
+    directory : path-like
+        A directory of ``<id>.csv`` files.
+    **options
+        Passed to :func:`load_csv_trajectory` (``planar``, ``joint_names``,
+        ``com_offset_base_m``, ``contact_threshold_mps2``).
+
+    Returns
+    -------
+    dict of str -> Trajectory
+        Keyed by file stem. All files are read before anything is returned: one bad file
+        raises, naming it.
+
+    Raises
+    ------
+    DataError
+        Missing directory, no ``.csv`` file, or a bad file.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: no such directory")
+    files = sorted((p for p in directory.glob("*.csv") if p.is_file()), key=_id_key)
+    if not files:
+        raise DataError(f"{directory}: no .csv recordings found")
+    return {p.stem: load_csv_trajectory(p, **options) for p in files}
+
+
+def _number(value: float) -> str:
+    return repr(float(value))  # the shortest text that reads back to the same float64
+
+
+def save_csv_trajectory(path: str | os.PathLike[str], traj: Trajectory, *,
+                        with_velocities: bool = False) -> None:
+    """Write one trajectory as a CSV recording, atomically (format in the module docstring).
+
+    Parameters
+    ----------
+    path : path-like
+        Destination ending in ``.csv``; its directory must exist.
+    traj : Trajectory
+        Planar trajectories get the planar columns (theta from
+        :meth:`~residualsim.data.trajectory.Trajectory.planar_configuration`), others the
+        free ones (quaternion w-x-y-z); joints follow in ``traj.joint_names`` order.
+    with_velocities : bool, default False
+        Also write the velocity columns (base, then ``<joint>_vel``); without them a reader
+        estimates the velocities.
+
+    Raises
+    ------
+    ParameterError
+        ``path`` does not end in ``.csv``.
+    DataError
+        Not a Trajectory, a joint name that is a reserved column name or holds a comma,
+        quote or line break, or a missing directory.
+    """
+    path = Path(path)
+    if path.suffix != ".csv":
+        raise ParameterError(f"{path}: CSV recordings must end in .csv")
+    if not isinstance(traj, Trajectory):
+        raise DataError(f"{path}: expected a Trajectory, got {type(traj).__name__}")
+    bad = [j for j in traj.joint_names if j in _RESERVED or any(c in j for c in ',"\r\n')
+           or j != j.strip()]
+    if bad:
+        raise DataError(f"{path}: joint name {bad[0]!r} cannot be a CSV column (reserved, or "
+                        "holds a comma, quote, line break or outer spaces)")
+    if not path.parent.is_dir():
+        raise DataError(f"{path}: directory {path.parent} does not exist")
+    names = list(traj.joint_names)
+    if traj.planar:
+        header = list(PLANAR_COLUMNS)
+        columns = [traj.times_s, *traj.planar_configuration().T]
+        velocity = [traj.linear_velocity_mps[:, 0], traj.linear_velocity_mps[:, 1],
+                    traj.angular_velocity_world_radps[:, 2]]
+        velocity_names = list(PLANAR_VELOCITY_COLUMNS)
+    else:
+        header = list(FREE_COLUMNS)
+        columns = [traj.times_s, *traj.positions_m.T, *traj.quat_wxyz.T]
+        velocity = [*traj.linear_velocity_mps.T, *traj.angular_velocity_world_radps.T]
+        velocity_names = list(FREE_VELOCITY_COLUMNS)
+    header += names
+    columns += list(traj.joint_positions.T)
+    if with_velocities:
+        header += velocity_names + [j + JOINT_VELOCITY_SUFFIX for j in names]
+        columns += velocity + list(traj.joint_velocities.T)
+    table = np.column_stack(columns)
+    lines = [",".join(header)] + [",".join(_number(v) for v in row) for row in table]
+    with atomic_open(path) as handle:
+        handle.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def save_csv_trajectories(
+    directory: str | os.PathLike[str],
+    trajs: Mapping[str, Trajectory] | Iterable[Trajectory], *, with_velocities: bool = False,
+) -> list[Path]:
+    """Write several trajectories as ``<directory>/<id>.csv`` (the directory is created) and
+    return the paths written, in input order. ``trajs``: a mapping id -> Trajectory or
+    Trajectories (their ``traj_id``); ``with_velocities``: see :func:`save_csv_trajectory`.
+    A ParameterError when an id is not usable as a file name or appears twice (checked
+    before anything is written), a DataError when a trajectory cannot be written."""
+    directory = Path(directory)
+    items = list(trajs.items()) if isinstance(trajs, Mapping) else [
+        (getattr(t, "traj_id", None), t) for t in trajs]
+    seen: set[str] = set()
+    for traj_id, _ in items:
+        _check_id(traj_id)
+        if traj_id in seen:
+            raise ParameterError(f"trajectory id {traj_id!r} appears twice")
+        seen.add(traj_id)
+    if directory.exists() and not directory.is_dir():
+        raise DataError(f"{directory}: not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for traj_id, traj in items:
+        target = directory / f"{traj_id}.csv"
+        save_csv_trajectory(target, traj, with_velocities=with_velocities)
+        written.append(target)
+    return written
