@@ -7,8 +7,11 @@ so a prediction can also be written by hand with :func:`numpy.savez`.
 Trajectory predictions
     For each trajectory id (the recording's file stem, e.g. ``"465"`` for ``tosses/465.pt``):
 
-    * ``"<id>/position"``   of shape (S, T, 3): centre of mass in metres, world frame;
-    * ``"<id>/quaternion"`` of shape (S, T, 4): orientation body -> world, w-x-y-z order,
+    * ``"<id>/position"``   of shape (S, T, 3): the base link frame's origin (the centre
+      of mass for the built-in bodies) in metres, world frame;
+    * ``"<id>/quaternion"`` of shape (S, T, 4): orientation base -> world, w-x-y-z order;
+    * optionally, for scenes with joints, ``"<id>/joint_positions"`` of shape (S, T, n):
+      joint angles (rad) or displacements (m) in the URDF's joint order,
 
     where T is the recorded length (the prediction is given on the recorded time stamps)
     and S is the number of sampled rollouts (1 for a deterministic prediction). S is the
@@ -24,6 +27,9 @@ parameters, command line, ...). Readers tolerate its absence.
 
 Floating arrays are kept in the precision they are given (float32 or float64); other
 numeric arrays are converted to float64.
+
+The module runs past 600 lines on purpose: it is the whole contract (both kinds of
+prediction, their validation and their I/O) in the one file a writer of predictions reads.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ FORMAT_VERSION = 1
 _META_KEY = "meta"
 _POSITION = "position"
 _QUATERNION = "quaternion"
+_JOINTS = "joint_positions"
 _POST_VELOCITY = "post_velocity"
 _ROWS = "rows"
 
@@ -72,10 +79,13 @@ class TrajectoryPrediction(NamedTuple):
         Centre-of-mass position in metres, world frame.
     quaternion : ndarray of shape (S, T, 4)
         Orientation body -> world, w-x-y-z order.
+    joint_positions : ndarray of shape (S, T, n) or None
+        Joint angles (rad) or displacements (m), URDF joint order; None without joints.
     """
 
     position: np.ndarray
     quaternion: np.ndarray
+    joint_positions: np.ndarray | None = None
 
 
 def _where(source: str) -> str:
@@ -116,6 +126,17 @@ def _check_shape(array: np.ndarray, width: int, layout: str, where: str, key: st
         raise PredictionError(f"{where}: key {key!r} has shape {array.shape}, which is empty")
 
 
+def _joint_array(value: Any, position_shape: tuple[int, ...], where: str, key: str
+                 ) -> np.ndarray:
+    """Joint positions (S, T, n) with the S and T of the position, finite, n >= 1."""
+    array = _float_array(value, where, key)
+    if array.ndim != 3 or array.shape[:2] != position_shape[:2] or array.shape[2] < 1:
+        raise PredictionError(f"{where}: key {key!r} has shape {array.shape}, expected "
+                              f"(S, T, n) = ({position_shape[0]}, {position_shape[1]}, n >= 1)")
+    _check_finite(array, where, key)
+    return array
+
+
 def _normalise_meta(meta: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
     if meta is None:
         return {}
@@ -132,9 +153,10 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
 
     Parameters
     ----------
-    trajectories : mapping of str -> (position, quaternion)
+    trajectories : mapping of str -> (position, quaternion) or (position, quaternion, joints)
         For each trajectory id, ``position`` of shape (S, T, 3) in metres, world frame, and
-        ``quaternion`` of shape (S, T, 4) in w-x-y-z order. S must be the same for every
+        ``quaternion`` of shape (S, T, 4) in w-x-y-z order; optionally joint positions of
+        shape (S, T, n), rad or m, URDF order (None: no joints). S must be the same for every
         trajectory; T may differ between trajectories.
     meta : dict, optional
         JSON-serialisable extras (scene, parameters, command, ...).
@@ -183,10 +205,13 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
                     f"{where}: trajectory id must be a non-empty str, got {traj_id!r}"
                 )
             try:
-                position_value, quaternion_value = pair
+                position_value, quaternion_value, *rest = pair
+                if len(rest) > 1:
+                    raise ValueError("too many arrays")
             except (TypeError, ValueError) as exc:
                 raise PredictionError(
-                    f"{where}: trajectory {traj_id!r} must be a (position, quaternion) pair"
+                    f"{where}: trajectory {traj_id!r} must be a (position, quaternion) pair "
+                    "or a (position, quaternion, joint_positions) triple"
                 ) from exc
             position_key = f"{traj_id}/{_POSITION}"
             quaternion_key = f"{traj_id}/{_QUATERNION}"
@@ -216,7 +241,9 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
                     f"{where}: key {position_key!r} has S={position.shape[0]} samples but "
                     f"{first_key!r} has S={n_samples}; every trajectory needs the same S"
                 )
-            items[traj_id] = TrajectoryPrediction(position, quaternion)
+            joints = None if not rest or rest[0] is None else _joint_array(
+                rest[0], position.shape, where, f"{traj_id}/{_JOINTS}")
+            items[traj_id] = TrajectoryPrediction(position, quaternion, joints)
         self._items = items
         self._n_samples = int(n_samples)
         self._meta: dict[str, Any] = _normalise_meta(meta, where)
@@ -229,6 +256,8 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
         positions: Sequence[Any],
         quaternions: Sequence[Any],
         meta: Mapping[str, Any] | None = None,
+        *,
+        joint_positions: Sequence[Any] | None = None,
     ) -> TrajectoryPredictions:
         """Build from parallel lists of per-trajectory arrays.
 
@@ -242,25 +271,33 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
             Orientations in w-x-y-z order, same layout as ``positions``.
         meta : dict, optional
             JSON-serialisable extras.
+        joint_positions : sequence of ndarray of shape (S, T, n) or (T, n), optional
+            Joint angles (rad) or displacements (m), URDF order, same layout as ``positions``.
         """
         ids = list(ids)
         positions = list(positions)
         quaternions = list(quaternions)
-        if not len(ids) == len(positions) == len(quaternions):
+        joints = [None] * len(ids) if joint_positions is None else list(joint_positions)
+        if not len(ids) == len(positions) == len(quaternions) == len(joints):
             raise PredictionError(
                 f"predictions: got {len(ids)} ids, {len(positions)} position arrays and "
-                f"{len(quaternions)} quaternion arrays; they must have the same length"
+                f"{len(quaternions)} quaternion arrays"
+                + ("" if joint_positions is None else f" and {len(joints)} joint arrays")
+                + "; they must have the same length"
             )
         if len(set(ids)) != len(ids):
             duplicated = sorted({i for i in ids if ids.count(i) > 1})
             raise PredictionError(f"predictions: duplicated trajectory ids {duplicated}")
 
         def promote(value: Any) -> Any:
+            if value is None:
+                return None
             array = np.asarray(value)
             return array[None] if array.ndim == 2 else array
 
         return cls(
-            {i: (promote(p), promote(q)) for i, p, q in zip(ids, positions, quaternions)},
+            {i: (promote(p), promote(q), promote(j))
+             for i, p, q, j in zip(ids, positions, quaternions, joints)},
             meta,
         )
 
@@ -276,7 +313,8 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
         ----------
         trajectories : mapping of str -> Trajectory or sequence of Trajectory
             For each recorded id, one simulated trajectory (S = 1) or a list of S sampled
-            ones, each with the recorded number of steps.
+            ones, each with the recorded number of steps; their joint positions are kept
+            when they have joints.
         meta : dict, optional
             JSON-serialisable extras.
         """
@@ -294,6 +332,7 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
             pairs[traj_id] = (
                 np.stack([t.positions_m for t in samples]),
                 np.stack([t.quat_wxyz for t in samples]),
+                np.stack([t.joint_positions for t in samples]) if samples[0].n_joints else None,
             )
         return cls(pairs, meta)
 
@@ -346,6 +385,8 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
         for traj_id, prediction in self._items.items():
             arrays[f"{traj_id}/{_POSITION}"] = prediction.position
             arrays[f"{traj_id}/{_QUATERNION}"] = prediction.quaternion
+            if prediction.joint_positions is not None:
+                arrays[f"{traj_id}/{_JOINTS}"] = prediction.joint_positions
         return arrays
 
 
@@ -566,19 +607,22 @@ def load_predictions(path: str | os.PathLike[str]) -> TrajectoryPredictions | Im
     pairs: dict[str, dict[str, np.ndarray]] = {}
     for key in trajectory_keys:
         traj_id, _, kind = key.rpartition("/")
-        if not traj_id or kind not in (_POSITION, _QUATERNION):
+        if not traj_id or kind not in (_POSITION, _QUATERNION, _JOINTS):
             raise PredictionError(
                 f"{where}: unexpected key {key!r}; expected '<id>/position' and "
-                "'<id>/quaternion', or 'post_velocity' and 'rows', and optionally 'meta'"
+                "'<id>/quaternion' (and optionally '<id>/joint_positions'), or "
+                "'post_velocity' and 'rows', and optionally 'meta'"
             )
         pairs.setdefault(traj_id, {})[kind] = arrays[key]
     for traj_id, pair in pairs.items():
-        for kind, other in ((_POSITION, _QUATERNION), (_QUATERNION, _POSITION)):
+        for kind, other in ((_POSITION, _QUATERNION), (_QUATERNION, _POSITION),
+                            (_JOINTS, _POSITION)):
             if kind in pair and other not in pair:
                 raise PredictionError(
                     f"{where}: key {traj_id + '/' + kind!r} has no matching "
                     f"{traj_id + '/' + other!r}"
                 )
     return TrajectoryPredictions(
-        {i: (p[_POSITION], p[_QUATERNION]) for i, p in pairs.items()}, meta, source=where
+        {i: (p[_POSITION], p[_QUATERNION], p.get(_JOINTS)) for i, p in pairs.items()}, meta,
+        source=where
     )
