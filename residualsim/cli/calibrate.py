@@ -29,19 +29,36 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
     if args.scene == "arm-loop":
         return _identify_loop(args)
-    if args.method not in ("mh", "nevergrad"):
+    if args.method not in ("mh", "nevergrad", "mpec"):
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
-                             f"{args.scene} with mh or nevergrad")
+                             f"{args.scene} with mh, nevergrad or mpec")
     data = resolve_data(args.data, args.scene)
-    summary = calibrate(
-        args.scene, data, args.params.split(","), args.out, method=args.method,
-        samples=args.samples, burn_in=args.burn_in, chains=args.chains,
-        proposal_scale=args.proposal_scale, adapt=not args.no_adapt,
-        bounds=bounds_option(args.bounds), priors=mapping_option(args.prior, "--prior"),
-        noise=args.noise, substeps=args.substeps, split=args.split,
-        max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
-        budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, plots=not args.no_plots, progress=not args.quiet)
+    initial = None
+    if args.method == "mpec" or args.init == "mpec":
+        from pathlib import Path
+
+        from residualsim.sysid.mpec.calibration import calibrate_mpec
+
+        mpec_out = args.out if args.method == "mpec" else Path(args.out) / "mpec-init"
+        summary = calibrate_mpec(args.scene, data, args.params.split(","), mpec_out,
+                                 bounds=bounds_option(args.bounds), split=args.split,
+                                 max_items=args.max_trajectories, substeps=args.substeps,
+                                 n_workers=args.workers, validate=args.method == "mpec")
+        initial = summary["best"]
+        print(f"MPEC: {initial} in {summary['mpec_seconds']:.1f} s, IPOPT "
+              f"{summary['solver_status']}, complementarity violation "
+              f"{summary['complementarity_violation']:.2g}")
+    if args.method != "mpec":
+        summary = calibrate(
+            args.scene, data, args.params.split(","), args.out, method=args.method,
+            samples=args.samples, burn_in=args.burn_in, chains=args.chains,
+            proposal_scale=args.proposal_scale, adapt=not args.no_adapt,
+            bounds=bounds_option(args.bounds), priors=mapping_option(args.prior, "--prior"),
+            noise=args.noise, substeps=args.substeps, split=args.split,
+            max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
+            budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
+            resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
+            initial=initial)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             print(f"validation, {label} parameters: position RMSE "
@@ -51,7 +68,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                   f"{figures['velocity_rmse_mps']:.4g} m/s")
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
-            "backend", "seconds")
+            "backend", "complementarity_violation", "solver_status", "iterations",
+            "seconds")
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 
@@ -67,9 +85,14 @@ def register(commands) -> None:
                      help="comma-separated parameters to calibrate (default "
                      "lateral_friction,restitution)")
     cal.add_argument("--out", required=True, help="output directory")
-    cal.add_argument("--method", choices=("mh", "nevergrad", "lsq", "gradient", "homotopy"),
-                     default="mh", help="mh or nevergrad; for --scene arm-loop: lsq, "
-                     "gradient, homotopy or mh")
+    cal.add_argument("--method", choices=("mh", "nevergrad", "mpec", "lsq", "gradient",
+                                          "homotopy"),
+                     default="mh", help="mh, nevergrad or mpec (complementarity-constrained, "
+                     "no simulator; fits lateral_friction, restitution); for --scene arm-loop: "
+                     "lsq, gradient, homotopy or mh")
+    cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
+                     help="mh: start the chains at the best Sobol points (default) or at the "
+                     "MPEC estimate (written to OUT/mpec-init)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
     cal.add_argument("--estimate-offsets", action="store_true",

@@ -60,6 +60,9 @@ _EXPORTS = {
     'identify_particles': 'residualsim.sysid.mpec',
     'make_particle_recording': 'residualsim.sysid.mpec',
     'filter_mu': 'residualsim.sysid.mpec',
+    'identify_impacts': 'residualsim.sysid.mpec',
+    'identify_tosses': 'residualsim.sysid.mpec',
+    'calibrate_mpec': 'residualsim.sysid.mpec',
 }
 
 __all__ = list(_EXPORTS)

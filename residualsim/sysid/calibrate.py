@@ -141,6 +141,7 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
     """(kind, training set, validation set) for trajectories or impacts."""
     from residualsim.data import detect_format, load_impacts, load_trajectories
     from residualsim.data.splits import split_ids
+    from residualsim.sim.recordings import prepare_recordings
 
     if split not in ("train", "all"):
         raise ParameterError(f"split must be 'train' or 'all', got {split!r}")
@@ -162,6 +163,7 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
     if planar != {layout.planar}:
         raise DataError(f"{data}: {'planar' if layout.planar else '3D'} scene {scene!r} "
                         f"cannot replay {'3D' if layout.planar else 'planar'} recordings")
+    trajectories = prepare_recordings(scene, trajectories)
     parts = split_ids(list(trajectories), seed=split_seed)
     train_ids = list(trajectories) if split == "all" else parts["train"]
     if max_items is not None:
@@ -212,8 +214,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               substeps: int | None = None, split: str = "train",
               max_items: int | None = None, n_workers: int = 1, seed: int = 0,
               budget: int = 200, optimizer: str = "CMA", checkpoint_every: int | None = None,
-              resume: bool = False, plots: bool = True, progress: bool = False
-              ) -> dict[str, Any]:
+              resume: bool = False, plots: bool = True, progress: bool = False,
+              initial: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -221,7 +223,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     batch). Workers run on the backend of :func:`residualsim.parallel.workers.parallel_backend`.
     ``substeps`` default: :data:`DEFAULT_TRAJECTORY_SUBSTEPS` for trajectories, the scene's
     for impacts. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
-    default estimated. Returns the summary written to ``out/summary.json``.
+    default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
+    :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
+    of a Sobol set. Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
         raise ParameterError(f"method must be 'mh' or 'nevergrad', got {method!r}")
@@ -258,7 +262,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed)
             every = 50 if checkpoint_every is None else checkpoint_every
-            posterior = sampler.run(samples, burn_in, checkpoint=out / "checkpoint.npz",
+            start = None if initial is None else [float(initial[n]) for n in space.names]
+            if start is not None:
+                fingerprint["initial"] = start
+            posterior = sampler.run(samples, burn_in, initial=start,
+                                    checkpoint=out / "checkpoint.npz",
                                     checkpoint_every=every, resume=resume,
                                     fingerprint=fingerprint, progress=progress,
                                     meta={**fingerprint, "data_path": str(data)})

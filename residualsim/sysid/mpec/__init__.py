@@ -31,6 +31,14 @@ _EXPORTS = {
     "identify_particles": "residualsim.sysid.mpec.particles",
     "filter_mu": "residualsim.sysid.mpec.particle_filter",
     "FilterEstimate": "residualsim.sysid.mpec.particle_filter",
+    "ImpactEstimate": "residualsim.sysid.mpec.impacts",
+    "identify_impacts": "residualsim.sysid.mpec.impacts",
+    "CubeEstimate": "residualsim.sysid.mpec.cube",
+    "contact_windows": "residualsim.sysid.mpec.cube",
+    "identify_tosses": "residualsim.sysid.mpec.cube",
+    "calibrate_mpec": "residualsim.sysid.mpec.calibration",
+    "MPEC_FITTED": "residualsim.sysid.mpec.calibration",
+    "MPEC_KEPT": "residualsim.sysid.mpec.calibration",
 }
 
 __all__ = list(_EXPORTS)
