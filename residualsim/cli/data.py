@@ -8,6 +8,7 @@ import time
 from residualsim.cli.options import add_workers, count, json_line
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError, ParameterError
+from residualsim.sim.scenes.scene_file import is_scene_path
 
 
 def cmd_data_info(args: argparse.Namespace) -> None:
@@ -28,18 +29,20 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
         json_line({"command": "data synthesize", "scene": "arm-loop", "out": str(path),
                    "seconds": time.perf_counter() - start})
         return
-    if args.scene != "cube":
-        raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube') or an "
-                        f"arm-loop joint recording (scene 'arm-loop'), got {args.scene!r}")
+    if args.scene != "cube" and not is_scene_path(args.scene):
+        raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube'), CSV "
+                        f"poses of an object's scene file, or an arm-loop joint recording "
+                        f"(scene 'arm-loop'), got {args.scene!r}")
     if not args.params:
-        raise ParameterError("data synthesize --scene cube needs --params: the true engine "
-                             "parameters, e.g. lateral_friction=0.3,restitution=0.4")
-    from residualsim.experiments.jobs import synthesize_cube_set
+        raise ParameterError("data synthesize needs --params: the true engine parameters, "
+                             "e.g. lateral_friction=0.3,restitution=0.4")
+    from residualsim.experiments.jobs import synthesize_set
 
-    out, n, params = synthesize_cube_set(
-        args.out, args.params, like=args.like, limit=args.limit, count=args.count,
-        n_samples=args.samples, noise_m=args.noise_m, noise_rad=args.noise_rad,
-        seed=args.seed, substeps=args.substeps, n_workers=args.workers, overwrite=args.force)
+    out, n, params = synthesize_set(
+        args.out, args.params, scene=args.scene, like=args.like, limit=args.limit,
+        count=args.count, n_samples=args.samples, noise_m=args.noise_m,
+        noise_rad=args.noise_rad, seed=args.seed, substeps=args.substeps, rate_hz=args.rate,
+        n_workers=args.workers, overwrite=args.force)
     json_line({"command": "data synthesize", "out": str(out), "count": n, "params": params,
                "seconds": time.perf_counter() - start})
 
@@ -52,13 +55,17 @@ def register(commands) -> None:
     info.add_argument("path")
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
-    synth.add_argument("--scene", default="cube")
+    synth.add_argument("--scene", default="cube",
+                       help="cube (ContactNets format), a scene file or .urdf (CSV poses), "
+                            "or arm-loop")
     synth.add_argument("--params", help="true parameters: k=v,... or JSON (required for the "
                        "cube; the arm-loop's truth is the loop model's own stiffness)")
     synth.add_argument("--like", help="start from this set's initial states and lengths")
     synth.add_argument("--limit", type=count(1), help="with --like: only the first N recordings")
     synth.add_argument("--count", type=count(1), default=8, help="sampled tosses without --like")
     synth.add_argument("--samples", type=count(2), default=110, help="samples per sampled toss")
+    synth.add_argument("--rate", type=float, help="Hz of sampled tosses (default: 148 for "
+                       "the cube, 100 for a scene file)")
     synth.add_argument("--out", required=True)
     synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
     synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")

@@ -6,7 +6,7 @@ printing, so a test or a notebook reaches it without the command line:
 * :func:`simulate_dataset`: the engine from every recorded initial state (``simulate``);
 * :func:`score_file`: a prediction file against recordings (``score``);
 * :func:`predict_dataset`: a trained model on recordings or impacts (``predict``);
-* :func:`synthesize_cube_set`: synthetic tosses with their truth (``data synthesize``);
+* :func:`synthesize_set`: synthetic tosses with their truth (``data synthesize``);
 * :func:`identify_loop`: the arm + loop stiffness from a joint recording (``calibrate
   --scene arm-loop``);
 * :func:`rollout_job`: stochastic rollouts and beliefs from a state or a toss (``rollout``);
@@ -32,8 +32,9 @@ from residualsim.data import detect_format, load_impacts, load_trajectories
 from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import select_impacts, select_recordings, split_ids
 from residualsim.errors import DataError, ParameterError
+from residualsim.sim.recordings import load_recordings
 
-__all__ = ["simulate_dataset", "score_file", "predict_dataset", "synthesize_cube_set",
+__all__ = ["simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
            "identify_loop", "rollout_job", "model_and_tosses", "fit_spread_job"]
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
         predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
-    trajectories = select_recordings(load_trajectories(data), split, limit)
+    trajectories = select_recordings(load_recordings(data, scene), split, limit)
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     predictions = TrajectoryPredictions(
         {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()}, meta)
@@ -122,7 +123,7 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                              "samples": predictions.post_velocity.shape[0]}
     from residualsim.sim.rollout import predict_trajectories
 
-    trajectories = select_recordings(load_trajectories(data), split, limit)
+    trajectories = select_recordings(load_recordings(data, model.scene), split, limit)
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual)
     predictions.meta.update(meta)
@@ -130,17 +131,19 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                          **stats}
 
 
-def synthesize_cube_set(out: PathLike, params: str, *, like: PathLike | None = None,
-                        limit: int | None = None, count: int = 8, n_samples: int = 110,
-                        noise_m: float = 0.0, noise_rad: float = 0.0, seed: int = 0,
-                        substeps: int | None = None, n_workers: int = 1,
-                        overwrite: bool = False) -> tuple[Path, int, dict]:
-    """Synthetic cube tosses with known ``params`` written in the ContactNets format, with
-    ``synthetic.json`` (the truth) beside them: ``(directory, count, engine params)``.
+def synthesize_set(out: PathLike, params: str, *, scene: str = "cube",
+                   like: PathLike | None = None, limit: int | None = None, count: int = 8,
+                   n_samples: int = 110, noise_m: float = 0.0, noise_rad: float = 0.0,
+                   seed: int = 0, substeps: int | None = None, rate_hz: float | None = None,
+                   n_workers: int = 1, overwrite: bool = False) -> tuple[Path, int, dict]:
+    """Synthetic tosses of ``scene`` with known ``params``, with ``synthetic.json`` (the
+    truth) beside them: ``(directory, count, engine params)``. The cube is written in the
+    ContactNets format, any other object (a scene file) as CSV poses without velocities.
 
     From the initial states and lengths of the set ``like`` (its first ``limit``), else
-    ``count`` sampled tosses of ``n_samples``. Noise: ``noise_m`` m per position axis,
-    ``noise_rad`` rad per rotation-vector axis.
+    ``count`` sampled tosses of ``n_samples`` at ``rate_hz``. Noise: ``noise_m`` m per
+    position axis (and prismatic joint), ``noise_rad`` rad per rotation-vector axis (and
+    revolute joint).
     """
     from residualsim.sim.scenes import make_scene, parse_params
     from residualsim.sim.synthesize import synthesize_tosses, write_toss_set
@@ -148,17 +151,21 @@ def synthesize_cube_set(out: PathLike, params: str, *, like: PathLike | None = N
     engine_params = parse_params(params)
     recordings = None
     if like:
-        recordings = select_recordings(load_trajectories(resolve_data(like)), "all", limit)
+        recordings = select_recordings(load_recordings(resolve_data(like), scene), "all",
+                                       limit)
     tosses = synthesize_tosses(engine_params, like=recordings, n_tosses=count,
                                n_samples=n_samples, noise_m=noise_m, noise_rad=noise_rad,
-                               rng=seed, n_workers=n_workers, substeps=substeps)
-    truth = {"scene": "cube", "params": engine_params.as_json(), "noise_m": noise_m,
+                               rng=seed, n_workers=n_workers, substeps=substeps, scene=scene,
+                               rate_hz=rate_hz)
+    csv = scene != "cube"
+    truth = {"scene": scene, "params": engine_params.as_json(), "noise_m": noise_m,
              "noise_rad": noise_rad, "seed": seed,
-             "substeps": substeps or make_scene("cube").settings.substeps,
+             "substeps": substeps or make_scene(scene).settings.substeps,
              "like": str(like) if like else None, "count": len(tosses),
-             "note": "synthetic recordings made by residualsim's engine; velocities are "
-                     "the simulated ones, without noise"}
-    path = write_toss_set(out, tosses, truth, overwrite=overwrite)
+             "note": "synthetic recordings made by residualsim's engine; " + (
+                 "CSV poses only, as a motion-capture user has them" if csv else
+                 "velocities are the simulated ones, without noise")}
+    path = write_toss_set(out, tosses, truth, overwrite=overwrite, csv=csv)
     return path, len(tosses), engine_params.as_json()
 
 
@@ -230,7 +237,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     recorded = None
     if toss is not None:
-        trajectories = load_trajectories(resolve_data(data, model.scene))
+        trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
         if toss not in trajectories:
             raise DataError(f"no toss {toss!r} in the recordings")
         recording = trajectories[toss]
@@ -280,7 +287,7 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
     from residualsim.residual.policy import ResidualModel
 
     model = ResidualModel.load(model_dir)
-    trajectories = load_trajectories(resolve_data(data, model.scene))
+    trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
     keep = split_ids(list(trajectories))[split]
     if unseen:
         if "train_ids" not in model.info:

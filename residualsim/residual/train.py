@@ -325,6 +325,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     from residualsim.sysid.calibrate import load_calibration
     from residualsim.data import load_trajectories
     from residualsim.data.splits import split_ids
+    from residualsim.sim.recordings import prepare_recordings
     from residualsim.sim.scenes import EngineParams
 
     data = Path(data)
@@ -335,6 +336,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     if {t.planar for t in trajectories.values()} != {layout.planar}:
         raise DataError(f"{data}: recordings do not match the "
                         f"{'planar' if layout.planar else '3D'} scene {scene!r}")
+    trajectories = prepare_recordings(scene, trajectories)
     parts = split_ids(list(trajectories))
     train_ids = parts["train"][:max_trajectories] if max_trajectories else parts["train"]
     train = {k: trajectories[k] for k in train_ids}

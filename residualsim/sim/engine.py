@@ -261,14 +261,18 @@ class Engine:
         """Group contact steps into events.
 
         A step is in contact when PyBullet reports a touching point after it, or when the
-        linear velocity jumped away from free flight during it (a bounce can begin and end
-        inside one step's substeps, leaving no point behind). Geometry then comes from the
+        centre-of-mass velocity jumped away from free flight during it (a bounce can begin
+        and end inside one step's substeps, leaving no point behind; bodies of several links
+        use the reported points only, their centre-of-mass velocity costing a kinematics
+        query per step). Geometry then comes from the
         nearest manifold points reported just before or after that step.
         """
-        _, _, velocity, _ = self.scene.rigid_motion(states)
-        gravity_step = np.asarray(self.scene.settings.gravity_mps2) * self.dt_s
-        jump = np.linalg.norm(np.diff(velocity, axis=0) - gravity_step, axis=1)
-        steps = set((np.flatnonzero(jump > VELOCITY_JUMP_MPS) + 1).tolist())
+        steps: set[int] = set()
+        if not getattr(self.scene, "n_joints", 0):  # too costly per step for linked bodies
+            velocity = self.scene.com_velocity(states)  # the centre of mass is ballistic
+            gravity_step = np.asarray(self.scene.settings.gravity_mps2) * self.dt_s
+            jump = np.linalg.norm(np.diff(velocity, axis=0) - gravity_step, axis=1)
+            steps.update((np.flatnonzero(jump > VELOCITY_JUMP_MPS) + 1).tolist())
         reported = dict(contacts)
         touching = {k: [p for p in pts if is_touching(p)] for k, pts in contacts}
         steps.update(k for k, pts in touching.items() if pts)

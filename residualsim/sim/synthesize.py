@@ -1,12 +1,14 @@
-"""Synthetic "recordings" with known ground truth, written in the upstream format.
+"""Synthetic "recordings" with known ground truth, for any scene.
 
 The engine is run with known parameters from the initial states of a real set (``like``)
-or from sampled toss states, observation noise is added, and the result is written exactly
-like the real set (ContactNets ``tosses/<id>.pt``), with ``synthetic.json`` beside it
-holding the truth (parameters, settings, noise, seed). Every tool can then be checked on
-data whose answer is known. Positions get Gaussian noise of ``noise_m`` per axis and
-orientations a random rotation whose rotation vector has ``noise_rad`` per axis; velocities
-are written as simulated.
+or from sampled toss states, observation noise is added, and the result is written like a
+real set: the cube as ContactNets ``tosses/<id>.pt``, any other object (a scene file) as
+plain CSV poses (``<id>.csv``, no velocities: as a motion-capture user has them), with
+``synthetic.json`` beside it holding the truth (parameters, settings, noise, seed). Every
+tool can then be checked on data whose answer is known. Positions get Gaussian noise of
+``noise_m`` per axis, orientations a random rotation whose rotation vector has
+``noise_rad`` per axis, revolute joints ``noise_rad`` and prismatic joints ``noise_m``;
+velocities are kept as simulated (the CSV files leave them out).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from residualsim.data.contactnets import SAMPLE_PERIOD_S, write_toss
+from residualsim.data.csv import save_csv_trajectories
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.rotations import rotate_by_rotvec
@@ -28,8 +31,8 @@ from residualsim.sim.rollout import simulate_one, recording_settings, simulation
 from residualsim.sim.scenes import make_scene, parse_params
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["sample_toss_states", "synthesize_tosses", "write_toss_set", "synthesize_arm_loop",
-           "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
+__all__ = ["sample_toss_states", "sample_scene_states", "synthesize_tosses", "write_toss_set",
+           "synthesize_arm_loop", "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
 
 
 def _as_rng(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -55,11 +58,64 @@ def sample_toss_states(n_tosses: int, rng: int | np.random.Generator | None = No
     ])
 
 
+def sample_scene_states(scene, n_tosses: int, rng: int | np.random.Generator | None = None
+                        ) -> np.ndarray:
+    """Hand-toss initial states (n, state size) for any scene, in free flight.
+
+    Free objects: the base as :func:`sample_toss_states`, then each joint at U(-0.8, 0.8)
+    (rad or m/10 for a prismatic joint) moving at N(0, 2) rad/s (or m/s / 10). Planar
+    objects: x U(-0.1, 0.1) m, y U(0.15, 0.35) m, theta U(-pi, pi), velocities N(0, 0.6)
+    m/s horizontally, U(-1, 0.5) m/s vertically, N(0, 4) rad/s.
+    """
+    rng = _as_rng(rng)
+    layout = make_scene(scene)
+    if layout.planar:
+        return np.column_stack([
+            rng.uniform(-0.1, 0.1, n_tosses), rng.uniform(0.15, 0.35, n_tosses),
+            rng.uniform(-np.pi, np.pi, n_tosses), rng.normal(0.0, 0.6, n_tosses),
+            rng.uniform(-1.0, 0.5, n_tosses), rng.normal(0.0, 4.0, n_tosses)])
+    base = sample_toss_states(n_tosses, rng)
+    n_joints = getattr(layout, "n_joints", 0)
+    if not n_joints:
+        return base
+    unit = np.array([1.0 if kind == "revolute" else 0.1 for kind in layout.info.joint_types])
+    return np.column_stack([base, rng.uniform(-0.8, 0.8, (n_tosses, n_joints)) * unit,
+                            rng.normal(0.0, 2.0, (n_tosses, n_joints)) * unit])
+
+
+def _observed(layout, traj_id: str, states: np.ndarray, dt_s: float, noise_m: float,
+              noise_rad: float, rng: np.random.Generator) -> Trajectory:
+    """A noisy recording of simulated ``states`` (T, state size) of scene ``layout``."""
+    n = len(states)
+    positions, quat, velocity, omega = layout.rigid_motion(states)
+    if layout.planar:  # noise in the plane: x, y and theta
+        positions = positions + np.column_stack([rng.normal(0.0, noise_m, (n, 2)), np.zeros(n)])
+        quat = rotate_by_rotvec(quat, np.column_stack([np.zeros((n, 2)),
+                                                       rng.normal(0.0, noise_rad, n)]))
+    else:
+        positions = positions + rng.normal(0.0, noise_m, size=(n, 3))
+        quat = rotate_by_rotvec(quat, rng.normal(0.0, noise_rad, size=(n, 3)))
+    joints: dict = {}
+    if getattr(layout, "n_joints", 0):
+        scale = np.array([noise_rad if kind == "revolute" else noise_m
+                          for kind in layout.info.joint_types])
+        joints = dict(joint_names=layout.joint_names,
+                      joint_positions=layout.joint_positions(states)
+                      + rng.normal(size=(n, layout.n_joints)) * scale,
+                      joint_velocities=states[:, 13 + layout.n_joints:])
+    return Trajectory(traj_id=traj_id, times_s=np.arange(n) * dt_s, positions_m=positions,
+                      quat_wxyz=quat / np.linalg.norm(quat, axis=1, keepdims=True),
+                      linear_velocity_mps=velocity, angular_velocity_world_radps=omega,
+                      planar=layout.planar, source="synthetic", **joints)
+
+
 def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
                       n_tosses: int = 8, n_samples: int = 110, noise_m: float = 0.0,
                       noise_rad: float = 0.0, rng: int | np.random.Generator | None = 0,
-                      n_workers: int = 1, substeps: int | None = None) -> dict[str, Trajectory]:
-    """Simulate cube tosses with known parameters and add observation noise.
+                      n_workers: int = 1, substeps: int | None = None, scene: str = "cube",
+                      rate_hz: float | None = None) -> dict[str, Trajectory]:
+    """Simulate tosses of ``scene`` (the cube by default, or a scene file) with known
+    parameters and add observation noise.
 
     Parameters
     ----------
@@ -76,40 +132,42 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
     substeps : int, optional
         Engine substeps per sample (default: the scene's); part of the truth, since
         restitution and friction act differently at different substep counts.
+    scene : str
+        A built-in scene name or a scene file.
+    rate_hz : float, optional
+        Sample rate of sampled tosses (default: the cube's 148 Hz, another scene's own).
     """
     if noise_m < 0 or noise_rad < 0:
         raise ParameterError(f"noise must be >= 0, got noise_m={noise_m}, noise_rad={noise_rad}")
     rng = _as_rng(rng)
     params = parse_params(params)
+    layout = make_scene(scene)
     if like is not None:
-        items = simulation_items("cube", like)
-        settings = recording_settings("cube", like, substeps)
+        items = simulation_items(scene, like)
+        settings = recording_settings(scene, like, substeps)
     else:
         if n_tosses < 1 or n_samples < 2:
             raise ParameterError("need n_tosses >= 1 and n_samples >= 2")
-        states = sample_toss_states(n_tosses, rng)
+        if rate_hz is not None and not rate_hz > 0:
+            raise ParameterError(f"rate_hz must be positive, got {rate_hz}")
+        states = (sample_toss_states(n_tosses, rng) if scene == "cube" else
+                  sample_scene_states(scene, n_tosses, rng))
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
-        settings = dataclasses.replace(make_scene("cube").settings, dt_s=SAMPLE_PERIOD_S)
+        dt_s = 1.0 / rate_hz if rate_hz else (SAMPLE_PERIOD_S if scene == "cube" else
+                                              layout.settings.dt_s)
+        settings = dataclasses.replace(layout.settings, dt_s=dt_s)
         if substeps is not None:
             settings = dataclasses.replace(settings, substeps=substeps)
-    with engine_workers("cube", items, n_workers, settings) as pool:
+    with engine_workers(scene, items, n_workers, settings) as pool:
         results = pool.map(simulate_one, params)
-    out: dict[str, Trajectory] = {}
-    for result in results:
-        n = len(result.positions_m)
-        positions = result.positions_m + rng.normal(0.0, noise_m, size=(n, 3))
-        quat = rotate_by_rotvec(result.quat_wxyz, rng.normal(0.0, noise_rad, size=(n, 3)))
-        out[result.traj_id] = Trajectory(
-            traj_id=result.traj_id, times_s=np.arange(n) * settings.dt_s,
-            positions_m=positions, quat_wxyz=quat / np.linalg.norm(quat, axis=1, keepdims=True),
-            linear_velocity_mps=result.states[:, 7:10],
-            angular_velocity_world_radps=result.states[:, 10:13], source="synthetic")
-    return out
+    return {result.traj_id: _observed(layout, result.traj_id, result.states, settings.dt_s,
+                                      noise_m, noise_rad, rng) for result in results}
 
 
 def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth: dict,
-                   overwrite: bool = False) -> Path:
-    """Write ``out_dir/tosses/<id>.pt`` and ``out_dir/synthetic.json``, all or nothing.
+                   overwrite: bool = False, csv: bool = False) -> Path:
+    """Write ``out_dir/tosses/<id>.pt`` (or, with ``csv``, ``out_dir/<id>.csv`` poses without
+    velocities) and ``out_dir/synthetic.json``, all or nothing.
 
     The set is built in a temporary sibling directory and renamed into place, so an
     interrupted run leaves no half-written set. An existing ``out_dir`` is an error unless
@@ -121,9 +179,12 @@ def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        (staging / "tosses").mkdir()
-        for traj_id, traj in tosses.items():
-            write_toss(staging / "tosses" / f"{traj_id}.pt", traj)
+        if csv:
+            save_csv_trajectories(staging, tosses, with_velocities=False)
+        else:
+            (staging / "tosses").mkdir()
+            for traj_id, traj in tosses.items():
+                write_toss(staging / "tosses" / f"{traj_id}.pt", traj)
         (staging / "synthetic.json").write_text(json.dumps(truth, indent=2) + "\n")
         staging.chmod(0o755)  # mkdtemp makes it private
         if out_dir.exists():

@@ -1,0 +1,175 @@
+"""Recordings as a scene sees them: checked against the object, initial states fitted.
+
+:func:`load_recordings` (and :func:`prepare_recordings` for recordings already loaded) is
+where recordings meet a scene:
+
+1. every recording is checked against the scene (planar or 3D, the object's joints) and a
+   mismatch is one DataError naming the file;
+2. a recording whose velocities were ESTIMATED from poses (plain CSV without velocity
+   columns, ``metadata["velocities"] == "estimated"``) gets its initial state (sample 0)
+   fitted by the engine itself: the first samples in free flight (before the first sample
+   where the object comes within ``CONTACT_TOLERANCE_M`` of the table, or where its
+   distance to the table has a minimum below ``BOUNCE_DISTANCE_M``: a fast bounce can fall
+   between two samples; a geometric test on the URDF's collision shapes at the recorded
+   poses) are matched by a rollout from
+   the fitted initial pose and velocities (``scipy.optimize.least_squares``, Levenberg-
+   Marquardt, over windows of 8, 16 and then all free samples, each warm-started from the
+   last, so a fast-spinning object does not settle in a local minimum; residuals:
+   position m, r_g × rotation angle, joint positions × r_g or m). A base link of an
+   articulated body is not ballistic, nor is a rigid body's angular velocity constant
+   unless its inertia is isotropic, so a rollout is the model that fits free flight of any
+   object. With fewer than ``MIN_FREE_SAMPLES`` free samples the estimate is kept.
+
+Recordings with recorded velocities (the ContactNets and MCube sets, NPZ, CSV with
+velocity columns) are returned unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import pybullet as pb
+
+from residualsim.data import Trajectory, load_trajectories
+from residualsim.sim.engine import Engine
+from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
+from residualsim.sim.rollout import recording_settings
+from residualsim.sim.scenes import make_scene
+
+__all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
+           "free_flight_samples", "CONTACT_TOLERANCE_M", "MIN_FREE_SAMPLES"]
+
+log = logging.getLogger(__name__)
+
+#: A recorded pose this close to the table (m) counts as in contact: 2 mm, four times the
+#: tracking noise the project is built for.
+CONTACT_TOLERANCE_M = 0.002
+#: A minimum of the distance to the table below this (m) is a bounce between two samples.
+BOUNCE_DISTANCE_M = 0.02
+#: Fewest free-flight samples worth a fit, and the most that are used.
+MIN_FREE_SAMPLES = 4
+MAX_FREE_SAMPLES = 30
+
+
+def load_recordings(path: str | os.PathLike[str], scene: str) -> dict[str, Trajectory]:
+    """Recordings in ``path`` (any format residualsim reads) prepared for ``scene``."""
+    return prepare_recordings(scene, load_trajectories(path))
+
+
+def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
+                       ) -> dict[str, Trajectory]:
+    """Check every recording against ``scene`` and fit the initial state of those whose
+    velocities were estimated (see the module docstring); returns a new dict."""
+    layout = make_scene(scene)
+    for traj in trajectories.values():
+        layout.check_recording(traj)
+    estimated = [k for k, t in trajectories.items()
+                 if t.metadata.get("velocities") == "estimated"]
+    if not estimated:
+        return dict(trajectories)
+    out = dict(trajectories)
+    with Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
+        for key in estimated:
+            out[key] = fit_initial_state(engine, trajectories[key])
+    return out
+
+
+def free_flight_samples(engine: Engine, trajectory: Trajectory,
+                        tolerance_m: float = CONTACT_TOLERANCE_M) -> int:
+    """Number of leading samples before the first contact (see the module docstring)."""
+    scene = engine.scene
+    distances = []
+    for index in range(min(trajectory.n_samples, MAX_FREE_SAMPLES + 1)):
+        engine.reset(scene.state_from_trajectory(trajectory, index))
+        near = pb.getClosestPoints(scene.body, scene.static_body, BOUNCE_DISTANCE_M,
+                                   scene.link, -1, physicsClientId=engine.client)
+        distance = min((p[8] for p in near), default=np.inf)
+        if distance <= tolerance_m:
+            return index
+        if len(distances) >= 2 and distances[-2] > distances[-1] < distance \
+                and distances[-1] < BOUNCE_DISTANCE_M:
+            return index - 1
+        distances.append(distance)
+    return min(trajectory.n_samples, MAX_FREE_SAMPLES)
+
+
+def fit_initial_state(engine: Engine, trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` with its sample 0 (pose, velocities, joints) replaced by the initial
+    state whose rollout best matches the free-flight samples (see the module docstring);
+    unchanged when fewer than :data:`MIN_FREE_SAMPLES` samples are in free flight."""
+    from scipy.optimize import least_squares
+
+    scene = engine.scene
+    n_free = free_flight_samples(engine, trajectory)
+    if n_free < MIN_FREE_SAMPLES:
+        log.info("%s: %d free-flight samples, initial state kept as estimated",
+                 trajectory.traj_id, n_free)
+        return trajectory
+    states = np.array([scene.state_from_trajectory(trajectory, i) for i in range(n_free)])
+    positions, quat, _, _ = scene.rigid_motion(states)
+    radius = scene.radius_of_gyration_m
+    n_joints = getattr(scene, "n_joints", 0)
+    joints = states[:, 13:13 + n_joints] if n_joints else None
+    scale = np.array([radius if kind == "revolute" else 1.0
+                      for kind in scene.info.joint_types]) if n_joints else None
+
+    def initial(z: np.ndarray) -> np.ndarray:
+        state = states[0].copy()
+        if scene.planar:
+            state[:3] += z[:3]
+            state[3:6] = z[3:6]
+            return state
+        state[0:3] += z[0:3]
+        state[3:7] = rotate_by_rotvec(states[0, 3:7], z[3:6])
+        state[7:13] = z[6:12]
+        if n_joints:
+            state[13:13 + n_joints] += z[12:12 + n_joints]
+            state[13 + n_joints:] = z[12 + n_joints:]
+        return state
+
+    def residuals(z: np.ndarray, n: int) -> np.ndarray:
+        run = engine.rollout(initial(z), n - 1, detect_contacts=False).states
+        sim_pos, sim_quat, _, _ = scene.rigid_motion(run)
+        parts = [(sim_pos - positions[:n]).ravel(),
+                 radius * quat_relative_rotvec(sim_quat, quat[:n]).ravel()]
+        if n_joints:
+            parts.append(((run[:, 13:13 + n_joints] - joints[:n]) * scale).ravel())
+        return np.concatenate(parts)
+
+    start = (np.concatenate([np.zeros(3), states[0, 3:6]]) if scene.planar else
+             np.concatenate([np.zeros(6), states[0, 7:13]] + (
+                 [np.zeros(n_joints), states[0, 13 + n_joints:]] if n_joints else [])))
+    for n in sorted({min(8, n_free), min(16, n_free), n_free}):
+        if n * (3 + n_joints) < len(start):  # fewer residuals than unknowns
+            continue
+        fit = least_squares(residuals, start, method="lm", x_scale="jac", args=(n,),
+                            max_nfev=100 * len(start))
+        start = fit.x
+    state = initial(start)
+    rms_m = float(np.sqrt(np.mean(fit.fun ** 2)))
+    return _with_initial_state(trajectory, scene, state, {
+        "initial_state": "fitted by rollout", "free_flight_samples": n_free,
+        "initial_fit_rms_m": rms_m})
+
+
+def _with_initial_state(trajectory: Trajectory, scene, state: np.ndarray,
+                        notes: dict) -> Trajectory:
+    """A copy of ``trajectory`` whose sample 0 holds ``state`` (scene layout)."""
+    position, quat, velocity, omega = (a[0] for a in scene.rigid_motion(state[None]))
+    arrays = {name: np.array(getattr(trajectory, name)) for name in (
+        "positions_m", "quat_wxyz", "linear_velocity_mps", "angular_velocity_world_radps",
+        "joint_positions", "joint_velocities")}
+    arrays["positions_m"][0] = position
+    arrays["quat_wxyz"][0] = quat
+    arrays["linear_velocity_mps"][0] = velocity
+    arrays["angular_velocity_world_radps"][0] = omega
+    n_joints = getattr(scene, "n_joints", 0)
+    if n_joints:
+        arrays["joint_positions"][0] = state[13:13 + n_joints]
+        arrays["joint_velocities"][0] = state[13 + n_joints:]
+    return dataclasses.replace(trajectory, **arrays,
+                               metadata={**trajectory.metadata, **notes})
