@@ -125,6 +125,9 @@ class TrajectoryScore:
         Cube side used for ``position_rmse_sides``.
     missing_ids : tuple of str
         Recorded ids that were not predicted (not scored).
+    joint_rmse : ndarray of shape (n,) or None
+        For objects with joints (predictions and recordings both carry them): sqrt(mean
+        over t, s and joints of the joint position error), rad (or m for prismatic joints).
     """
 
     ids: tuple[str, ...]
@@ -139,6 +142,7 @@ class TrajectoryScore:
     missing_ids: tuple[str, ...] = ()
     inside_xy_50: np.ndarray | None = None
     inside_xy_90: np.ndarray | None = None
+    joint_rmse: np.ndarray | None = None
 
     @property
     def n_trajectories(self) -> int:
@@ -167,9 +171,12 @@ class TrajectoryScore:
             with ``_median``); ``coverage_50`` and ``coverage_90`` (fractions of
             trajectories), ``coverage_xy_50`` and ``coverage_xy_90`` (the same on the table
             plane). ``position_rmse_sides*`` are None without ``side_m``, the
-            coverages None when S == 1.
+            coverages None when S == 1. Objects with joints add ``joint_rmse`` and
+            ``joint_rmse_median`` (rad, or m for prismatic joints).
         """
         sides = self.position_rmse_sides
+        joints = {} if self.joint_rmse is None else {
+            "joint_rmse": _mean(self.joint_rmse), "joint_rmse_median": _median(self.joint_rmse)}
         return {
             "n_trajectories": self.n_trajectories,
             "n_missing": self.n_missing,
@@ -188,6 +195,7 @@ class TrajectoryScore:
             "coverage_90": _mean(self.inside_90),
             "coverage_xy_50": _mean(self.inside_xy_50),
             "coverage_xy_90": _mean(self.inside_xy_90),
+            **joints,
         }
 
     def _table(self) -> tuple[str, list[tuple[str, Any, str]]]:
@@ -216,6 +224,8 @@ class TrajectoryScore:
             ("coverage of 50 % region, x-y", summary["coverage_xy_50"], ""),
             ("coverage of 90 % region, x-y", summary["coverage_xy_90"], ""),
         ]
+        if self.joint_rmse is not None:
+            rows.append(("joint RMSE", summary["joint_rmse"], "rad"))
         return title, rows
 
 
@@ -392,6 +402,7 @@ def score_trajectories(
     rotation = np.empty(n)
     final_predicted = np.empty((n, n_samples, 3))
     final_recorded = np.empty((n, 3))
+    joint_rmse = np.full(n, np.nan)
     for index, traj_id in enumerate(ids):
         prediction = predictions[traj_id]
         recording = recordings[traj_id]
@@ -403,6 +414,11 @@ def score_trajectories(
         ).mean()
         final_predicted[index] = prediction.position[:, -1]
         final_recorded[index] = recording.positions_m[-1]
+        recorded_joints = getattr(recording, "joint_positions", None)
+        if prediction.joint_positions is not None and recorded_joints is not None \
+                and recorded_joints.shape[1] == prediction.joint_positions.shape[2] > 0:
+            joint_error = np.asarray(prediction.joint_positions) - recorded_joints
+            joint_rmse[index] = math.sqrt(float(np.mean(joint_error ** 2)))
 
     final_offset = final_predicted - final_recorded[:, None, :]
     final_error = np.linalg.norm(final_offset, axis=-1).mean(axis=1)
@@ -422,6 +438,7 @@ def score_trajectories(
         missing_ids=tuple(str(i) for i in recordings if i not in predicted_set),
         inside_xy_50=inside_xy_50,
         inside_xy_90=inside_xy_90,
+        joint_rmse=None if np.isnan(joint_rmse).all() else _readonly(joint_rmse),
     )
 
 

@@ -71,8 +71,12 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
         return predictions, impacts.n_impacts
     trajectories = select_recordings(load_recordings(data, scene), split, limit)
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
+    layout = make_scene(scene)
+    joints = getattr(layout, "n_joints", 0)
     predictions = TrajectoryPredictions(
-        {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()}, meta)
+        {k: (r.positions_m[None], r.quat_wxyz[None]) + (
+            (layout.joint_positions(r.states)[None],) if joints else ())
+         for k, r in results.items()}, meta)
     return predictions, len(results)
 
 

@@ -531,15 +531,17 @@ def residual_errors(engine: Engine, item: tuple, request: RolloutRequest) -> np.
 def residual_trajectories(engine: Engine, item: tuple, request: RolloutRequest):
     """Worker function: the rollouts of an item's first candidate as (positions (S, T, 3),
     quat_wxyz (S, T, 4), stats (S, 5): events, energy clamps, normal clamps, engine energy
-    gains, deepest penetration m)."""
+    gains, deepest penetration m, joint positions (S, T, n) or None for a single body)."""
     generated = item_rollouts(engine, item, request)
     if generated is None:
         return None
     runs = generated[0]
     stats = np.array([(r.n_events, r.n_energy_clamped, r.n_normal_clamped,
                        r.n_engine_energy_gain, r.max_penetration_m) for r in runs], float)
+    joints = (np.stack([engine.scene.joint_positions(r.states) for r in runs])
+              if getattr(engine.scene, "n_joints", 0) else None)
     return (np.stack([r.positions_m for r in runs]), np.stack([r.quat_wxyz for r in runs]),
-            stats)
+            stats, joints)
 
 
 def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples: int = 0,
@@ -573,7 +575,8 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
         results = workers.map(residual_trajectories, request)
     stats = np.concatenate([r[2] for r in results])
     predictions = TrajectoryPredictions(
-        {traj_id: (r[0], r[1]) for traj_id, r in zip(trajectories, results)},
+        {traj_id: (r[0], r[1]) if r[3] is None else (r[0], r[1], r[3])
+         for traj_id, r in zip(trajectories, results)},
         meta={"scene": model.scene, "params": model.params.as_json(),
               "substeps": model.substeps, "residual": bool(residual),
               "samples": int(samples) if residual else 0, "seed": int(seed)})
