@@ -7,6 +7,8 @@ not a distribution over rotations:
 * cube (13-number state): position (3, m, world), rotation vector φ (3, rad, world frame)
   with R = exp([φ]×) R_ref about the belief's reference orientation R_ref, velocity (3,
   m/s, world), angular velocity (3, rad/s, world): 12 numbers;
+* an object with n joints (13 + 2n numbers): those 12, then the joint positions and
+  velocities (rad or m, rad/s or m/s) as they are: 12 + 2n numbers;
 * planar scenes (x, z, θ, ẋ, ż, θ̇): the state itself (θ is already a tangent coordinate).
 
 The *dynamic stochastic step* (:func:`stochastic_step`) goes from the end of one contact
@@ -43,31 +45,34 @@ PENETRATION_TOLERANCE_M = 0.002
 class StateTangent:
     """Map between a scene's states and the tangent coordinates beliefs live in.
 
-    ``planar`` scenes use the state unchanged; 3D (cube) states use the rotation vector
-    about ``reference_wxyz`` (unit quaternion w-x-y-z, body to world), see the module
-    docstring.
+    ``planar`` scenes use the state unchanged; 3D states use the rotation vector about
+    ``reference_wxyz`` (unit quaternion w-x-y-z, body to world) and keep an object's
+    ``n_joints`` joint positions and velocities as they are, see the module docstring.
     """
 
     planar: bool
     reference_wxyz: tuple[float, float, float, float] = (1.0, 0.0, 0.0, 0.0)
+    n_joints: int = 0
 
     @property
     def size(self) -> int:
-        """Number of tangent coordinates (6 planar, 12 in 3D)."""
-        return 6 if self.planar else 12
+        """Number of tangent coordinates (6 planar, 12 + 2n in 3D)."""
+        return 6 if self.planar else 12 + 2 * self.n_joints
 
     @classmethod
     def around(cls, states: np.ndarray, planar: bool) -> StateTangent:
         """Tangent coordinates about the mean orientation of ``states`` (n, state size)."""
         states = np.atleast_2d(np.asarray(states, dtype=float))
-        size = 6 if planar else 13
-        if states.ndim != 2 or states.shape[1] != size or not np.isfinite(states).all():
+        width = states.shape[1] if states.ndim == 2 else 0
+        fits = width == 6 if planar else width >= 13 and (width - 13) % 2 == 0
+        if states.ndim != 2 or not fits or not np.isfinite(states).all():
             raise ParameterError(f"{'planar' if planar else '3D'} states must be finite rows "
-                                 f"of {size} numbers, got shape {states.shape}")
+                                 f"of {6 if planar else '13 (+ 2 per joint)'} numbers, got "
+                                 f"shape {states.shape}")
         if planar:
             return cls(True)
         mean = as_rotation(states[:, 3:7]).mean()
-        return cls(False, tuple(float(v) for v in as_quat_wxyz(mean)[0]))
+        return cls(False, tuple(float(v) for v in as_quat_wxyz(mean)[0]), (width - 13) // 2)
 
     def to_tangent(self, states: np.ndarray) -> np.ndarray:
         """(n, state size) scene states -> (n, size) tangent coordinates."""
@@ -75,7 +80,7 @@ class StateTangent:
         if self.planar:
             return states.copy()
         relative = quat_relative_rotvec(states[:, 3:7], np.array(self.reference_wxyz))
-        return np.column_stack([states[:, 0:3], relative, states[:, 7:13]])
+        return np.column_stack([states[:, 0:3], relative, states[:, 7:]])
 
     def from_tangent(self, tangent: np.ndarray) -> np.ndarray:
         """(n, size) tangent coordinates -> (n, state size) scene states."""
@@ -84,7 +89,7 @@ class StateTangent:
             return tangent.copy()
         quat = rotate_by_rotvec(np.array(self.reference_wxyz), tangent[:, 3:6])
         quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)  # w >= 0: one sign per rotation
-        return np.column_stack([tangent[:, 0:3], quat, tangent[:, 6:12]])
+        return np.column_stack([tangent[:, 0:3], quat, tangent[:, 6:]])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,6 +50,11 @@ def default_initial_std(model) -> np.ndarray:
     noise = getattr(model, "state_noise", None)
     if noise is not None and not _planar(model.scene):
         std[6:9], std[9:12] = noise.velocity_std_mps, noise.omega_std_radps
+    from residualsim.sim.scenes import make_scene
+
+    n_joints = getattr(make_scene(model.scene), "n_joints", 0)
+    if n_joints:  # joints: 0.01 rad (or m) and 0.1 rad/s (or m/s)
+        std = np.r_[std, [0.01] * n_joints, [0.1] * n_joints]
     return std
 
 
@@ -204,8 +209,10 @@ class StochasticSimulator:
         if isinstance(initial, GaussianMixtureBelief):
             rng = np.random.default_rng([int(seed), _INITIAL_STREAM])
             return initial.sample(samples, rng)
+        from residualsim.sim.scenes import make_scene
+
         state = np.asarray(initial, dtype=float)
-        size = 6 if _planar(self.model.scene) else 13
+        size = make_scene(self.model.scene).state_size
         if state.shape != (size,) or not np.isfinite(state).all():
             raise ParameterError(f"initial state must be {size} finite numbers for the "
                                  f"{self.model.scene!r} scene, got shape {state.shape}")
