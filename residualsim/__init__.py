@@ -8,7 +8,7 @@ API, gymnasium) → ``baselines`` → ``experiments`` → ``cli``.
 
 The main names are importable from here (loaded on first use, so ``import residualsim``
 stays light). Importing the package registers its gymnasium environments
-(``residualsim/CubeToss-v0``, ``residualsim/ArmLoop-v0``; see
+(``residualsim/CubeToss-v0``, ``residualsim/Toss-v0``, ``residualsim/ArmLoop-v0``; see
 :mod:`residualsim.belief.envs`), without importing them.
 """
 
@@ -72,6 +72,7 @@ def _register_environments() -> None:
     except ImportError:  # gymnasium is a dependency, but the physics work without it
         return
     for env_id, entry_point in (("residualsim/CubeToss-v0", "residualsim.belief.envs:CubeTossEnv"),
+                                ("residualsim/Toss-v0", "residualsim.belief.envs:TossEnv"),
                                 ("residualsim/ArmLoop-v0", "residualsim.belief.envs:ArmLoopEnv")):
         if env_id not in registry:
             register(id=env_id, entry_point=entry_point)

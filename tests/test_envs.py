@@ -4,6 +4,7 @@ behaviour of the cube toss and the arm + loop."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -222,3 +223,45 @@ def test_arm_divergence_terminates_with_reward_minus_one():
     finally:
         env.close()
     assert terminated and reward == -1.0 and info["diverged"] is True
+
+
+@pytest.fixture(scope="module")
+def hinge_model(tmp_path_factory):
+    """An untrained model of the two-box hinge (the worked example of a linked object)."""
+    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.sim.rollout import ContactGuard
+    from residualsim.sim.scenes import EngineParams
+
+    scene = str(Path(__file__).resolve().parents[1] / "assets" / "examples" / "hinge.toml")
+    model = ResidualModel(scene=scene, policy=ResidualPolicy(hidden=(4,), seed=0),
+                          params=EngineParams(lateral_friction=0.3, restitution=0.4),
+                          dt_s=1 / 240, substeps=10, guard=ContactGuard())
+    return scene, model.save(tmp_path_factory.mktemp("hinge") / "model")
+
+
+def test_toss_env_takes_any_object_and_passes_the_api_checker(hinge_model):
+    scene, model = hinge_model
+    env = gym.make("residualsim/Toss-v0", scene=scene, model=str(model), horizon_s=0.5,
+                   belief_particles=8, release_joint_positions=(0.5,))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_env(env.unwrapped)
+        assert all(ALLOWED_WARNING in str(w.message) for w in caught)
+        obs, _ = env.reset(seed=3)
+        _, reward, terminated, truncated, info = env.step(
+            np.array([0.5, 0.0, -0.5, 0.0, 3.0, 0.0], dtype=np.float32))
+        assert terminated and not truncated and reward == -info["distance_m"]
+        assert info["n_events"] >= 1 and len(info["beliefs"]) >= 1
+        assert len(info["beliefs"][0]["mean_state"]) == 15  # base 13 + elbow angle and rate
+        assert info["final_position_m"][2] < 0.1  # down on the table
+    finally:
+        env.close()
+
+
+def test_toss_env_refuses_a_model_of_another_scene(hinge_model):
+    _, model = hinge_model
+    with pytest.raises(ValueError, match="trained on scene"):
+        gym.make("residualsim/Toss-v0", scene="cube", model=str(model))
+    with pytest.raises(ValueError, match="needs model="):
+        gym.make("residualsim/Toss-v0", scene="cube")

@@ -16,6 +16,7 @@ _EXPORTS = {
     'belief_plot': 'residualsim.belief.plot',
     'EVENT_COLOURS': 'residualsim.belief.plot',
     'CubeTossEnv': 'residualsim.belief.envs',
+    'TossEnv': 'residualsim.belief.envs',
     'ArmLoopEnv': 'residualsim.belief.envs',
     'DEFAULT_CUBE_MODEL': 'residualsim.belief.envs',
     'StateTangent': 'residualsim.belief.propagation',

@@ -26,6 +26,13 @@ link) to world. Spaces are float32; rewards are plain floats.
     ``stochastic=False`` applies the policy's mean residual, so the outcome depends only on
     the action.
 
+``residualsim/Toss-v0`` — :class:`TossEnv`, the same decision for any free object
+    ``gymnasium.make("residualsim/Toss-v0", scene="my_object.toml", model="model/")``: the
+    model is one trained on that scene (``residualsim train --scene my_object.toml``). The
+    object is released at the base pose above with its joints at ``release_joint_positions``
+    (rad or m, URDF order; default 0) at rest; the action sets the base's velocity and
+    angular velocity as for the cube; ``final_position_m`` is the base link's.
+
 ``residualsim/ArmLoop-v0`` — :class:`ArmLoopEnv`, a 7-DOF KUKA iiwa holding a flexible loop
     (:class:`~residualsim.sim.scenes.arm_loop.ArmLoopScene`: a 12-link spring loop clamped at
     its bottom, its top grasped by the arm's last link). Each step is one 10 ms control
@@ -64,7 +71,7 @@ if TYPE_CHECKING:
     from residualsim.residual.policy import ResidualModel
     from residualsim.sim.scenes.loop_urdf import LoopParameters
 
-__all__ = ["CubeTossEnv", "ArmLoopEnv", "DEFAULT_CUBE_MODEL"]
+__all__ = ["CubeTossEnv", "TossEnv", "ArmLoopEnv", "DEFAULT_CUBE_MODEL"]
 
 #: The shipped cube model.
 DEFAULT_CUBE_MODEL = PRETRAINED_CUBE
@@ -185,6 +192,61 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         if getattr(self, "simulator", None) is not None:
             self.simulator.close()
             self.simulator = None
+
+
+class TossEnv(CubeTossEnv):
+    """Toss any free object so that it comes to rest at a target (see the module docstring).
+
+    Parameters
+    ----------
+    scene : str, optional
+        The object's scene file (or ``.urdf``); checked against the model's scene.
+    model : path or ResidualModel
+        A model trained on that scene (required).
+    release_joint_positions : sequence of float, optional
+        Joint positions at release (rad or m, URDF order), default 0.
+    **options
+        As :class:`CubeTossEnv` (release pose, horizon, targets, beliefs, workers).
+    """
+
+    def __init__(self, scene: str | Path | None = None,
+                 model: str | Path | ResidualModel | None = None,
+                 release_joint_positions: tuple[float, ...] | None = None,
+                 **options: Any) -> None:
+        from residualsim.sim.scenes import make_scene
+
+        if model is None:
+            raise ValueError("residualsim/Toss-v0 needs model=<a model directory trained on "
+                             "the scene> (residualsim train --scene FILE writes one)")
+        super().__init__(model=model, **options)
+        model_scene = self.simulator.model.scene
+        if scene is not None and _scene_key(scene) != _scene_key(model_scene):
+            self.close()
+            raise ValueError(f"the model was trained on scene {model_scene!r}, not {scene!r}")
+        layout = make_scene(model_scene)
+        if layout.planar:
+            self.close()
+            raise ValueError(f"Toss-v0 tosses free objects; {model_scene!r} is planar")
+        n_joints = getattr(layout, "n_joints", 0)
+        joints = np.zeros(n_joints) if release_joint_positions is None else \
+            np.asarray(release_joint_positions, dtype=float)
+        if joints.shape != (n_joints,) or not np.isfinite(joints).all():
+            self.close()
+            raise ValueError(f"release_joint_positions must be {n_joints} finite numbers "
+                             f"({', '.join(layout.joint_names) or 'no joints'}), got "
+                             f"{np.asarray(release_joint_positions).tolist()}")
+        self.release_joint_positions = joints
+
+    def toss(self, action: np.ndarray) -> np.ndarray:
+        """The object's initial state (13 + 2n,) for an action (6,): joints at rest."""
+        return np.r_[super().toss(action), self.release_joint_positions,
+                     np.zeros_like(self.release_joint_positions)]
+
+
+def _scene_key(scene: str | Path) -> str:
+    """A scene's name, or its file's resolved path, so that two spellings compare equal."""
+    path = Path(scene)
+    return str(path.resolve()) if path.suffix in (".toml", ".urdf") else str(scene)
 
 
 class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
