@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from residualsim.cli.options import (add_workers, bounds_option, count, json_line,
-                                     kappa_option, mapping_option)
+from residualsim.cli.options import (add_split_options, add_workers, bounds_option, count,
+                                     json_line, kappa_option, mapping_option, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -33,6 +33,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
                              f"{args.scene} with mh, nevergrad or mpec")
     data = resolve_data(args.data, args.scene)
+    split = split_options(args)
     initial = None
     if args.method == "mpec" or args.init == "mpec":
         from pathlib import Path
@@ -58,7 +59,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
             budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
-            initial=initial)
+            initial=initial, split_fractions=split["fractions"], split_lists=split["lists"])
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             print(f"validation, {label} parameters: position RMSE "
@@ -123,5 +124,6 @@ def register(commands) -> None:
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--no-plots", action="store_true")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_split_options(cal)
     add_workers(cal)
     cal.set_defaults(run=cmd_calibrate)

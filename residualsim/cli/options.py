@@ -13,7 +13,8 @@ from residualsim.errors import ParameterError
 from residualsim.parallel import BACKENDS
 
 __all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
-           "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line"]
+           "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
+           "add_split_options", "split_options"]
 
 
 def count(minimum: int):
@@ -109,3 +110,30 @@ def add_workers(sub: argparse.ArgumentParser) -> None:
                      help="where workers run: local processes or Ray actors (default local)")
     sub.add_argument("--address", help="Ray cluster to join with --backend ray: auto or "
                      "HOST:PORT (default: start a local Ray)")
+
+
+def _fractions(text: str) -> tuple[float, float, float]:
+    from residualsim.data.splits import parse_split_fractions
+
+    try:
+        return parse_split_fractions(text)
+    except ParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_split_options(sub: argparse.ArgumentParser) -> None:
+    """``--split-fractions`` and ``--split-ids``: how the recordings are split."""
+    group = sub.add_mutually_exclusive_group()
+    group.add_argument("--split-fractions", type=_fractions, metavar="TRAIN,VAL,TEST",
+                       help="shares of the hash split (default 0.7,0.15,0.15)")
+    group.add_argument("--split-ids", metavar="FILE",
+                       help='explicit split: a JSON file {"train": [...], "validation": '
+                            '[...], "test": [...]} of recording ids')
+
+
+def split_options(args: argparse.Namespace) -> dict:
+    """``fractions`` and ``lists`` keyword arguments from the split options."""
+    from residualsim.data.splits import load_split_ids
+
+    lists = load_split_ids(args.split_ids) if getattr(args, "split_ids", None) else None
+    return {"fractions": getattr(args, "split_fractions", None), "lists": lists}

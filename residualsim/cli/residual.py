@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from residualsim.cli.options import SPLITS, add_workers, count, float_list, json_line
+from residualsim.cli.options import (SPLITS, add_split_options, add_workers, count, float_list,
+                                     json_line, split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -25,12 +26,18 @@ def cmd_train(args: argparse.Namespace) -> None:
                            max_trajectories=args.max_tosses, config=config,
                            n_workers=args.workers, resume=args.resume,
                            checkpoint_every=args.checkpoint_every, progress=not args.quiet,
-                           command=" ".join(["residualsim", *sys.argv[1:]]))
+                           command=" ".join(["residualsim", *sys.argv[1:]]),
+                           **_split(args))
     print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, engine "
           f"{figures['engine_validation_rmse_m']:.4g} m ({100 * figures['improvement']:.1f} % "
           f"lower); rotation {figures['validation_rotation_deg']:.1f} deg vs "
           f"{figures['engine_validation_rotation_deg']:.1f} deg")
     json_line({"command": "train", "out": str(args.out), **figures})
+
+
+def _split(args: argparse.Namespace) -> dict:
+    options = split_options(args)
+    return {"fractions": options["fractions"], "split_lists": options["lists"]}
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
@@ -40,7 +47,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     predictions, figures = predict_dataset(
         args.model, args.data, samples=args.samples, seed=args.seed, n_workers=args.workers,
-        residual=not args.no_residual, split=args.split, limit=args.limit)
+        residual=not args.no_residual, split=args.split, limit=args.limit,
+        **split_options(args))
     save_predictions(args.out, predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
     json_line({"command": "predict", "model": str(args.model), "count": count_,
@@ -90,6 +98,7 @@ def register(commands) -> None:
                     help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_split_options(tr)
     add_workers(tr)
     tr.set_defaults(run=cmd_train)
 
@@ -105,6 +114,7 @@ def register(commands) -> None:
     pr.add_argument("--split", choices=SPLITS, default="all",
                     help="which split of the recordings (default all)")
     pr.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_split_options(pr)
     add_workers(pr)
     pr.set_defaults(run=cmd_predict)
 

@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from residualsim.cli.options import SPLITS, add_workers, count, json_line
+from residualsim.cli.options import (SPLITS, add_split_options, add_workers, count, json_line,
+                                     split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -17,7 +18,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     data = resolve_data(args.data, args.scene)
     start = time.perf_counter()
     predictions, n = simulate_dataset(args.scene, data, args.params, args.workers,
-                                      args.substeps, args.split, args.limit)
+                                      args.substeps, args.split, args.limit,
+                                      **split_options(args))
     save_predictions(Path(args.out), predictions)
     json_line({"command": "simulate", "scene": args.scene, "count": n, "out": str(args.out),
                "workers": args.workers, "seconds": time.perf_counter() - start})
@@ -45,6 +47,7 @@ def register(commands) -> None:
     sim.add_argument("--split", choices=SPLITS, default="all",
                      help="which split of the recordings (default all)")
     sim.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_split_options(sim)
     add_workers(sim)
     sim.set_defaults(run=cmd_simulate)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from residualsim.errors import DataError, ParameterError
 
-__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS",
+__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS", "split_recordings",
            "DEFAULT_FRACTIONS", "parse_split_fractions", "split_from_lists", "load_split_ids"]
 
 #: The default expected shares of train, validation and test.
@@ -272,3 +272,16 @@ def load_split_ids(path: str | os.PathLike[str], ids: Iterable[str | int] | None
         return split_from_lists(everything if ids is None else ids, **lists)
     except ParameterError as exc:
         raise DataError(f"{path}: {exc}") from None
+
+
+def split_recordings(ids: Iterable[str | int],
+                     fractions: Sequence[float] | None = None,
+                     lists: Mapping[str, Sequence[str | int]] | None = None
+                     ) -> dict[str, list[str]]:
+    """The train / validation / test ids of one call's choice: explicit ``lists``
+    (:func:`split_from_lists`) when given, else the hash split with ``fractions`` (default
+    :data:`DEFAULT_FRACTIONS`, seed 0)."""
+    ids = [str(i) for i in ids]
+    if lists is not None:
+        return split_from_lists(ids, **lists)
+    return split_ids(ids, fractions=DEFAULT_FRACTIONS if fractions is None else fractions)

@@ -30,7 +30,8 @@ import numpy as np
 
 from residualsim.data import detect_format, load_impacts, load_trajectories
 from residualsim.data.datasets import resolve_data
-from residualsim.data.splits import select_impacts, select_recordings, split_ids
+from residualsim.data.splits import (DEFAULT_FRACTIONS, select_impacts, select_recordings,
+                                     split_ids)
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.recordings import load_recordings
 
@@ -44,7 +45,7 @@ PathLike = str | os.PathLike[str]
 
 def simulate_dataset(scene: str, data: Path, params: str | None = None, n_workers: int = 1,
                      substeps: int | None = None, split: str = "all",
-                     limit: int | None = None):
+                     limit: int | None = None, fractions=None, lists=None):
     """The engine from each recording's first sample (or each impact's pre-contact state).
 
     ``params``: ``k=v,...``, a JSON file or a calibration directory (its substeps are used
@@ -69,7 +70,8 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
         predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
-    trajectories = select_recordings(load_recordings(data, scene), split, limit)
+    trajectories = select_recordings(load_recordings(data, scene), split, limit,
+                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists)
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     layout = make_scene(scene)
     joints = getattr(layout, "n_joints", 0)
@@ -98,7 +100,7 @@ def score_file(pred: PathLike, data: PathLike, scene: str | None = None):
 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
-                    limit: int | None = None):
+                    limit: int | None = None, fractions=None, lists=None):
     """A trained model (trajectories or single impacts) on ``data``: ``(predictions, figures)``.
 
     ``samples`` = 0 gives the mean prediction; ``residual=False`` the model's calibrated
@@ -127,7 +129,8 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                              "samples": predictions.post_velocity.shape[0]}
     from residualsim.sim.rollout import predict_trajectories
 
-    trajectories = select_recordings(load_recordings(data, model.scene), split, limit)
+    trajectories = select_recordings(load_recordings(data, model.scene), split, limit,
+                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists)
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual)
     predictions.meta.update(meta)

@@ -28,6 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,8 +196,12 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     started = time.perf_counter()
     if not train:
         raise DataError("no training recordings")
-    if not validation:
-        raise DataError("no validation recordings (needed for early stopping)")
+    if not validation:  # a handful of recordings: train on all, no early stopping
+        log.warning("no validation recordings: early stopping is off, and candidates are "
+                    "judged on the training recordings (figures marked validation_on=train)")
+        validation = dict(train)
+        config = dataclasses.replace(config, patience=10 ** 9)
+        info = {**dict(info or {}), "validation_on": "train"}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     layout = make_scene(scene)
@@ -314,17 +319,20 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  max_trajectories: int | None = None, config: TrainingConfig = TrainingConfig(),
                  n_workers: int = 1, resume: bool = False,
                  checkpoint_every: int | None = None, progress: bool = False,
-                 command: str | None = None) -> dict[str, Any]:
+                 command: str | None = None,
+                 fractions: tuple[float, float, float] | None = None,
+                 split_lists: dict | None = None) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`.
 
     Trains on the training split (its first ``max_trajectories`` recordings if given) and
-    stops early on the validation split (see :mod:`residualsim.data.splits`); the test split
-    is never read. Without ``calibration`` the engine's default parameters are used at the
+    stops early on the validation split (see :mod:`residualsim.data.splits`: the hash split
+    with ``fractions``, default 0.7/0.15/0.15, or the explicit ``split_lists``); the test
+    split is never read. An empty validation split trains on all with early stopping off. Without ``calibration`` the engine's default parameters are used at the
     scene's substeps. Returns the figures (also stored in the model's ``model.json``).
     """
     from residualsim.sysid.calibrate import load_calibration
     from residualsim.data import load_trajectories
-    from residualsim.data.splits import split_ids
+    from residualsim.data.splits import DEFAULT_FRACTIONS, split_recordings
     from residualsim.sim.recordings import prepare_recordings
     from residualsim.sim.scenes import EngineParams
 
@@ -337,12 +345,14 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         raise DataError(f"{data}: recordings do not match the "
                         f"{'planar' if layout.planar else '3D'} scene {scene!r}")
     trajectories = prepare_recordings(scene, trajectories)
-    parts = split_ids(list(trajectories))
+    parts = split_recordings(list(trajectories), fractions, split_lists)
     train_ids = parts["train"][:max_trajectories] if max_trajectories else parts["train"]
     train = {k: trajectories[k] for k in train_ids}
     validation = {k: trajectories[k] for k in parts["validation"]}
     provenance: dict[str, Any] = {"data": str(data), "command": command,
-                                  "split": "hash split (residualsim.data.splits), seed 0",
+                                  "split": ("explicit id lists" if split_lists else
+                                            f"hash split (residualsim.data.splits), seed 0, "
+                                            f"fractions {list(fractions or DEFAULT_FRACTIONS)}"),
                                   "train_ids": train_ids}
     if calibration is not None:
         calibrated = load_calibration(calibration)

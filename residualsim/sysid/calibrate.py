@@ -137,10 +137,11 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
 
 # --- the calibration job ------------------------------------------------------------------------------
 def _load_split(scene: str, data: Path, split: str, max_items: int | None,
-                split_seed: int = 0) -> tuple[str, Any, Any]:
-    """(kind, training set, validation set) for trajectories or impacts."""
+                split_seed: int = 0, fractions: Sequence[float] | None = None,
+                lists: Mapping[str, Sequence[str]] | None = None) -> tuple[str, Any, Any]:
+    """(kind, training set, validation set) for trajectories or impacts; the hash split
+    (``fractions``, seed ``split_seed``) or explicit id ``lists``."""
     from residualsim.data import detect_format, load_impacts, load_trajectories
-    from residualsim.data.splits import split_ids
     from residualsim.sim.recordings import prepare_recordings
 
     if split not in ("train", "all"):
@@ -150,7 +151,7 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
         if not layout.planar:
             raise DataError(f"{data}: planar impacts need a planar scene, not {scene!r}")
         impacts = load_impacts(data, convention="corrected")
-        parts = split_ids(impacts.rows.tolist(), seed=split_seed)
+        parts = _parts(impacts.rows.tolist(), split_seed, fractions, lists)
         train = impacts if split == "all" else impacts.subset(parts["train"])
         if max_items is not None:
             train = train.subset(train.rows[:max_items])
@@ -164,7 +165,7 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
         raise DataError(f"{data}: {'planar' if layout.planar else '3D'} scene {scene!r} "
                         f"cannot replay {'3D' if layout.planar else 'planar'} recordings")
     trajectories = prepare_recordings(scene, trajectories)
-    parts = split_ids(list(trajectories), seed=split_seed)
+    parts = _parts(list(trajectories), split_seed, fractions, lists)
     train_ids = list(trajectories) if split == "all" else parts["train"]
     if max_items is not None:
         train_ids = train_ids[:max_items]
@@ -173,6 +174,15 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
     train = {k: trajectories[k] for k in train_ids}
     validation = {k: trajectories[k] for k in parts["validation"]}
     return "trajectories", train, validation or None
+
+
+def _parts(ids: list, seed: int, fractions: Sequence[float] | None,
+           lists: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
+    from residualsim.data.splits import DEFAULT_FRACTIONS, split_from_lists, split_ids
+
+    if lists is not None:
+        return split_from_lists([str(i) for i in ids], **lists)
+    return split_ids(ids, fractions=fractions or DEFAULT_FRACTIONS, seed=seed)
 
 
 def _data_fingerprint(ids: Sequence[str]) -> str:
@@ -215,7 +225,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               max_items: int | None = None, n_workers: int = 1, seed: int = 0,
               budget: int = 200, optimizer: str = "CMA", checkpoint_every: int | None = None,
               resume: bool = False, plots: bool = True, progress: bool = False,
-              initial: Mapping[str, float] | None = None) -> dict[str, Any]:
+              initial: Mapping[str, float] | None = None,
+              split_fractions: Sequence[float] | None = None,
+              split_lists: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -225,7 +237,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     for impacts. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
     default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
     :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
-    of a Sobol set. Returns the summary written to ``out/summary.json``.
+    of a Sobol set. ``split_fractions`` / ``split_lists``: the train / validation / test
+    split (:func:`residualsim.data.splits.split_recordings`; default 0.7/0.15/0.15).
+    Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
         raise ParameterError(f"method must be 'mh' or 'nevergrad', got {method!r}")
@@ -234,7 +248,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     space = ParamSpace(names, bounds=bounds, priors=priors)
-    kind, train, validation = _load_split(scene, data, split, max_items)
+    kind, train, validation = _load_split(scene, data, split, max_items,
+                                          fractions=split_fractions, lists=split_lists)
     if kind == "impacts":
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
