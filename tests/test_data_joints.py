@@ -43,8 +43,20 @@ def test_joints_are_copied_frozen_and_stacked_in_the_joint_state():
     ({"joint_names": "ab"}, "sequence of non-empty str"),
     ({"joint_names": ("a",), "joint_positions": np.full((5, 1), np.nan),
       "joint_velocities": np.zeros((5, 1))}, "joint_positions has a NaN .* sample 0 .*'a'"),
-    ({"joint_positions": np.zeros((4, 0))}, r"shape \(4, 0\)"),
+    ({"joint_positions": np.zeros((5, 1))}, r"joint_positions has shape \(5, 1\), expected \(5, 0\)"),
 ])
 def test_bad_joint_arrays_are_refused(changes, message):
     with pytest.raises(DataError, match=message):
         Trajectory(**_base(), source="x.csv", **changes)
+
+
+def test_replace_with_fewer_samples_keeps_working_for_a_rigid_body():
+    import dataclasses
+
+    traj = Trajectory(**_base())
+    short = dataclasses.replace(traj, **{k: v[:3] for k, v in _base().items() if k != "traj_id"})
+    assert short.joint_positions.shape == (3, 0)
+    jointed = Trajectory(**_base(), joint_names=("a",), joint_positions=np.zeros((5, 1)),
+                         joint_velocities=np.zeros((5, 1)))
+    with pytest.raises(DataError, match=r"joint_positions has shape \(5, 1\), expected \(3, 1\)"):
+        dataclasses.replace(jointed, **{k: v[:3] for k, v in _base().items() if k != "traj_id"})

@@ -147,7 +147,8 @@ class Trajectory:
         object.__setattr__(self, "joint_names", names)
         for name in ("joint_positions", "joint_velocities"):
             value = getattr(self, name)
-            if value is None:
+            if value is None or (not names and np.shape(value)[1:] == (0,)):
+                # no joints: (T, 0), also after dataclasses.replace changed T
                 value = np.zeros((n_samples, 0))
             try:
                 array = np.array(value, dtype=np.float64)
