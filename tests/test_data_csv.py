@@ -117,8 +117,12 @@ def test_scene_joint_order_and_spacing(tmp_path):
     with pytest.raises(DataError, match=r"a\.csv: the joint columns do not match .*missing "
                                         r"\['c'\]"):
         load_csv_trajectory(tmp_path / "a.csv", joint_names=["a", "b", "c"])
-    with pytest.raises(DataError, match=r"a\.csv: missing column\(s\) theta"):
+    with pytest.raises(DataError, match=r"a\.csv: a free recording \(t, x, y, z, qw, qx, qy, "
+                                        r"qz\) but the scene is planar"):
         load_csv_trajectory(tmp_path / "a.csv", planar=True)
+    save_csv_trajectory(tmp_path / "p.csv", _planar())
+    with pytest.raises(DataError, match=r"p\.csv: a planar recording .* the scene is free"):
+        load_csv_trajectory(tmp_path / "p.csv", planar=False)
 
 
 ROW = "0.0,0,0,1,1,0,0,0"

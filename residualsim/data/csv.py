@@ -142,6 +142,10 @@ def _schema(path: Path, header: list[str], planar: bool | None,
                           else (FREE_COLUMNS, FREE_VELOCITY_COLUMNS))
     kind = "planar" if planar else "free"
     missing = [c for c in required if c not in header]
+    other = FREE_COLUMNS if planar else PLANAR_COLUMNS
+    if missing and all(c in header for c in other):
+        raise DataError(f"{path}: a {'free' if planar else 'planar'} recording "
+                        f"({', '.join(other)}) but the scene is {kind}")
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)}; a {kind} recording "
                         f"needs {', '.join(required)}")
