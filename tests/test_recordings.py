@@ -65,3 +65,14 @@ def test_a_recording_that_cannot_be_the_scenes_is_named(tmp_path):
     cube_like = synthesize_tosses(TRUTH, n_tosses=1, n_samples=5, rng=0)
     with pytest.raises(DataError, match=r"joints \[\] do not match scene 'hinge'"):
         prepare_recordings(HINGE, cube_like)
+
+
+def test_a_recording_that_starts_inside_the_table_is_refused():
+    toss = synthesize_tosses(TRUTH, n_tosses=1, n_samples=5, rng=0)["synthetic-0"]
+    sunk = Trajectory(traj_id="sunk", times_s=toss.times_s,
+                      positions_m=toss.positions_m - [0, 0, toss.positions_m[0, 2] + 0.26],
+                      quat_wxyz=toss.quat_wxyz, linear_velocity_mps=toss.linear_velocity_mps,
+                      angular_velocity_world_radps=toss.angular_velocity_world_radps,
+                      source="tosses/sunk.pt")
+    with pytest.raises(DataError, match=r"tosses/sunk.pt: the first pose puts the object 3\d\d"):
+        prepare_recordings("cube", {"sunk": sunk})

@@ -14,7 +14,12 @@ from residualsim.sim.scenes.scene_file import is_scene_path
 def cmd_data_info(args: argparse.Namespace) -> None:
     from residualsim.data import describe, format_description
 
-    description = describe(resolve_data(args.path))
+    if args.scene:
+        from residualsim.experiments.jobs import describe_for_scene
+
+        description = describe_for_scene(resolve_data(args.path), args.scene)
+    else:
+        description = describe(resolve_data(args.path))
     print(format_description(description))
     json_line(description)
 
@@ -53,6 +58,8 @@ def register(commands) -> None:
     data_commands = data.add_subparsers(dest="data_command", required=True)
     info = data_commands.add_parser("info", help="counts, durations, rates, first contacts")
     info.add_argument("path")
+    info.add_argument("--scene", help="check the recordings against this object (a scene "
+                      "file, .urdf or built-in name) and find first contacts on its shapes")
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
     synth.add_argument("--scene", default="cube",

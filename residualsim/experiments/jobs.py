@@ -35,12 +35,49 @@ from residualsim.data.splits import (DEFAULT_FRACTIONS, select_impacts, select_r
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.recordings import load_recordings
 
-__all__ = ["simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
+__all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
            "identify_loop", "rollout_job", "model_and_tosses", "fit_spread_job"]
 
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
+
+
+def describe_for_scene(path: PathLike, scene: str) -> dict:
+    """``data info DIR --scene FILE``: the data set's summary (:func:`residualsim.data.describe`)
+    checked against the object, with its first contacts found on the object's own
+    collision shapes (seconds after the first sample; min, median, max) and, for pose-only
+    recordings, how well the initial-state fits matched the free flight (m)."""
+    from residualsim.data import describe
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.recordings import free_flight_samples
+    from residualsim.sim.rollout import recording_settings
+    from residualsim.sim.scenes import make_scene
+
+    description = describe(path)
+    if description.get("format") == "mcube":
+        raise DataError(f"{path}: planar impacts; --scene is for trajectory recordings")
+    recordings = load_recordings(path, scene)
+    layout = make_scene(scene)
+    firsts = []
+    with Engine(scene, settings=recording_settings(scene, recordings)) as engine:
+        for recording in recordings.values():
+            n = free_flight_samples(engine, recording)
+            if n < min(recording.n_samples, 30):
+                firsts.append(float(recording.times_s[n] - recording.times_s[0]))
+    fits = [r.metadata["initial_fit_rms_m"] for r in recordings.values()
+            if "initial_fit_rms_m" in r.metadata]
+    description["scene"] = {"name": layout.name, "mass_kg": layout.mass_kg,
+                            "joints": list(getattr(layout, "joint_names", ()))}
+    description["first_contact_on_shapes_s"] = {
+        "count": len(firsts), "later_than_0.3_s_or_never": len(recordings) - len(firsts),
+        **({"min": min(firsts), "median": float(np.median(firsts)), "max": max(firsts)}
+           if firsts else {})}
+    if fits:
+        description["initial_state_fit_rms_m"] = {"fitted": len(fits),
+                                                  "median": float(np.median(fits)),
+                                                  "max": float(max(fits))}
+    return description
 
 
 def simulate_dataset(scene: str, data: Path, params: str | None = None, n_workers: int = 1,

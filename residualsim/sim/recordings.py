@@ -3,8 +3,9 @@
 :func:`load_recordings` (and :func:`prepare_recordings` for recordings already loaded) is
 where recordings meet a scene:
 
-1. every recording is checked against the scene (planar or 3D, the object's joints) and a
-   mismatch is one DataError naming the file;
+1. every recording is checked against the scene (planar or 3D, the object's joints, and
+   a first pose that does not sink more than ``START_PENETRATION_M`` into the table) and
+   a mismatch is one DataError naming the file;
 2. a recording whose velocities were ESTIMATED from poses (plain CSV without velocity
    columns, ``metadata["velocities"] == "estimated"``) gets its initial state (sample 0)
    fitted by the engine itself: the first samples in free flight (before the first sample
@@ -35,6 +36,7 @@ import numpy as np
 import pybullet as pb
 
 from residualsim.data import Trajectory, load_trajectories
+from residualsim.errors import DataError
 from residualsim.sim.engine import Engine
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
@@ -48,6 +50,9 @@ log = logging.getLogger(__name__)
 #: A recorded pose this close to the table (m) counts as in contact: 2 mm, four times the
 #: tracking noise the project is built for.
 CONTACT_TOLERANCE_M = 0.002
+#: A recording whose first pose puts the object deeper than this (m) into the table is
+#: refused: it is another object's, or in another frame (a resting real cube sits 1.1 mm in).
+START_PENETRATION_M = 0.005
 #: A minimum of the distance to the table below this (m) is a bounce between two samples.
 BOUNCE_DISTANCE_M = 0.02
 #: Fewest free-flight samples worth a fit, and the most that are used.
@@ -67,15 +72,30 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
-    estimated = [k for k, t in trajectories.items()
-                 if t.metadata.get("velocities") == "estimated"]
-    if not estimated:
-        return dict(trajectories)
+    if not trajectories:
+        return {}
     out = dict(trajectories)
     with Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
-        for key in estimated:
-            out[key] = fit_initial_state(engine, trajectories[key])
+        for key, traj in trajectories.items():
+            depth = _penetration(engine, traj, 0)
+            if depth > START_PENETRATION_M:
+                raise DataError(f"{traj.source or key}: the first pose puts the object "
+                                f"{1000 * depth:.1f} mm into the table (more than "
+                                f"{1000 * START_PENETRATION_M:.0f} mm): not a recording of "
+                                f"scene {layout.name!r} in its world frame (z up, table at "
+                                "z = 0; planar: y up, floor at y = 0)")
+            if traj.metadata.get("velocities") == "estimated":
+                out[key] = fit_initial_state(engine, traj)
     return out
+
+
+def _penetration(engine: Engine, trajectory: Trajectory, index: int) -> float:
+    """How deep (m, >= 0) the recorded pose at ``index`` puts the object into the table."""
+    scene = engine.scene
+    engine.reset(scene.state_from_trajectory(trajectory, index))
+    near = pb.getClosestPoints(scene.body, scene.static_body, 0.0, scene.link, -1,
+                               physicsClientId=engine.client)
+    return max(0.0, -min((p[8] for p in near), default=0.0))
 
 
 def free_flight_samples(engine: Engine, trajectory: Trajectory,

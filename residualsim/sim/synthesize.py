@@ -83,6 +83,27 @@ def sample_scene_states(scene, n_tosses: int, rng: int | np.random.Generator | N
                             rng.normal(0.0, 2.0, (n_tosses, n_joints)) * unit])
 
 
+def _clear_of_the_table(scene: str, states: np.ndarray, clearance_m: float = 0.01
+                        ) -> np.ndarray:
+    """``states`` with each one lifted (z, or y in the plane) until the object is at least
+    ``clearance_m`` above the table: a large or unfolded object sampled at the cube's
+    heights can start inside it."""
+    import pybullet as pb
+
+    from residualsim.sim.engine import Engine
+
+    lifted = np.array(states, dtype=float)
+    with Engine(scene) as engine:
+        scene_, up = engine.scene, 1 if engine.scene.planar else 2
+        for state in lifted:
+            engine.reset(state)
+            near = pb.getClosestPoints(scene_.body, scene_.static_body, clearance_m,
+                                       scene_.link, -1, physicsClientId=engine.client)
+            if near:
+                state[up] += clearance_m - min(p[8] for p in near)
+    return lifted
+
+
 def _observed(layout, traj_id: str, states: np.ndarray, dt_s: float, noise_m: float,
               noise_rad: float, rng: np.random.Generator) -> Trajectory:
     """A noisy recording of simulated ``states`` (T, state size) of scene ``layout``."""
@@ -151,7 +172,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         if rate_hz is not None and not rate_hz > 0:
             raise ParameterError(f"rate_hz must be positive, got {rate_hz}")
         states = (sample_toss_states(n_tosses, rng) if scene == "cube" else
-                  sample_scene_states(scene, n_tosses, rng))
+                  _clear_of_the_table(scene, sample_scene_states(scene, n_tosses, rng)))
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         dt_s = 1.0 / rate_hz if rate_hz else (SAMPLE_PERIOD_S if scene == "cube" else
                                               layout.settings.dt_s)
