@@ -213,14 +213,14 @@ class TossEnv(CubeTossEnv):
                  model: str | Path | ResidualModel | None = None,
                  release_joint_positions: tuple[float, ...] | None = None,
                  **options: Any) -> None:
-        from residualsim.sim.scenes import make_scene
+        from residualsim.sim.scenes import make_scene, same_scene
 
         if model is None:
             raise ValueError("residualsim/Toss-v0 needs model=<a model directory trained on "
                              "the scene> (residualsim train --scene FILE writes one)")
         super().__init__(model=model, **options)
         model_scene = self.simulator.model.scene
-        if scene is not None and _scene_key(scene) != _scene_key(model_scene):
+        if scene is not None and not same_scene(str(scene), model_scene):
             self.close()
             raise ValueError(f"the model was trained on scene {model_scene!r}, not {scene!r}")
         layout = make_scene(model_scene)
@@ -241,12 +241,6 @@ class TossEnv(CubeTossEnv):
         """The object's initial state (13 + 2n,) for an action (6,): joints at rest."""
         return np.r_[super().toss(action), self.release_joint_positions,
                      np.zeros_like(self.release_joint_positions)]
-
-
-def _scene_key(scene: str | Path) -> str:
-    """A scene's name, or its file's resolved path, so that two spellings compare equal."""
-    path = Path(scene)
-    return str(path.resolve()) if path.suffix in (".toml", ".urdf") else str(scene)
 
 
 class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):

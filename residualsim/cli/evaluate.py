@@ -14,12 +14,17 @@ from residualsim.errors import DataError
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Impact table (planar-ellipse) or learning curve (cube) into --out."""
     from residualsim.experiments.evaluate import evaluate_curve, evaluate_impacts, impact_markdown
-    from residualsim.experiments.learning_curve import CurveConfig, curve_table
+    from residualsim.experiments.learning_curve import DEFAULT_METHODS, CurveConfig, curve_table
     from residualsim.residual.policy import ResidualModel
 
+    from residualsim.sim.scenes import same_scene
+
     start = time.perf_counter()
+    if args.model is None and args.scene not in PRETRAINED:
+        raise DataError(f"evaluate --scene {args.scene} needs --model: a model trained on "
+                        "that scene (residualsim train --scene ...)")
     model = ResidualModel.load(args.model or PRETRAINED[args.scene])
-    if model.scene != args.scene:
+    if not same_scene(model.scene, args.scene):
         raise DataError(f"{args.model}: a {model.scene!r} model, not {args.scene!r}")
     data = resolve_data(args.data, args.scene)
     if args.scene == "planar-ellipse":
@@ -39,9 +44,11 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     guard = model.guard
     if args.penetration_tolerance is not None:
         guard = dataclasses.replace(guard, penetration_tolerance_m=args.penetration_tolerance)
-    config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats,
-                         methods=tuple(args.methods), mdn_budget=args.budget, seed=args.seed,
-                         workers=args.workers, guard=guard)
+    methods = tuple(args.methods or (DEFAULT_METHODS if model.scene == "cube"
+                                     else ("engine", "mdn")))
+    config = CurveConfig(sizes=tuple(args.sizes), repeats=args.repeats, methods=methods,
+                         mdn_budget=args.budget, seed=args.seed, workers=args.workers,
+                         guard=guard, scene=model.scene)
     summary = evaluate_curve(model, data, args.out, config, resume=args.resume,
                              heldout=args.heldout)
     print(curve_table(summary), end="")
@@ -55,16 +62,18 @@ def register(commands) -> None:
 
     ev = commands.add_parser(
         "evaluate", help="impact table (planar-ellipse) or learning curve (cube) on real data")
-    ev.add_argument("--scene", choices=("cube", "planar-ellipse"), required=True)
+    ev.add_argument("--scene", required=True, help="planar-ellipse (impact table), cube or "
+                    "a scene file (learning curve; a scene file needs --model)")
     ev.add_argument("--model", help="model directory (default: the shipped model of the scene)")
     ev.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     ev.add_argument("--out", required=True, help="output directory")
     ev.add_argument("--sizes", type=count(1), nargs="+", default=list(SIZES),
                     help="cube: training-set sizes (tosses; capped at the training split)")
     ev.add_argument("--repeats", type=count(1), default=3, help="cube: subsets per size")
-    ev.add_argument("--methods", nargs="+", choices=METHODS, default=list(DEFAULT_METHODS),
-                    help="cube: methods to fit (default: %(default)s; 'calibrated' fits the "
-                         "engine's parameters on each training subset instead)")
+    ev.add_argument("--methods", nargs="+", choices=METHODS,
+                    help=f"methods to fit (default: {' '.join(DEFAULT_METHODS)} on the cube, "
+                         "engine mdn on another object; 'calibrated' fits the engine's "
+                         "parameters on each training subset instead)")
     ev.add_argument("--budget", type=count(1), default=96,
                     help="cube: nevergrad evaluations per MDN fit")
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",

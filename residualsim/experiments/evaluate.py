@@ -56,15 +56,18 @@ def evaluate_curve(model, data: str | Path, out: str | Path, config, resume: boo
     """Run (or, with ``resume``, continue) the learning curve into ``out``: ``curve.jsonl``
     (one row per method, size and repeat), ``curve-summary.json``, ``curve.md`` and
     ``curve.png``. Returns the summary."""
+    import dataclasses
     from dataclasses import asdict
 
-    from residualsim.data import load_trajectories
     from residualsim.data.splits import split_ids
+    from residualsim.sim.recordings import load_recordings
     from residualsim.experiments.learning_curve import curve_plot, curve_table, run_learning_curve, summarize
 
-    if model.scene != "cube" or model.info.get("kind") == "impacts":
-        raise DataError("the learning curve runs on a cube model's engine "
-                        f"(got a {model.scene!r} model)")
+    if model.info.get("kind") == "impacts":
+        raise DataError("the learning curve runs on trajectories, not a model of single "
+                        "impacts")
+    if config.scene != model.scene:
+        config = dataclasses.replace(config, scene=model.scene)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {**asdict(config), "heldout": heldout, "params": model.params.as_json(),
@@ -83,12 +86,13 @@ def evaluate_curve(model, data: str | Path, out: str | Path, config, resume: boo
                 raise ParameterError(f"{settings_path}: the run was started with other "
                                      f"settings ({', '.join(changed)}); use another --out")
     atomic_write_text(settings_path, json.dumps(settings, indent=1) + "\n")
-    trajectories = load_trajectories(data)
+    trajectories = load_recordings(data, model.scene)
     rows = run_learning_curve(trajectories, split_ids(list(trajectories)), model.params,
                               model.substeps, out, config, heldout=heldout, log=log)
     summary = summarize(rows)
     atomic_write_text(out / "curve-summary.json", json.dumps(summary, indent=1) + "\n")
     atomic_write_text(out / "curve.md", curve_table(summary))
     curve_plot(summary, out / "curve.png",
-               title=f"cube tosses: held-out ({heldout}) position RMSE vs training tosses")
+               title=f"{'cube' if model.scene == 'cube' else Path(model.scene).stem} tosses: "
+                     f"held-out ({heldout}) position RMSE vs training tosses")
     return summary

@@ -63,7 +63,9 @@ class CurveConfig:
 
     ``mdn_budget`` nevergrad evaluations per MDN fit (``mdn_hidden`` its hidden widths);
     ``guard`` the rollout's event definition and limits (that of the shipped model);
-    ``calibration_budget`` nevergrad evaluations per ``calibrated`` fit.
+    ``calibration_budget`` nevergrad evaluations per ``calibrated`` fit. ``scene``: the
+    built-in cube or a scene file (for another object the cube's baselines ``gp`` and
+    ``sian`` do not apply, and ``calibrated`` fits lateral friction and restitution).
     """
 
     sizes: tuple[int, ...] = SIZES
@@ -75,6 +77,7 @@ class CurveConfig:
     workers: int = 1
     guard: ContactGuard = field(default_factory=ContactGuard)
     calibration_budget: int = 300
+    scene: str = "cube"
 
     def __post_init__(self) -> None:
         if not self.sizes or any(int(n) != n or n < 1 for n in self.sizes):
@@ -86,6 +89,10 @@ class CurveConfig:
         unknown = set(self.methods) - set(METHODS)
         if unknown or not self.methods:
             raise ParameterError(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
+        cube_only = sorted(set(self.methods) & {"gp", "sian"})
+        if self.scene != "cube" and cube_only:
+            raise ParameterError(f"methods {cube_only} are baselines of the cube scene; for "
+                                 f"{self.scene!r} choose from engine, mdn, calibrated")
 
 
 def training_subsets(train_ids: Sequence[str], sizes: Sequence[int], repeats: int,
@@ -120,7 +127,7 @@ def position_rmse(positions: Mapping[str, np.ndarray],
 def _engine_positions(trajectories, params, substeps, config) -> dict:
     from residualsim.sim.rollout import simulate_trajectories
 
-    runs = simulate_trajectories("cube", trajectories, params, config.workers, substeps)
+    runs = simulate_trajectories(config.scene, trajectories, params, config.workers, substeps)
     return {k: run.positions_m for k, run in runs.items()}
 
 
@@ -146,7 +153,7 @@ def _mdn_positions(train, validation, heldout, params, substeps, config, scratch
 
     training = TrainingConfig(budget=config.mdn_budget, hidden=config.mdn_hidden,
                               seed=config.seed, guard=config.guard)
-    model, _ = train_residual("cube", train, validation, scratch, params=params,
+    model, _ = train_residual(config.scene, train, validation, scratch, params=params,
                               substeps=substeps, config=training, n_workers=config.workers)
     predictions, _ = predict_trajectories(model, heldout, n_workers=config.workers)
     return {k: np.asarray(predictions[k].position[0]) for k in heldout}
@@ -175,8 +182,10 @@ def _calibrated_positions(train, validation, heldout, params, substeps, config, 
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.paramspace import ParamSpace
 
-    space = ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
-    with TrajectoryLikelihood("cube", train, substeps, None, config.workers) as likelihood:
+    space = (ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
+             if config.scene == "cube" else ParamSpace(["lateral_friction", "restitution"]))
+    with TrajectoryLikelihood(config.scene, train, substeps, None,
+                              config.workers) as likelihood:
         found = point_estimate(
             lambda x: -likelihood([space.engine_params(row) for row in x]) / len(train),
             space, budget=config.calibration_budget, batch_size=4, rng=config.seed)

@@ -27,7 +27,7 @@ __all__ = [
     "ASSETS_DIR", "SCENES", "make_scene", "Scene", "EngineSettings", "CubeScene",
     "PlanarScene", "PlanarEllipseScene", "PlanarDiceScene", "EngineParams", "ParamSpec",
     "ENGINE_PARAMS", "parse_params", "SceneSpec", "read_scene_file", "is_scene_path",
-    "scene_from_spec",
+    "scene_from_spec", "same_scene",
 ]
 
 SCENES: dict[str, type[Scene]] = {
@@ -59,3 +59,16 @@ def make_scene(name: str | Scene, settings: EngineSettings | None = None) -> Sce
         return scene_from_spec(read_scene_file(name), settings)
     raise SceneError(f"unknown scene {name!r}; known scenes: {', '.join(SCENES)}, or the path "
                      "of a scene file (.toml) or a .urdf")
+
+
+def same_scene(a: str | Scene, b: str | Scene) -> bool:
+    """Whether two ``--scene`` values name the same scene (a name, or the same file however
+    its path is spelled)."""
+    from pathlib import Path
+
+    def key(scene: str | Scene) -> str:
+        if isinstance(scene, Scene):
+            scene = getattr(getattr(scene, "spec", None), "source", None) or scene.name
+        return str(Path(scene).resolve()) if is_scene_path(scene) else str(scene)
+
+    return key(a) == key(b)
