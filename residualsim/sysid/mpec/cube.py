@@ -49,13 +49,15 @@ from residualsim.errors import DataError
 from residualsim.sysid.mpec.particles import check_bounds
 from residualsim.sysid.mpec.relaxation import DEFAULT_TAUS, Program
 
-__all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "contact_windows", "CubeEstimate", "identify_tosses"]
+__all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "CUBE_TAUS", "contact_windows", "CubeEstimate", "identify_tosses"]
 
 CUBE_SIDE_M = 0.1048
 CUBE_MASS_KG = 0.37
 _HALF = CUBE_SIDE_M / 2
 CORNERS = np.array(list(itertools.product((-_HALF, _HALF), repeat=3)))
 _GRAVITY = np.array([0.0, 0.0, -9.81])
+#: The cube's relaxation schedule (τ), shorter than the default: see :func:`identify_tosses`.
+CUBE_TAUS = (1e-1, 1e-3, 1e-6)
 
 
 def _corner_heights(positions: np.ndarray, quat: np.ndarray) -> np.ndarray:
@@ -179,10 +181,14 @@ def _add_window(prog: Program, name: str, trajectory: Any, start: int, stop: int
 
 def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[float] = (0.0, 1.0),
                     restitution_bounds: Sequence[float] = (0.0, 1.0), before: int = 2,
-                    after: int = 8, max_events: int = 2, contact_m: float = 0.005,
+                    after: int = 8, max_events: int = 1, contact_m: float = 0.005,
                     candidate_m: float = 0.02, approach_mps: float = 0.1, directions: int = 4,
-                    taus: Sequence[float] = DEFAULT_TAUS) -> CubeEstimate:
+                    taus: Sequence[float] = CUBE_TAUS) -> CubeEstimate:
     """μ and e of the cube from recorded tosses by MPEC (see the module docstring).
+
+    Defaults: one window per toss (its first contact, 2 samples before to 8 after) and the
+    shorter schedule :data:`CUBE_TAUS`: on 10 training tosses the last of three solves
+    already took 1660 of 2490 IPOPT iterations (38 s in all).
 
     Raises DataError for non-finite recordings or when no recording has a contact event;
     ParameterError for bounds outside [0, 1]; SolverError when IPOPT fails.
