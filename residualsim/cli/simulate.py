@@ -29,8 +29,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     from residualsim.evaluation import format_table
     from residualsim.experiments.jobs import score_file
 
-    score = score_file(Path(args.pred), resolve_data(args.data, args.scene or "cube"),
-                       args.scene)
+    data = resolve_data(args.data) if args.data else None
+    score = score_file(Path(args.pred), data, args.scene)
     print(format_table(score))
     json_line({"command": "score", **score.aggregate()})
 

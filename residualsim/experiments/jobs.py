@@ -119,14 +119,18 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
     return predictions, len(results)
 
 
-def score_file(pred: PathLike, data: PathLike, scene: str | None = None):
+def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None):
     """Score a prediction file against recordings: a ``TrajectoryScore`` (errors also in
-    sides of the scene's cube, where it has one) or an ``ImpactScore``."""
+    sides of the scene's cube, where it has one) or an ``ImpactScore``. ``data`` defaults
+    to ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
     from residualsim.evaluation.predictions import ImpactPredictions, load_predictions
     from residualsim.sim.scenes import make_scene
 
     predictions = load_predictions(pred)
+    if data is None:
+        default = "planar-ellipse" if isinstance(predictions, ImpactPredictions) else "cube"
+        data = resolve_data(None, scene or predictions.meta.get("scene", default))
     if isinstance(predictions, ImpactPredictions):
         convention = predictions.meta.get("convention", "upstream")
         return score_impacts(predictions, load_impacts(data, convention=convention))
