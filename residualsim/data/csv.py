@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.atomic import atomic_open
-from residualsim.data.npz import _check_id, _id_key
+from residualsim.data.npz import _id_key, save_each
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, estimate_velocities
 from residualsim.errors import DataError, ParameterError
@@ -379,21 +379,5 @@ def save_csv_trajectories(
     Trajectories (their ``traj_id``); ``with_velocities``: see :func:`save_csv_trajectory`.
     A ParameterError when an id is not usable as a file name or appears twice (checked
     before anything is written), a DataError when a trajectory cannot be written."""
-    directory = Path(directory)
-    items = list(trajs.items()) if isinstance(trajs, Mapping) else [
-        (getattr(t, "traj_id", None), t) for t in trajs]
-    seen: set[str] = set()
-    for traj_id, _ in items:
-        _check_id(traj_id)
-        if traj_id in seen:
-            raise ParameterError(f"trajectory id {traj_id!r} appears twice")
-        seen.add(traj_id)
-    if directory.exists() and not directory.is_dir():
-        raise DataError(f"{directory}: not a directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for traj_id, traj in items:
-        target = directory / f"{traj_id}.csv"
-        save_csv_trajectory(target, traj, with_velocities=with_velocities)
-        written.append(target)
-    return written
+    return save_each(directory, trajs, ".csv", lambda path, traj: save_csv_trajectory(
+        path, traj, with_velocities=with_velocities))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -234,6 +234,15 @@ def save_trajectories(
     DataError
         A trajectory cannot be written.
     """
+    return save_each(directory, trajs, ".npz", save_trajectory)
+
+
+def save_each(directory: str | os.PathLike[str],
+              trajs: Mapping[str, Trajectory] | Iterable[Trajectory], suffix: str,
+              save: Callable[[Path, Trajectory], None]) -> list[Path]:
+    """Write ``<directory>/<id><suffix>`` with ``save(path, trajectory)`` for each one, after
+    checking every id (usable as a file name, not repeated) before anything is written;
+    returns the paths. Shared by the NPZ and CSV writers."""
     directory = Path(directory)
     items = list(trajs.items()) if isinstance(trajs, Mapping) else [
         (getattr(t, "traj_id", None), t) for t in trajs
@@ -249,8 +258,8 @@ def save_trajectories(
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for traj_id, traj in items:
-        target = directory / f"{traj_id}.npz"
-        save_trajectory(target, traj)
+        target = directory / f"{traj_id}{suffix}"
+        save(target, traj)
         written.append(target)
     return written
 
