@@ -263,8 +263,10 @@ def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tupl
                         ) -> ContactModel:
     """The contact model of an event: at the normal-force-weighted mean of the new contact
     ``points`` (PyBullet contact tuples; equal weights when no force acts yet) and their mean
-    normal, with the pre-step velocity of ``pre_state`` (scene layout). Every learner that
-    pairs recorded events with the rollout's uses this, so their features agree."""
+    normal, with the pre-step velocity of ``pre_state`` (scene layout). On a body of several
+    links, only the points of the link pressed hardest count (the features describe one
+    contact on one link: still the 9 numbers, whatever the number of links). Every learner
+    that pairs recorded events with the rollout's uses this, so their features agree."""
     scene = engine.scene
     links = {p[3] for p in points}
     if len(links) > 1:  # an articulated body: the link pressed hardest carries the event
