@@ -3,7 +3,11 @@
 :func:`atomic_open` yields a binary file in the destination's directory; on success the
 data is flushed to disk and the file renamed over the destination (``os.replace``), on any
 error it is removed. Readers never see a half-written file, and a failed write leaves an
-existing file untouched. Files get the usual umask permissions.
+existing file untouched. Files get the usual umask permissions; missing parent directories
+are created (like ``mkdir -p``) when the file is written, not before.
+
+:func:`check_output` is the one check every writing command runs on its output path before
+any computation (see its docstring for the conventions).
 """
 
 from __future__ import annotations
@@ -12,20 +16,23 @@ import contextlib
 import io
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from residualsim.errors import DataError
+from residualsim.errors import DataError, ParameterError
 
-__all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png"]
+__all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png", "check_output",
+           "make_parent", "OUTPUT_MARKERS"]
 
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open ``path`` for binary writing, atomically (its directory must exist)."""
+    """Open ``path`` for binary writing, atomically (missing parent directories are made)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -67,3 +74,121 @@ def save_png(figure: Any, path: str | os.PathLike[str]) -> None:
     plt.close(figure)
     with atomic_open(path) as handle:
         handle.write(buffer.getvalue())
+
+
+#: Files that mark a directory as the output of one command (``residualsim <command>``): no
+#: other command writes into such a directory (:func:`check_output`).
+OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
+    "calibrate": ("summary.json", "posterior.npz", "nevergrad-checkpoint.npz"),
+    "train": ("model.json", "policy.npz"),
+    "evaluate": ("curve.jsonl", "curve-config.json", "curve-summary.json"),
+    "data synthesize": ("synthetic.json",),
+}
+#: A command's finished result inside its own output directory.
+_RESULTS = {"calibrate": "summary.json", "train": "model.json",
+            "data synthesize": "synthetic.json"}
+
+
+def make_parent(path: str | os.PathLike[str]) -> Path:
+    """Create the missing parent directories of ``path`` (after :func:`check_output`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _owners(directory: Path) -> dict[str, str]:
+    """{command: marker file} of the commands whose output ``directory`` holds."""
+    found = {}
+    for command, names in OUTPUT_MARKERS.items():
+        for name in names:
+            if (directory / name).exists():
+                found[command] = name
+                break
+    return found
+
+
+def _check_writable(directory: Path, path: Path, flag: str) -> None:
+    problem = None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        problem = "permission denied"
+    else:
+        try:  # os.access does not know read-only file systems (or root's limits)
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+    if problem:
+        where = "" if directory == path else f" (in {directory})"
+        raise ParameterError(f"{flag} {path}: cannot write here{where}: {problem}")
+
+
+def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: str = "",
+                 flag: str = "--out", force: bool = False, resume: bool = False,
+                 fresh: bool = False) -> Path:
+    """Check an output path before any computation; return it as a :class:`Path`.
+
+    The conventions every ``residualsim`` command follows (ParameterError naming the path
+    and the problem otherwise):
+
+    * a missing parent directory is fine: it is created (``mkdir -p``) when the output is
+      written; an existing ancestor that is a file, or a place that cannot be written (no
+      permission, a read-only file system), is an error;
+    * ``kind="file"`` (a result file: ``.npz``, ``.png``): an existing directory or
+      non-regular file (a FIFO, ``/dev/null``) there is an error, and an existing file is
+      replaced only with ``force`` (``--force``); another command's marker file
+      (:data:`OUTPUT_MARKERS`) is never replaced;
+    * ``kind="dir"`` (an output directory of ``command``): an existing file there is an
+      error; a directory holding another command's output (its summary, model or
+      checkpoint files, :data:`OUTPUT_MARKERS`) is refused, even with ``force``; with
+      ``fresh`` (the directory is replaced as a whole) an existing one is refused unless
+      ``force``, and with ``force`` only when empty or holding ``command``'s own output;
+      without ``fresh``, a finished ``train`` result is refused unless ``resume`` or ``force``
+      (the other commands' own checkpoints already refuse a rerun without ``--resume``).
+    """
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise ParameterError(f"{flag}: an empty path")
+    path = Path(text)
+    ancestor = path if (path.exists() or path.is_symlink()) else path.parent
+    while not (ancestor.exists() or ancestor.is_symlink()) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor != path:
+        if not ancestor.is_dir():
+            raise ParameterError(f"{flag} {path}: {ancestor} is a file, not a directory")
+        _check_writable(ancestor, path, flag)
+        return path
+    if kind == "file":
+        if path.is_dir():
+            raise ParameterError(f"{flag} {path}: is a directory; {flag} names a file")
+        if not path.is_file():
+            raise ParameterError(f"{flag} {path}: exists and is not a regular file")
+        owners = _owners(path.parent)
+        for owner, marker in owners.items():
+            if path.name in OUTPUT_MARKERS[owner]:
+                raise ParameterError(f"{flag} {path}: is the output of residualsim {owner}; "
+                                     "choose another path")
+        if not force:
+            raise ParameterError(f"{flag} {path}: already exists (pass --force to replace "
+                                 "it)")
+        _check_writable(path.parent, path, flag)
+        return path
+    if not path.is_dir():
+        raise ParameterError(f"{flag} {path}: exists and is not a directory; {flag} names a "
+                             "directory")
+    owners = _owners(path)
+    for owner, marker in owners.items():
+        if owner != command:
+            raise ParameterError(f"{flag} {path}: holds the output of residualsim {owner} "
+                                 f"({marker}); choose another directory")
+    if fresh and not force:
+        raise ParameterError(f"{flag} {path}: already exists (pass --force to replace it)")
+    if fresh and force and not owners and any(path.iterdir()):
+        raise ParameterError(f"{flag} {path}: holds files that are not residualsim {command} "
+                             "output; --force replaces only such a directory, choose another")
+    result = _RESULTS.get(command)
+    if (command == "train" and result and (path / result).exists() and not resume
+            and not force and not (path / "checkpoint.npz").exists()):
+        raise ParameterError(f"{flag} {path}: already holds a trained model ({result}); "
+                             "choose another directory")
+    _check_writable(path, path, flag)
+    return path

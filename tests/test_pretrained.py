@@ -85,7 +85,7 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
 
     model_dir = tmp_path / "model"
     shutil.copytree(MODEL, model_dir)
-    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
                  "--tosses", "3", "--samples", "4", "--grid", "0,1,8"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = line["rows"]
@@ -98,7 +98,7 @@ def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
     # a wider spread spreads the samples: the energy scores differ across the grid
     assert len({r["energy_score_m"] for r in rows}) == 3
     with pytest.raises(SystemExit) as info:
-        main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+        main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
               "--grid", "1,-2"])
     assert info.value.code == 2
     assert "expected finite numbers >= 0" in capsys.readouterr().err
@@ -112,7 +112,7 @@ def test_fit_spread_by_coverage_picks_the_best_calibrated_regions(tmp_path, caps
     header = json.loads((model_dir / "model.json").read_text())
     header["state_noise"] = None  # samples then differ by the residual alone
     (model_dir / "model.json").write_text(json.dumps(header))
-    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
                  "--tosses", "4", "--samples", "8", "--grid", "0,10,200",
                  "--criterion", "coverage"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -140,14 +140,16 @@ def test_fit_spread_unseen_uses_only_tosses_the_model_was_not_trained_on(tmp_pat
     meta = json.loads((model_dir / "model.json").read_text())
     meta["info"]["train_ids"] = train_ids[:-1]  # one training toss left unseen
     (model_dir / "model.json").write_text(json.dumps(meta))
-    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES), "--unseen",
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
+                 "--unseen",
                  "--samples", "2", "--grid", "1"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["tosses"] == 1
     assert ResidualModel.load(model_dir).info["spread_fit"]["unseen_by_training"] is True
     meta["info"]["train_ids"] = train_ids
     (model_dir / "model.json").write_text(json.dumps(meta))
-    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES), "--unseen",
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
+                 "--unseen",
                  "--samples", "2", "--grid", "1"]) == 2
     assert "nothing is left for --unseen" in capsys.readouterr().err
 
@@ -178,7 +180,7 @@ def test_fit_spread_with_state_noise_stores_it_and_samples_start_apart(tmp_path,
 
     model_dir = tmp_path / "model"
     shutil.copytree(MODEL, model_dir)
-    assert main(["fit-spread", "--model", str(model_dir), "--data", str(SAMPLES),
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
                  "--tosses", "2", "--samples", "3", "--grid", "0", "--state-noise"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     trajectories = load_trajectories(SAMPLES)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from residualsim.cli.options import add_workers, count, json_line, state_option
+from residualsim.atomic import check_output
+from residualsim.cli.options import add_force, add_workers, count, json_line, state_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 
 
@@ -12,6 +13,9 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     """Stochastic rollouts and per-contact beliefs from one initial state (or toss)."""
     from residualsim.experiments.jobs import rollout_job
 
+    check_output(args.out, force=args.force)
+    if args.plot:
+        check_output(args.plot, flag="--plot", force=args.force)
     figures = rollout_job(args.model, args.out, state=args.state, toss=args.toss,
                           data=args.data, horizon_s=args.horizon, samples=args.samples,
                           particles=args.particles, events=args.events, seed=args.seed,
@@ -42,5 +46,6 @@ def register(commands) -> None:
     ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
     ro.add_argument("--out", required=True, help=".npz file to write")
     ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
+    add_force(ro)
     add_workers(ro)
     ro.set_defaults(run=cmd_rollout)

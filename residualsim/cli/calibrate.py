@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from residualsim.atomic import check_output
 from residualsim.cli.options import (add_split_options, add_workers, bounds_option, count,
                                      json_line, kappa_option, mapping_option, split_options)
 from residualsim.data.datasets import resolve_data
@@ -27,6 +28,7 @@ def _identify_loop(args: argparse.Namespace) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.calibrate import calibrate
 
+    check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
     if args.scene == "arm-loop":
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from residualsim.atomic import check_output
 from residualsim.cli.options import add_workers, count, json_line
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError, ParameterError
@@ -26,6 +27,8 @@ def cmd_data_info(args: argparse.Namespace) -> None:
 
 def cmd_data_synthesize(args: argparse.Namespace) -> None:
     start = time.perf_counter()
+    check_output(args.out, kind="dir", command="data synthesize", force=args.force,
+                 fresh=args.scene != "arm-loop")
     if args.scene == "arm-loop":
         from residualsim.sim.synthesize import synthesize_arm_loop
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from residualsim.atomic import check_output
 from residualsim.cli.options import add_workers, count, json_line
 from residualsim.data.bundled import REAL_SAMPLES
 from residualsim.parallel import default_workers
@@ -13,6 +14,7 @@ from residualsim.parallel import default_workers
 def cmd_demo(args: argparse.Namespace) -> None:
     from residualsim.experiments.demo import format_demo, run_demo
 
+    check_output(args.out, kind="dir", command="demo")
     result = run_demo(Path(args.data), Path(args.out), n_workers=args.workers, seed=args.seed,
                       samples=args.samples, particles=args.particles, progress=not args.quiet)
     print(format_demo(result))

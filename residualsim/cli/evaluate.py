@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from residualsim.atomic import check_output
 from residualsim.cli.options import add_workers, count, json_line, nonnegative_float
 from residualsim.data.bundled import PRETRAINED
 from residualsim.data.datasets import resolve_data
@@ -19,6 +20,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
     from residualsim.sim.scenes import same_scene
 
+    check_output(args.out, kind="dir", command="evaluate", resume=args.resume)
     start = time.perf_counter()
     if args.model is None and args.scene not in PRETRAINED:
         raise DataError(f"evaluate --scene {args.scene} needs --model: a model trained on "

@@ -14,7 +14,7 @@ from residualsim.parallel import BACKENDS
 
 __all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
            "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
-           "add_split_options", "split_options"]
+           "add_split_options", "split_options", "add_force"]
 
 
 def count(minimum: int):
@@ -100,6 +100,12 @@ def kappa_option(text: str) -> tuple[float, float]:
     if len(values) != 2:
         raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
     return values
+
+
+def add_force(sub: argparse.ArgumentParser) -> None:
+    """``--force``: replace an existing result file (otherwise refused before any work)."""
+    sub.add_argument("--force", action="store_true",
+                     help="replace an existing output file (default: refuse)")
 
 
 def add_workers(sub: argparse.ArgumentParser) -> None:

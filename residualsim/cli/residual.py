@@ -6,15 +6,18 @@ import argparse
 import sys
 import time
 
-from residualsim.cli.options import (SPLITS, add_split_options, add_workers, count, float_list,
-                                     json_line, split_options)
+from residualsim.atomic import check_output, make_parent
+from residualsim.cli.options import (SPLITS, add_force, add_split_options, add_workers, count,
+                                     float_list, json_line, split_options)
 from residualsim.data.datasets import resolve_data
+from residualsim.errors import ParameterError
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from residualsim.sim.rollout import ContactGuard
     from residualsim.residual.train import TrainingConfig, run_training
 
+    check_output(args.out, kind="dir", command="train", resume=args.resume)
     config = TrainingConfig(
         budget=args.budget, samples=args.samples, hidden=tuple(args.hidden),
         n_components=args.components, sigma=args.sigma, optimizer=args.optimizer,
@@ -44,12 +47,13 @@ def cmd_predict(args: argparse.Namespace) -> None:
     from residualsim.evaluation import save_predictions
     from residualsim.experiments.jobs import predict_dataset
 
+    check_output(args.out, force=args.force)
     start = time.perf_counter()
     predictions, figures = predict_dataset(
         args.model, args.data, samples=args.samples, seed=args.seed, n_workers=args.workers,
         residual=not args.no_residual, split=args.split, limit=args.limit,
         **split_options(args))
-    save_predictions(args.out, predictions)
+    save_predictions(make_parent(args.out), predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
     json_line({"command": "predict", "model": str(args.model), "count": count_,
                "samples": samples, "residual": not args.no_residual, "out": str(args.out),
@@ -60,7 +64,12 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
     """Set a model's sampling spread from its training tosses (energy score or coverage)."""
     from residualsim.experiments.jobs import fit_spread_job
 
-    figures = fit_spread_job(args.model, args.data, tosses=args.tosses, unseen=args.unseen,
+    if (args.out is None) == (not args.in_place):
+        raise ParameterError("fit-spread writes a new model directory: give --out DIR, or "
+                             "--in-place to rewrite --model itself (not both)")
+    if args.out is not None:
+        check_output(args.out, kind="dir", command="train", resume=True)
+    figures = fit_spread_job(args.model, args.data, out=args.out, tosses=args.tosses, unseen=args.unseen,
                              samples=args.samples, grid=args.grid, seed=args.seed,
                              n_workers=args.workers, criterion=args.criterion,
                              state_noise=args.state_noise)
@@ -115,12 +124,18 @@ def register(commands) -> None:
                     help="which split of the recordings (default all)")
     pr.add_argument("--limit", type=count(1), help="only the first N recordings")
     add_split_options(pr)
+    add_force(pr)
     add_workers(pr)
     pr.set_defaults(run=cmd_predict)
 
     fs = commands.add_parser(
         "fit-spread", help="set a model's sampling spread from its training tosses")
-    fs.add_argument("--model", required=True, help="model directory (updated in place)")
+    fs.add_argument("--model", required=True, help="model directory to start from")
+    fs.add_argument("--out", help="new model directory to write (the --model directory is "
+                    "left untouched)")
+    fs.add_argument("--in-place", action="store_true",
+                    help="rewrite --model itself instead (its MODEL_CARD.md, if any, gets a "
+                         "note that the spread changed after it was written)")
     fs.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     fs.add_argument("--tosses", type=count(1), default=60,
                     help="first N tosses of the training split (default 60)")

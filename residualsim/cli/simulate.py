@@ -6,8 +6,9 @@ import argparse
 import time
 from pathlib import Path
 
-from residualsim.cli.options import (SPLITS, add_split_options, add_workers, count, json_line,
-                                     split_options)
+from residualsim.atomic import check_output, make_parent
+from residualsim.cli.options import (SPLITS, add_force, add_split_options, add_workers, count,
+                                     json_line, split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -15,12 +16,13 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     from residualsim.evaluation import save_predictions
     from residualsim.experiments.jobs import simulate_dataset
 
+    check_output(args.out, force=args.force)
     data = resolve_data(args.data, args.scene)
     start = time.perf_counter()
     predictions, n = simulate_dataset(args.scene, data, args.params, args.workers,
                                       args.substeps, args.split, args.limit,
                                       **split_options(args))
-    save_predictions(Path(args.out), predictions)
+    save_predictions(make_parent(args.out), predictions)
     json_line({"command": "simulate", "scene": args.scene, "count": n, "out": str(args.out),
                "workers": args.workers, "seconds": time.perf_counter() - start})
 
@@ -48,6 +50,7 @@ def register(commands) -> None:
                      help="which split of the recordings (default all)")
     sim.add_argument("--limit", type=count(1), help="only the first N recordings")
     add_split_options(sim)
+    add_force(sim)
     add_workers(sim)
     sim.set_defaults(run=cmd_simulate)
 

@@ -280,9 +280,6 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     if (state is None) == (toss is None):
         raise ParameterError("give exactly one of --state and --toss")
     model = ResidualModel.load(model_dir)
-    for path in (out, plot):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
     recorded = None
     if toss is not None:
         trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
@@ -365,22 +362,26 @@ def _training_state_noise(model, data: str | None):
     return noise
 
 
-def fit_spread_job(model_dir: PathLike, data: str | None, *, tosses: int = 60,
+def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | None = None,
+                   tosses: int = 60,
                    unseen: bool = False, samples: int = 32,
                    grid: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0), seed: int = 0,
                    n_workers: int = 1, criterion: str = "energy",
                    state_noise: bool = False) -> dict:
     """Set a model's sampling spread from its training tosses (energy score or coverage),
-    optionally after estimating the initial-state noise; rewrites ``model_dir`` and returns
-    the figures. Finished grid points are checkpointed in
-    ``model_dir/spread-fit.checkpoint.json`` and reused by a rerun."""
+    optionally after estimating the initial-state noise; writes the model to ``out`` (a new
+    model directory; its ``info.derived_from`` names ``model_dir``) or, with ``out=None``,
+    rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that the spread
+    changed after it was written) and returns the figures. Finished grid points are
+    checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun."""
     from residualsim.residual.train import fit_spread
 
     model, recordings = model_and_tosses(model_dir, data, "train", tosses, unseen=unseen)
     start = time.perf_counter()
+    target = Path(out if out is not None else model_dir)
     if state_noise:
         model = dataclasses.replace(model, state_noise=_training_state_noise(model, data))
-    checkpoint = Path(model_dir) / "spread-fit.checkpoint.json"  # rows so far; resumable
+    checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)
     info = dict(model.info, spread_fit={"training_tosses": len(recordings),
@@ -388,8 +389,20 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, tosses: int = 60,
                                         "criterion": criterion,
                                         "state_noise_fitted": state_noise,
                                         "samples": samples, "seed": seed, "rows": rows})
-    dataclasses.replace(model, spread=spread, info=info).save(model_dir)
+    if out is not None:
+        info["derived_from"] = str(model_dir)
+    dataclasses.replace(model, spread=spread, info=info).save(target)
     checkpoint.unlink(missing_ok=True)
-    return {"model": str(model_dir), "spread": spread,
+    card = target / "MODEL_CARD.md"
+    if out is None and card.is_file():
+        from residualsim.atomic import atomic_write_text
+
+        atomic_write_text(card, card.read_text().rstrip("\n") + (
+            f"\n\n> **Note** (residualsim fit-spread --in-place, "
+            f"{time.strftime('%Y-%m-%d')}): the sampling spread is now {spread:g} "
+            f"({criterion} criterion, {len(recordings)} tosses"
+            f"{', state noise refitted' if state_noise else ''}); figures above that "
+            "depend on the spread predate it.\n"))
+    return {"model": str(target), "spread": spread,
             "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
             "rows": rows, "tosses": len(recordings), "seconds": time.perf_counter() - start}
