@@ -10,7 +10,6 @@ from residualsim.cli.options import count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError
-from residualsim.experiments.jobs import model_and_tosses
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> None:
@@ -59,6 +58,14 @@ def cmd_bench_calibration(args: argparse.Namespace) -> None:
           f"{report['step_only_ms_per_trajectory']:.2f} ms -> share outside stepSimulation "
           f"{report['share_outside_step']:.2f}")
     json_line({"command": "bench calibration", **report})
+
+
+def model_and_tosses(*args):
+    """:func:`residualsim.experiments.jobs.model_and_tosses`, imported on use (it loads the
+    physics; ``residualsim --help`` should not)."""
+    from residualsim.experiments.jobs import model_and_tosses as load
+
+    return load(*args)
 
 
 def cmd_bench_residual(args: argparse.Namespace) -> None:

@@ -6,10 +6,9 @@ import argparse
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import add_workers, count, json_line
+from residualsim.cli.options import add_allow_implausible, add_workers, count, json_line
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError, ParameterError
-from residualsim.sim.scenes.scene_file import is_scene_path
 
 
 def cmd_data_info(args: argparse.Namespace) -> None:
@@ -37,6 +36,8 @@ def cmd_data_synthesize(args: argparse.Namespace) -> None:
         json_line({"command": "data synthesize", "scene": "arm-loop", "out": str(path),
                    "seconds": time.perf_counter() - start})
         return
+    from residualsim.sim.scenes.scene_file import is_scene_path
+
     if args.scene != "cube" and not is_scene_path(args.scene):
         raise DataError(f"synthesize writes ContactNets-format tosses (scene 'cube'), CSV "
                         f"poses of an object's scene file, or an arm-loop joint recording "
@@ -85,5 +86,6 @@ def register(commands) -> None:
     synth.add_argument("--force", action="store_true", help="replace an existing --out")
     synth.add_argument("--loop-links", type=int, choices=(12, 24), default=24,
                        help="arm-loop: links of the generating loop (default 24)")
+    add_allow_implausible(synth)
     add_workers(synth)
     synth.set_defaults(run=cmd_data_synthesize)
