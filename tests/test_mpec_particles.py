@@ -96,3 +96,18 @@ def test_particle_filter_is_seeded_and_close():
     first, again = filter_mu(recording, 2000, rng=3), filter_mu(recording, 2000, rng=3)
     assert first.mu[0] == again.mu[0]
     assert abs(first.mu[0] - 0.2) < 0.02
+
+
+def test_hold_keeps_a_block_at_its_guess_until_the_last_solve():
+    from residualsim.sysid.mpec.relaxation import Program
+
+    prog = Program()
+    x = prog.var("x", 1, 0.0, 3.0, init=0.5)[0]
+    y = prog.var("y", 1, 0.0, 3.0, init=1.0)[0]
+    prog.complement(x, y)
+    prog.minimize((x - 2.0) ** 2 + (y - 0.0) ** 2)
+    result = prog.solve((1e-2, 1e-6), hold=("x",))
+    assert result.solves[0].objective == pytest.approx(2.25, abs=1e-3)  # x held at 0.5
+    assert result.values["x"][0] == pytest.approx(2.0, abs=1e-3)
+    with pytest.raises(ValueError, match="unknown variable blocks"):
+        prog.solve((1e-2,), hold=("nope",))

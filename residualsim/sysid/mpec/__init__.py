@@ -8,7 +8,8 @@ contact model as constraints and no simulator in the loop (CasADi + IPOPT).
   bootstrap particle filter it is compared with.
 * :mod:`~residualsim.sysid.mpec.impacts`: single planar impacts (MCube ellipse), μ and a
   Newton restitution e.
-* :mod:`~residualsim.sysid.mpec.cube`: the 3D cube tosses, windows around contact events.
+* :mod:`~residualsim.sysid.mpec.cube`: the 3D cube tosses, windows around contact events,
+  each solved on its own (in parallel) and combined by weighted medians.
 * :mod:`~residualsim.sysid.mpec.calibration`: ``calibrate --method mpec`` (the summary
   other stages read).
 """
@@ -39,6 +40,9 @@ _EXPORTS = {
     "calibrate_mpec": "residualsim.sysid.mpec.calibration",
     "MPEC_FITTED": "residualsim.sysid.mpec.calibration",
     "MPEC_KEPT": "residualsim.sysid.mpec.calibration",
+    "MPEC_SCENES": "residualsim.sysid.mpec.calibration",
+    "WindowEstimate": "residualsim.sysid.mpec.cube",
+    "weighted_median": "residualsim.sysid.mpec.cube",
 }
 
 __all__ = list(_EXPORTS)

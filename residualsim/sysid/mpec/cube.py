@@ -1,35 +1,64 @@
 """The 3D cube tosses (model (d)): μ and a Newton restitution e by MPEC on windows of the
-recordings around contact events, free flight between them left out.
+recordings around contact events, free flight between them left out, each window solved on
+its own and the windows' estimates combined.
 
-Frame and units: world frame, z up, table z = z_t (a fitted table offset, see below), SI
-units; quaternions w-x-y-z body → world. The cube (side 0.1048 m, 0.37 kg, uniform, so its
-inertia m s²/6 is isotropic and the world-frame Euler equation has no gyroscopic term) has
-contact candidates at its 8 corners r_c (body frame). Per window of T samples (period h),
-the unknowns are positions p_ℓ, quaternions q_ℓ, world velocities v_ℓ and ω_ℓ, and for each
-step and candidate corner a normal impulse λ_n, a friction pyramid of ``directions`` (4:
-±x, ±y; 8: also the diagonals) impulses β and a slack σ (impulses divided by m, in m/s):
+Frame and units: world frame, z up, table z = z_t (a fitted table offset per window, see
+below), SI units; quaternions w-x-y-z body → world. The cube (side 0.1048 m, 0.37 kg,
+uniform, so its inertia m s²/6 is isotropic and the world-frame Euler equation has no
+gyroscopic term) has contact candidates at its 8 corners r_c (body frame). Per window of T
+samples (period h), the unknowns are positions p_ℓ, quaternions q_ℓ, world velocities v_ℓ
+and ω_ℓ, and for each step and candidate corner a normal impulse λ_n, a friction pyramid of
+``directions`` (4: ±x, ±y; 8: also the diagonals) impulses β and a slack σ (impulses divided
+by m, in m/s):
 
     p_{ℓ+1} = p_ℓ + h v_{ℓ+1}
     q_{ℓ+1} = normalise(q_ℓ + h/2 (0, ω_{ℓ+1}) ⊗ q_ℓ)
     v_{ℓ+1} - v_ℓ = Σ_c (ẑ λ_n,c + D β_c) + h g
     ω_{ℓ+1} - ω_ℓ = (6 / s²) Σ_c r_c,w × (ẑ λ_n,c + D β_c),   r_c,w = R(q_{ℓ+1}) r_c
-    0 <= λ_n,c ⊥ ψ_c(q_{ℓ+1}) + a_c,ℓ h e v_n,c,ℓ >= 0,   ψ_c = (p + r_c,w)_z - z_t
+    0 <= λ_n,c ⊥ ψ_c(q_{ℓ+1}) >= 0,   ψ_c = (p + r_c,w)_z - z_t        (other pairs)
+    0 <= λ_n,c ⊥ u_c,ℓ+1 + e u_c,ℓ >= 0,   u_c = (v + ω × r_c,w)_z     (impact pairs)
     0 <= β_c  ⊥ σ_c 1 + Dᵀ (v_{ℓ+1} + ω_{ℓ+1} × r_c,w) >= 0
     0 <= σ_c  ⊥ μ λ_n,c - 1ᵀ β_c >= 0
 
-Restitution is Newton's law at the corner (what PyBullet applies: a target normal velocity
--e × the approach velocity): with the corner at the table, ψ(q_{ℓ+1}) >= -h e v_n,ℓ asks it
-to leave at e times its approach speed. a_c,ℓ = 1 only where the *recorded* corner
-approaches the table (normal velocity below -``approach_mps``) within ``candidate_m`` of it,
-so resting and sliding contacts are not pushed up. Only corners whose recorded height comes
-within ``candidate_m`` of the table in a window are candidates there (the others cannot
-touch it within a few samples); the rest get no contact variables.
+**Restitution** is Newton's law at the velocity level (what PyBullet applies: a target
+normal velocity -e × the approach velocity of the contact point) on the *impact pairs*:
+the steps ℓ at which a corner is in contact (its recorded height below ``contact_m``) and
+approaching (its recorded normal velocity below -``approach_mps``). Elsewhere the contact is
+plastic and position-level (no penetration). Why not the position-level form
+ψ(q_{ℓ+1}) + h e u_ℓ >= 0 of the first version: with a gap ψ_ℓ left at the impact step it
+gives u_{ℓ+1} = -e u_ℓ - ψ_ℓ / h, and at h = 6.8 ms a 2 mm gap is 0.3 m/s, as large as the
+bounce itself, so e absorbed pose and table errors (it went to its bound 0 on every window).
+Poisson's law (on impulses) would not transfer to PyBullet's Newton restitution.
 
-Objective: Σ_ℓ ‖p_ℓ - p̄_ℓ‖² + (s/2)² ‖q_ℓ - q̄_ℓ‖² (a quaternion error read as a corner
-displacement, metres) + h² (‖v_0 - v̄_0‖² + (s/2)² ‖ω_0 - ω̄_0‖²) (the prior on the initial
-state, from the recorded velocities, in metres). The recordings' lowest corner rests at
-about -2 mm, so the table height z_t is a nuisance variable in [-5, 5] mm. Initial guess:
-the recorded poses and velocities, λ = β = σ = 0, μ and e at their upper bounds.
+**Windows, solved independently.** Each window (by default the first contact of each toss,
+2 samples before to 8 after) is its own NLP with its own μ_i, e_i and table offset z_t,i in
+[-5, 5] mm (the recordings' lowest corner rests at about -2 mm and differs by toss): the
+joint NLP over all windows shared only (μ, e, z_t), yet its IPOPT iterations grew with the
+number of windows (10 tosses 38 s, 30 not finished in 22 min). Windows run over
+``n_workers`` processes (:class:`~residualsim.parallel.ShardedWorkers`); each window's solve
+depends only on its own samples, so the result does not depend on the worker count.
+Schedule :data:`CUBE_TAUS` = (1e-4, 1e-6), with e held at ``restitution_init`` (0.2) in
+the first solve and released in the last (``Program.solve(hold=...)``): from the loose
+relaxation the path otherwise fell into e = 0 on windows where a fixed e = 0.15 fits better
+(measured: 7 of 12 windows).
+
+**Combination**: μ and e are the weighted medians of the windows' μ_i and e_i. A window's
+μ_i is only identified where a contact slides (friction on the cone's edge), its e_i only
+where an impact pair carries an impulse, so the weights are that information: for μ the
+normal impulse (m/s) carried by contacts that slide faster than 1 cm/s, for e the normal
+impulse on impact pairs. Windows that stick throughout or have no impact add nothing. The
+median is robust to the windows that stopped in a poor local minimum (the per-window MPEC is
+nonconvex). If no window carries weight the plain median is used.
+
+Objective per window: Σ_ℓ ‖p_ℓ - p̄_ℓ‖² + (s/2)² ‖q_ℓ - q̄_ℓ‖² (a quaternion error read as a
+corner displacement) + h² (‖v_0 - v̄_0‖² + (s/2)² ‖ω_0 - ω̄_0‖²) (the prior on the initial
+state, from the recorded velocities), in mm² so that IPOPT sees an objective of order 10-100
+rather than 1e-5. Initial guess: the recorded poses and velocities, λ = β = σ = 0, μ at its
+upper bound, e at ``restitution_init`` (clipped to its bounds).
+
+The report gives the worst window's final complementarity violation (max over pairs of
+min(a, b)), every window's IPOPT status (a failure raises SolverError naming the window and
+the status), and the per-window estimates.
 
 Not modelled (no counterpart in a rigid complementarity model): contact stiffness and
 damping, spinning and rolling friction; edges and faces touch through their corners.
@@ -38,6 +67,7 @@ damping, spinning and rolling friction; edges and faces touch through their corn
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,17 +77,24 @@ import numpy as np
 from residualsim.data.contactnets import quaternion_to_matrix
 from residualsim.errors import DataError
 from residualsim.sysid.mpec.particles import check_bounds
-from residualsim.sysid.mpec.relaxation import DEFAULT_TAUS, Program
+from residualsim.sysid.mpec.relaxation import Program
 
-__all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "CUBE_TAUS", "contact_windows", "CubeEstimate", "identify_tosses"]
+__all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "CUBE_TAUS", "contact_windows", "CubeEstimate",
+           "WindowEstimate", "identify_tosses", "weighted_median"]
 
 CUBE_SIDE_M = 0.1048
 CUBE_MASS_KG = 0.37
 _HALF = CUBE_SIDE_M / 2
 CORNERS = np.array(list(itertools.product((-_HALF, _HALF), repeat=3)))
 _GRAVITY = np.array([0.0, 0.0, -9.81])
-#: The cube's relaxation schedule (τ), shorter than the default: see :func:`identify_tosses`.
-CUBE_TAUS = (1e-1, 1e-3, 1e-6)
+#: The cube's relaxation schedule (τ), shorter than the default: see the module docstring.
+CUBE_TAUS = (1e-4, 1e-6)
+#: Objective unit: squared millimetres (IPOPT sees an objective of order 10-100).
+_OBJECTIVE_SCALE = 1e6
+#: The schedule a window is retried with when IPOPT fails on it under :data:`CUBE_TAUS`.
+_RETRY_TAUS = (1e-2, 1e-4, 1e-6)
+#: A contact slides (so its friction is on the cone's edge and μ_i is identified) above this.
+_SLIDING_MPS = 0.01
 
 
 def _corner_heights(positions: np.ndarray, quat: np.ndarray) -> np.ndarray:
@@ -87,9 +124,37 @@ def contact_windows(trajectory: Any, before: int = 2, after: int = 8, contact_m:
 
 
 @dataclass(frozen=True)
+class WindowEstimate:
+    """One window's own MPEC: μ_i, e_i, table offset (m), the weights μ_i and e_i carry in
+    the combination (normal impulse in m/s while sliding / on impact pairs), the RMS
+    position residual (m), the final complementarity violation, IPOPT iterations, wall time
+    (s) and the last solve's status."""
+
+    key: str
+    start: int
+    stop: int
+    mu: float
+    restitution: float
+    table_m: float
+    mu_weight: float
+    restitution_weight: float
+    position_rms_m: float
+    violation: float
+    iterations: int
+    seconds: float
+    status: str
+    n_pairs: int
+    retried: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class CubeEstimate:
-    """μ, e, the fitted table height (m), windows used, RMS position residual (m) over the
-    windows, and the relaxation's report."""
+    """μ, e (the windows' weighted medians), the median fitted table height (m), windows
+    used, RMS position residual (m) over all windows, the per-window estimates and the
+    report (worst complementarity violation, statuses, wall time)."""
 
     mu: float
     restitution: float
@@ -97,6 +162,20 @@ class CubeEstimate:
     windows: dict[str, list[tuple[int, int]]]
     position_rms_m: float
     report: dict[str, Any]
+    per_window: tuple[WindowEstimate, ...] = ()
+
+
+def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The weighted median (the lower one at a tie); the plain median if no weight is > 0."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if len(values) == 0:
+        raise ValueError("weighted_median of no values")
+    if not (weights > 0).any():
+        return float(np.median(values))
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, 0.5 * cumulative[-1])])
 
 
 def _quat_mul(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
@@ -121,31 +200,37 @@ def _pyramid(directions: int) -> np.ndarray:
     return np.column_stack([np.cos(angles), np.sin(angles), np.zeros(directions)])
 
 
-def _add_window(prog: Program, name: str, trajectory: Any, start: int, stop: int,
-                mu: Any, e: Any, table: Any, pyramid: np.ndarray, candidate_m: float,
-                approach_mps: float) -> tuple[Any, np.ndarray]:
+def _window_program(window: Mapping[str, Any], mu_bounds: Sequence[float],
+                    restitution_bounds: Sequence[float], restitution_init: float,
+                    pyramid: np.ndarray, candidate_m: float, contact_m: float,
+                    approach_mps: float) -> tuple[Program, dict[str, Any]]:
+    """The NLP of one window (its own μ, e and table offset); see the module docstring."""
     import casadi as ca
 
-    h = float(np.mean(np.diff(trajectory.times_s)))
-    pos = trajectory.positions_m[start:stop]
-    quat = trajectory.quat_wxyz[start:stop].copy()
+    h = window["h"]
+    pos, quat = window["positions_m"], window["quat_wxyz"].copy()
     for i in range(1, len(quat)):  # one sign along the window
         if quat[i] @ quat[i - 1] < 0:
             quat[i] = -quat[i]
-    vel = trajectory.linear_velocity_mps[start:stop]
-    omega = trajectory.angular_velocity_world_radps[start:stop]
+    vel, omega = window["velocity_mps"], window["omega_radps"]
     heights, offsets = _corner_heights(pos, quat)
     corner_speed = vel[:, None, 2] + np.cross(omega[:, None, :], offsets)[..., 2]
     candidates = np.flatnonzero(heights.min(axis=0) < candidate_m)
+    prog = Program()
+    mu = prog.var("mu", 1, *mu_bounds, init=mu_bounds[1])[0]
+    e_init = float(np.clip(restitution_init, *restitution_bounds))
+    e = prog.var("restitution", 1, *restitution_bounds, init=e_init)[0]
+    table = prog.var("table", 1, -0.005, 0.005, init=0.0)[0]
     count, n_dir = len(pos), len(pyramid)
-    p = prog.var(f"{name}.p", (count, 3), init=pos)
-    q = prog.var(f"{name}.q", (count, 4), init=quat)
-    v = prog.var(f"{name}.v", (count, 3), init=vel)
-    w = prog.var(f"{name}.w", (count, 3), init=omega)
+    p = prog.var("p", (count, 3), init=pos)
+    q = prog.var("q", (count, 4), init=quat)
+    v = prog.var("v", (count, 3), init=vel)
+    w = prog.var("w", (count, 3), init=omega)
     n_c = len(candidates)
-    lam = prog.var(f"{name}.lam_n", (count - 1, n_c), 0.0, np.inf)
-    beta = prog.var(f"{name}.beta", (count - 1, n_c, n_dir), 0.0, np.inf)
-    sigma = prog.var(f"{name}.sigma", (count - 1, n_c), 0.0, np.inf)
+    lam = prog.var("lam_n", (count - 1, n_c), 0.0, np.inf)
+    beta = prog.var("beta", (count - 1, n_c, n_dir), 0.0, np.inf)
+    sigma = prog.var("sigma", (count - 1, n_c), 0.0, np.inf)
+    impact = np.zeros((count - 1, n_c), dtype=bool)
     ratio = 6.0 / CUBE_SIDE_M ** 2  # m / I
     for step in range(count - 1):
         nxt = step + 1
@@ -160,12 +245,14 @@ def _add_window(prog: Program, name: str, trajectory: Any, start: int, stop: int
             f = np.array([0, 0, lam[step, slot]], dtype=object) + pyramid.T @ beta[step, slot]
             force = force + f
             torque = torque + np.cross(r_next, f)
-            gap = p[nxt][2] + r_next[2] - table
-            approach = (corner_speed[step, corner] < -approach_mps
-                        and heights[step, corner] < candidate_m)
-            if approach:
+            impact[step, slot] = (heights[step, corner] < contact_m
+                                  and corner_speed[step, corner] < -approach_mps)
+            if impact[step, slot]:  # Newton at the velocity level
                 r_now = _rotate(q[step], CORNERS[corner])
-                gap = gap + h * e * (v[step][2] + np.cross(w[step], r_now)[2])
+                gap = (v[nxt][2] + np.cross(w[nxt], r_next)[2]
+                       + e * (v[step][2] + np.cross(w[step], r_now)[2]))
+            else:  # plastic, no penetration
+                gap = p[nxt][2] + r_next[2] - table
             prog.complement(lam[step, slot], gap)
             point_velocity = v[nxt] + np.cross(w[nxt], r_next)
             slack = sigma[step, slot]
@@ -174,29 +261,101 @@ def _add_window(prog: Program, name: str, trajectory: Any, start: int, stop: int
         prog.constrain(v[nxt] - v[step] - force - h * _GRAVITY)
         prog.constrain(w[nxt] - w[step] - ratio * torque)
     half2 = _HALF ** 2
-    prog.minimize(np.sum((p - pos) ** 2) + half2 * np.sum((q - quat) ** 2)
-                  + h * h * (np.sum((v[0] - vel[0]) ** 2) + half2 * np.sum((w[0] - omega[0]) ** 2)))
-    return p, pos
+    prog.minimize(_OBJECTIVE_SCALE * (
+        np.sum((p - pos) ** 2) + half2 * np.sum((q - quat) ** 2)
+        + h * h * (np.sum((v[0] - vel[0]) ** 2) + half2 * np.sum((w[0] - omega[0]) ** 2))))
+    return prog, {"impact": impact, "positions_m": pos}
+
+
+class _WindowSolver:
+    """What each worker holds: nothing but the settings (a window's NLP is built per call)."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = dict(settings)
+
+    def close(self) -> None:
+        pass
+
+
+class _SolverFactory:
+    """Picklable factory of :class:`_WindowSolver` for the workers."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self.settings = dict(settings)
+
+    def __call__(self) -> _WindowSolver:
+        return _WindowSolver(self.settings)
+
+
+def _solve_window(state: _WindowSolver, window: Mapping[str, Any], payload: Any) -> Any:
+    """One window's MPEC (a worker's item function): a WindowEstimate, or the SolverError's
+    status and message (raised in the parent with the window named)."""
+    from residualsim.errors import SolverError
+
+    settings = state.settings
+    started = time.perf_counter()
+    prog, info = _window_program(window, settings["mu_bounds"], settings["restitution_bounds"],
+                                 settings["restitution_init"], _pyramid(settings["directions"]),
+                                 settings["candidate_m"], settings["contact_m"],
+                                 settings["approach_mps"])
+    retried = False
+    try:
+        result = prog.solve(settings["taus"], hold=("restitution",))
+    except SolverError as first:
+        retried = True  # once more from the recorded states, a gentler schedule
+        try:
+            result = prog.solve(_RETRY_TAUS, hold=("restitution",))
+        except SolverError as error:
+            return {"status": error.status, "message": f"{first}; retried with tau "
+                    f"{', '.join(f'{t:g}' for t in _RETRY_TAUS)}: {error}"}
+    values = result.values
+    lam, sigma = values["lam_n"], values["sigma"]
+    residual = np.sum((values["p"] - info["positions_m"]) ** 2, axis=1)
+    return WindowEstimate(
+        key=window["key"], start=window["start"], stop=window["stop"],
+        mu=float(values["mu"][0]), restitution=float(values["restitution"][0]),
+        table_m=float(values["table"][0]),
+        mu_weight=float(np.sum(lam[sigma > _SLIDING_MPS])),
+        restitution_weight=float(np.sum(lam[info["impact"]])),
+        position_rms_m=float(np.sqrt(np.mean(residual))),
+        violation=result.complementarity_violation, iterations=result.iterations,
+        seconds=time.perf_counter() - started, status=result.status, n_pairs=prog.n_pairs,
+        retried=retried)
 
 
 def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[float] = (0.0, 1.0),
                     restitution_bounds: Sequence[float] = (0.0, 1.0), before: int = 2,
                     after: int = 8, max_events: int = 1, contact_m: float = 0.005,
                     candidate_m: float = 0.02, approach_mps: float = 0.1, directions: int = 4,
-                    taus: Sequence[float] = CUBE_TAUS) -> CubeEstimate:
+                    taus: Sequence[float] = CUBE_TAUS, restitution_init: float = 0.2,
+                    n_workers: int = 1, max_failed_fraction: float = 0.1) -> CubeEstimate:
     """μ and e of the cube from recorded tosses by MPEC (see the module docstring).
 
-    Defaults: one window per toss (its first contact, 2 samples before to 8 after) and the
-    shorter schedule :data:`CUBE_TAUS`: on 10 training tosses the last of three solves
-    already took 1660 of 2490 IPOPT iterations (38 s in all).
+    Defaults: one window per toss (its first contact, 2 samples before to 8 after), each
+    solved on its own over ``n_workers`` processes (the result does not depend on their
+    number), the schedule :data:`CUBE_TAUS` with e held at ``restitution_init`` until the
+    last solve, μ and e the windows' weighted medians.
+
+    A window on which IPOPT fails is retried once with the schedule (1e-2, 1e-4, 1e-6); if
+    it fails again it is left out of the medians and listed, with IPOPT's status, in
+    ``report["failed_windows"]`` (and counted in ``report["solver_status"]``).
 
     Raises DataError for non-finite recordings or when no recording has a contact event;
-    ParameterError for bounds outside [0, 1]; SolverError when IPOPT fails.
+    ParameterError for bounds outside [0, 1]; SolverError (naming the first failed window
+    and IPOPT's status) when IPOPT fails on more than ``max_failed_fraction`` of the
+    windows, or on all of them.
     """
+    from residualsim.errors import SolverError
+    from residualsim.parallel import ShardedWorkers
+
+    started = time.perf_counter()
     mu_low, mu_high = check_bounds("lateral_friction", mu_bounds)
     e_low, e_high = check_bounds("restitution", restitution_bounds)
-    pyramid = _pyramid(directions)
+    _pyramid(directions)  # checked before any work
+    if not taus or any(not (t > 0) for t in taus):
+        raise ValueError(f"taus must be positive numbers, got {list(taus)}")
     windows: dict[str, list[tuple[int, int]]] = {}
+    items = []
     for key, trajectory in trajectories.items():
         for array in (trajectory.positions_m, trajectory.quat_wxyz,
                       trajectory.linear_velocity_mps, trajectory.angular_velocity_world_radps):
@@ -205,26 +364,61 @@ def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[floa
         found = contact_windows(trajectory, before, after, contact_m, max_events)
         if found:
             windows[key] = found
+        h = float(np.mean(np.diff(trajectory.times_s)))
+        for start, stop in found:
+            items.append({"key": str(key), "start": int(start), "stop": int(stop), "h": h,
+                          "positions_m": trajectory.positions_m[start:stop],
+                          "quat_wxyz": trajectory.quat_wxyz[start:stop],
+                          "velocity_mps": trajectory.linear_velocity_mps[start:stop],
+                          "omega_radps": trajectory.angular_velocity_world_radps[start:stop]})
     if not windows:
         raise DataError(f"no contact event (a corner below {contact_m} m) in any of the "
                         f"{len(trajectories)} recordings: nothing to identify from")
-    prog = Program()
-    mu = prog.var("mu", 1, mu_low, mu_high, init=mu_high)[0]
-    e = prog.var("restitution", 1, e_low, e_high, init=e_high)[0]
-    table = prog.var("table", 1, -0.005, 0.005, init=0.0)[0]
-    fitted = []
-    for key, ranges in windows.items():
-        for index, (start, stop) in enumerate(ranges):
-            fitted.append(_add_window(prog, f"{key}.{index}", trajectories[key], start, stop,
-                                      mu, e, table, pyramid, candidate_m, approach_mps))
-    result = prog.solve(taus)
-    values = result.values
-    squared = [np.sum((values[f"{key}.{i}.p"] - trajectories[key].positions_m[a:b]) ** 2, axis=1)
-               for key, ranges in windows.items() for i, (a, b) in enumerate(ranges)]
-    report = {**result.report(), "n_windows": sum(len(r) for r in windows.values()),
-              "n_recordings_with_contact": len(windows), "n_recordings": len(trajectories),
-              "n_pairs": prog.n_pairs, "directions": directions}
-    return CubeEstimate(mu=float(values["mu"][0]), restitution=float(values["restitution"][0]),
-                        table_m=float(values["table"][0]), windows=windows,
-                        position_rms_m=float(np.sqrt(np.mean(np.concatenate(squared)))),
-                        report=report)
+    settings = {"mu_bounds": (mu_low, mu_high), "restitution_bounds": (e_low, e_high),
+                "restitution_init": restitution_init, "directions": directions,
+                "candidate_m": candidate_m, "contact_m": contact_m,
+                "approach_mps": approach_mps, "taus": tuple(float(t) for t in taus)}
+    with ShardedWorkers(_SolverFactory(settings), items, n_workers) as workers:
+        results = workers.map(_solve_window)
+    failed = [{"key": item["key"], "window": [item["start"], item["stop"]],
+               "status": result["status"], "message": result["message"]}
+              for item, result in zip(items, results) if isinstance(result, dict)]
+    if len(failed) > max_failed_fraction * len(items) or len(failed) == len(items):
+        first = failed[0]
+        raise SolverError(f"IPOPT failed on {len(failed)} of {len(items)} windows (more than "
+                          f"{max_failed_fraction:.0%}); the first, {first['key']}"
+                          f"[{first['window'][0]}:{first['window'][1]}]: {first['message']}",
+                          status=first["status"])
+    per_window: tuple[WindowEstimate, ...] = tuple(r for r in results
+                                                   if not isinstance(r, dict))
+    mu = weighted_median([r.mu for r in per_window], [r.mu_weight for r in per_window])
+    e = weighted_median([r.restitution for r in per_window],
+                        [r.restitution_weight for r in per_window])
+    counts = [r.stop - r.start for r in per_window]
+    rms = float(np.sqrt(np.sum([c * r.position_rms_m ** 2 for c, r in zip(counts, per_window)])
+                        / np.sum(counts)))
+    statuses: dict[str, int] = {}
+    for status in [r.status for r in per_window] + [f["status"] for f in failed]:
+        statuses[status] = statuses.get(status, 0) + 1
+    worst = max(per_window, key=lambda r: r.violation)
+    report = {
+        "complementarity_violation": worst.violation,
+        "violation_measure": "max over windows and pairs of min(a, b)",
+        "complementarity_violation_median": float(np.median([r.violation for r in per_window])),
+        "solver_status": ("Solve_Succeeded" if set(statuses) == {"Solve_Succeeded"}
+                          else ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))),
+        "solver_statuses": statuses, "failed_windows": failed,
+        "retried_windows": int(sum(r.retried for r in per_window)), "iterations": int(sum(r.iterations for r in per_window)),
+        "solver_seconds": float(sum(r.seconds for r in per_window)),
+        "wall_seconds": time.perf_counter() - started, "n_workers": int(n_workers),
+        "solves": [r.as_json() for r in per_window], "taus": list(settings["taus"]),
+        "combination": "weighted median (mu: normal impulse while sliding; e: on impact pairs)",
+        "mu_weight_total": float(sum(r.mu_weight for r in per_window)),
+        "restitution_weight_total": float(sum(r.restitution_weight for r in per_window)),
+        "n_windows": len(per_window), "n_recordings_with_contact": len(windows),
+        "n_recordings": len(trajectories), "n_pairs": int(sum(r.n_pairs for r in per_window)),
+        "directions": directions}
+    return CubeEstimate(mu=mu, restitution=e,
+                        table_m=float(np.median([r.table_m for r in per_window])),
+                        windows=windows, position_rms_m=rms, report=report,
+                        per_window=per_window)

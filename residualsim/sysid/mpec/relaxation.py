@@ -165,12 +165,22 @@ class Program:
         return len(self._a)
 
     def solve(self, taus: Sequence[float] = DEFAULT_TAUS, *, max_iter: int = 3000,
-              tol: float = 1e-10, print_level: int = 0) -> RelaxationResult:
-        """Solve the Scholtes relaxation for each τ in turn, warm started; see the module."""
+              tol: float = 1e-10, print_level: int = 0,
+              hold: Sequence[str] = ()) -> RelaxationResult:
+        """Solve the Scholtes relaxation for each τ in turn, warm started; see the module.
+
+        ``hold`` names variable blocks kept at their initial guess in every solve but the
+        last (their bounds collapse to it), then released within their bounds: a loose
+        relaxation then cannot drive a parameter into a bound the complementarity would not
+        allow (the cube's restitution, :mod:`~residualsim.sysid.mpec.cube`).
+        """
         import casadi as ca
 
         if not taus or any(not (t > 0) for t in taus):
             raise ValueError(f"taus must be positive numbers, got {list(taus)}")
+        unknown = sorted(set(hold) - {name for name, _, _ in self._blocks})
+        if unknown:
+            raise ValueError(f"hold names unknown variable blocks: {unknown}")
         x = ca.vertcat(*[block for _, block, _ in self._blocks])
         a, b = ca.vertcat(*self._a), ca.vertcat(*self._b)
         tau = ca.SX.sym("tau")
@@ -188,11 +198,20 @@ class Program:
             "ipopt.warm_start_bound_push": 1e-9, "ipopt.warm_start_mult_bound_push": 1e-9,
             "ipopt.warm_start_slack_bound_push": 1e-9})
         pairs = ca.Function("pairs", [x], [a, b])
-        args = {"x0": np.concatenate(self._x0), "lbx": np.concatenate(self._lbx),
-                "ubx": np.concatenate(self._ubx), "lbg": lbg, "ubg": ubg}
+        x0, lbx, ubx = (np.concatenate(v) for v in (self._x0, self._lbx, self._ubx))
+        held_lbx, held_ubx = lbx.copy(), ubx.copy()
+        start = 0
+        for (name, _, shape), init in zip(self._blocks, self._x0):
+            size = int(np.prod(shape))
+            if name in hold:
+                held_lbx[start:start + size] = held_ubx[start:start + size] = init
+            start += size
+        args = {"x0": x0, "lbg": lbg, "ubg": ubg}
         records: list[SolveRecord] = []
         solution = None
         for index, value in enumerate(taus):
+            last = index == len(taus) - 1
+            args.update(lbx=lbx if last else held_lbx, ubx=ubx if last else held_ubx)
             # warm start from the previous solve; if that fails, one cold retry from the
             # previous primal point (both recorded)
             for solver in ((cold,) if index == 0 else (warm, cold)):
