@@ -36,7 +36,11 @@ Poisson's law (on impulses) would not transfer to PyBullet's Newton restitution.
 joint NLP over all windows shared only (μ, e, z_t), yet its IPOPT iterations grew with the
 number of windows (10 tosses 38 s, 30 not finished in 22 min). Windows run over
 ``n_workers`` processes (:class:`~residualsim.parallel.ShardedWorkers`); each window's solve
-depends only on its own samples, so the result does not depend on the worker count.
+depends only on its own samples, so the result does not depend on the worker count. A
+window's NLP depends on the data only through parameters (recorded poses, initial
+velocities, candidate corners, impact pairs), so each worker compiles one NLP per structure
+(samples, candidate corners) and reuses it: building and compiling had cost as much as
+solving. IPOPT tolerance 1e-8 on the mm² objective.
 Schedule :data:`CUBE_TAUS` = (1e-4, 1e-6), with e held at ``restitution_init`` (0.2) in
 the first solve and released in the last (``Program.solve(hold=...)``): from the loose
 relaxation the path otherwise fell into e = 0 on windows where a fixed e = 0.15 fits better
@@ -77,7 +81,7 @@ import numpy as np
 from residualsim.data.contactnets import quaternion_to_matrix
 from residualsim.errors import DataError
 from residualsim.sysid.mpec.particles import check_bounds
-from residualsim.sysid.mpec.relaxation import Program
+from residualsim.sysid.mpec.relaxation import CompiledProgram, Program
 
 __all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "CUBE_TAUS", "contact_windows", "CubeEstimate",
            "WindowEstimate", "identify_tosses", "weighted_median"]
@@ -93,6 +97,8 @@ CUBE_TAUS = (1e-4, 1e-6)
 _OBJECTIVE_SCALE = 1e6
 #: The schedule a window is retried with when IPOPT fails on it under :data:`CUBE_TAUS`.
 _RETRY_TAUS = (1e-2, 1e-4, 1e-6)
+#: IPOPT's tolerance on the windows (their objective is in mm², of order 10-100).
+_TOL = 1e-8
 #: A contact slides (so its friction is on the cone's edge and μ_i is identified) above this.
 _SLIDING_MPS = 0.01
 
@@ -200,14 +206,74 @@ def _pyramid(directions: int) -> np.ndarray:
     return np.column_stack([np.cos(angles), np.sin(angles), np.zeros(directions)])
 
 
-def _window_program(window: Mapping[str, Any], mu_bounds: Sequence[float],
-                    restitution_bounds: Sequence[float], restitution_init: float,
-                    pyramid: np.ndarray, candidate_m: float, contact_m: float,
-                    approach_mps: float) -> tuple[Program, dict[str, Any]]:
-    """The NLP of one window (its own μ, e and table offset); see the module docstring."""
+def _times(items: Sequence[Any], factor: Any) -> np.ndarray:
+    """Elementwise ``items * factor`` for a symbolic scalar factor (numpy would try to turn
+    the SX factor into an array)."""
+    return np.array([item * factor for item in items], dtype=object)
+
+
+def _window_template(count: int, n_candidates: int, directions: int,
+                     mu_bounds: Sequence[float], restitution_bounds: Sequence[float]
+                     ) -> CompiledProgram:
+    """The compiled NLP of every window of ``count`` samples with ``n_candidates`` candidate
+    corners (its own μ, e and table offset; the recorded poses, initial velocities, corner
+    offsets and impact pairs are parameters); see the module docstring."""
     import casadi as ca
 
-    h = window["h"]
+    pyramid = _pyramid(directions)
+    prog = Program()
+    h = prog.param("h", 1)[0]
+    pos = prog.param("positions", (count, 3))
+    quat = prog.param("quat", (count, 4))
+    vel0, omega0 = prog.param("velocity0", 3), prog.param("omega0", 3)
+    corners = prog.param("corners", (n_candidates, 3))
+    impact = prog.param("impact", (count - 1, n_candidates))  # 1: Newton, 0: plastic
+    mu = prog.var("mu", 1, *mu_bounds, init=mu_bounds[1])[0]
+    e = prog.var("restitution", 1, *restitution_bounds)[0]
+    table = prog.var("table", 1, -0.005, 0.005, init=0.0)[0]
+    n_dir = len(pyramid)
+    p = prog.var("p", (count, 3))
+    q = prog.var("q", (count, 4))
+    v = prog.var("v", (count, 3))
+    w = prog.var("w", (count, 3))
+    lam = prog.var("lam_n", (count - 1, n_candidates), 0.0, np.inf)
+    beta = prog.var("beta", (count - 1, n_candidates, n_dir), 0.0, np.inf)
+    sigma = prog.var("sigma", (count - 1, n_candidates), 0.0, np.inf)
+    ratio = 6.0 / CUBE_SIDE_M ** 2  # m / I
+    for step in range(count - 1):
+        nxt = step + 1
+        prog.constrain(p[nxt] - p[step] - _times(v[nxt], h))
+        raw = np.array(q[step], dtype=object) + _times(_quat_mul([0, *w[nxt]], q[step]),
+                                                       0.5 * h)
+        norm = ca.sqrt(sum(item * item for item in raw))
+        prog.constrain(q[nxt] - np.array([item / norm for item in raw], dtype=object))
+        force, torque = np.zeros(3, dtype=object), np.zeros(3, dtype=object)
+        for slot in range(n_candidates):
+            r_next = _rotate(q[nxt], corners[slot])
+            f = np.array([0, 0, lam[step, slot]], dtype=object) + pyramid.T @ beta[step, slot]
+            force = force + f
+            torque = torque + np.cross(r_next, f)
+            r_now = _rotate(q[step], corners[slot])
+            newton = (v[nxt][2] + np.cross(w[nxt], r_next)[2]
+                      + e * (v[step][2] + np.cross(w[step], r_now)[2]))
+            plastic = p[nxt][2] + r_next[2] - table
+            flag = impact[step, slot]
+            prog.complement(lam[step, slot], flag * newton + (1 - flag) * plastic)
+            point_velocity = v[nxt] + np.cross(w[nxt], r_next)
+            slack = sigma[step, slot]
+            prog.complement(beta[step, slot], [slack + item for item in pyramid @ point_velocity])
+            prog.complement(sigma[step, slot], mu * lam[step, slot] - np.sum(beta[step, slot]))
+        prog.constrain(v[nxt] - v[step] - force - np.array([0.0, 0.0, _GRAVITY[2] * h], dtype=object))
+        prog.constrain(w[nxt] - w[step] - ratio * torque)
+    half2 = _HALF ** 2
+    prog.minimize(_OBJECTIVE_SCALE * (
+        np.sum((p - pos) ** 2) + half2 * np.sum((q - quat) ** 2)
+        + h * h * (np.sum((v[0] - vel0) ** 2) + half2 * np.sum((w[0] - omega0) ** 2))))
+    return prog.compile(tol=_TOL)
+
+
+def _window_data(window: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A window's parameters, initial guess and impact pairs (see the module docstring)."""
     pos, quat = window["positions_m"], window["quat_wxyz"].copy()
     for i in range(1, len(quat)):  # one sign along the window
         if quat[i] @ quat[i - 1] < 0:
@@ -215,66 +281,35 @@ def _window_program(window: Mapping[str, Any], mu_bounds: Sequence[float],
     vel, omega = window["velocity_mps"], window["omega_radps"]
     heights, offsets = _corner_heights(pos, quat)
     corner_speed = vel[:, None, 2] + np.cross(omega[:, None, :], offsets)[..., 2]
-    candidates = np.flatnonzero(heights.min(axis=0) < candidate_m)
-    prog = Program()
-    mu = prog.var("mu", 1, *mu_bounds, init=mu_bounds[1])[0]
-    e_init = float(np.clip(restitution_init, *restitution_bounds))
-    e = prog.var("restitution", 1, *restitution_bounds, init=e_init)[0]
-    table = prog.var("table", 1, -0.005, 0.005, init=0.0)[0]
-    count, n_dir = len(pos), len(pyramid)
-    p = prog.var("p", (count, 3), init=pos)
-    q = prog.var("q", (count, 4), init=quat)
-    v = prog.var("v", (count, 3), init=vel)
-    w = prog.var("w", (count, 3), init=omega)
-    n_c = len(candidates)
-    lam = prog.var("lam_n", (count - 1, n_c), 0.0, np.inf)
-    beta = prog.var("beta", (count - 1, n_c, n_dir), 0.0, np.inf)
-    sigma = prog.var("sigma", (count - 1, n_c), 0.0, np.inf)
-    impact = np.zeros((count - 1, n_c), dtype=bool)
-    ratio = 6.0 / CUBE_SIDE_M ** 2  # m / I
-    for step in range(count - 1):
-        nxt = step + 1
-        prog.constrain(p[nxt] - p[step] - h * v[nxt])
-        raw = np.array(q[step], dtype=object) + 0.5 * h * np.array(
-            _quat_mul([0, *w[nxt]], q[step]), dtype=object)
-        norm = ca.sqrt(sum(item * item for item in raw))
-        prog.constrain(q[nxt] - np.array([item / norm for item in raw], dtype=object))
-        force, torque = np.zeros(3, dtype=object), np.zeros(3, dtype=object)
-        for slot, corner in enumerate(candidates):
-            r_next = _rotate(q[nxt], CORNERS[corner])
-            f = np.array([0, 0, lam[step, slot]], dtype=object) + pyramid.T @ beta[step, slot]
-            force = force + f
-            torque = torque + np.cross(r_next, f)
-            impact[step, slot] = (heights[step, corner] < contact_m
-                                  and corner_speed[step, corner] < -approach_mps)
-            if impact[step, slot]:  # Newton at the velocity level
-                r_now = _rotate(q[step], CORNERS[corner])
-                gap = (v[nxt][2] + np.cross(w[nxt], r_next)[2]
-                       + e * (v[step][2] + np.cross(w[step], r_now)[2]))
-            else:  # plastic, no penetration
-                gap = p[nxt][2] + r_next[2] - table
-            prog.complement(lam[step, slot], gap)
-            point_velocity = v[nxt] + np.cross(w[nxt], r_next)
-            slack = sigma[step, slot]
-            prog.complement(beta[step, slot], [slack + item for item in pyramid @ point_velocity])
-            prog.complement(sigma[step, slot], mu * lam[step, slot] - np.sum(beta[step, slot]))
-        prog.constrain(v[nxt] - v[step] - force - h * _GRAVITY)
-        prog.constrain(w[nxt] - w[step] - ratio * torque)
-    half2 = _HALF ** 2
-    prog.minimize(_OBJECTIVE_SCALE * (
-        np.sum((p - pos) ** 2) + half2 * np.sum((q - quat) ** 2)
-        + h * h * (np.sum((v[0] - vel[0]) ** 2) + half2 * np.sum((w[0] - omega[0]) ** 2))))
-    return prog, {"impact": impact, "positions_m": pos}
+    candidates = np.flatnonzero(heights.min(axis=0) < settings["candidate_m"])
+    impact = ((heights[:-1, candidates] < settings["contact_m"])
+              & (corner_speed[:-1, candidates] < -settings["approach_mps"]))
+    e_init = float(np.clip(settings["restitution_init"], *settings["restitution_bounds"]))
+    return {"params": {"h": window["h"], "positions": pos, "quat": quat, "velocity0": vel[0],
+                       "omega0": omega[0], "corners": CORNERS[candidates],
+                       "impact": impact.astype(np.float64)},
+            "init": {"p": pos, "q": quat, "v": vel, "w": omega, "restitution": e_init},
+            "impact": impact, "n_candidates": len(candidates)}
 
 
 class _WindowSolver:
-    """What each worker holds: nothing but the settings (a window's NLP is built per call)."""
+    """What each worker holds: the settings and the compiled window NLPs, one per structure
+    (samples, candidate corners), built on first use."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.settings = dict(settings)
+        self.templates: dict[tuple[int, int], CompiledProgram] = {}
+
+    def template(self, count: int, n_candidates: int) -> CompiledProgram:
+        key = (count, n_candidates)
+        if key not in self.templates:
+            s = self.settings
+            self.templates[key] = _window_template(count, n_candidates, s["directions"],
+                                                   s["mu_bounds"], s["restitution_bounds"])
+        return self.templates[key]
 
     def close(self) -> None:
-        pass
+        self.templates.clear()
 
 
 class _SolverFactory:
@@ -294,33 +329,32 @@ def _solve_window(state: _WindowSolver, window: Mapping[str, Any], payload: Any)
 
     settings = state.settings
     started = time.perf_counter()
-    prog, info = _window_program(window, settings["mu_bounds"], settings["restitution_bounds"],
-                                 settings["restitution_init"], _pyramid(settings["directions"]),
-                                 settings["candidate_m"], settings["contact_m"],
-                                 settings["approach_mps"])
+    data = _window_data(window, settings)
+    program = state.template(len(window["positions_m"]), data["n_candidates"])
     retried = False
+    solve = dict(params=data["params"], init=data["init"], hold=("restitution",))
     try:
-        result = prog.solve(settings["taus"], hold=("restitution",))
+        result = program.solve(settings["taus"], **solve)
     except SolverError as first:
         retried = True  # once more from the recorded states, a gentler schedule
         try:
-            result = prog.solve(_RETRY_TAUS, hold=("restitution",))
+            result = program.solve(_RETRY_TAUS, **solve)
         except SolverError as error:
             return {"status": error.status, "message": f"{first}; retried with tau "
                     f"{', '.join(f'{t:g}' for t in _RETRY_TAUS)}: {error}"}
     values = result.values
     lam, sigma = values["lam_n"], values["sigma"]
-    residual = np.sum((values["p"] - info["positions_m"]) ** 2, axis=1)
+    residual = np.sum((values["p"] - window["positions_m"]) ** 2, axis=1)
     return WindowEstimate(
         key=window["key"], start=window["start"], stop=window["stop"],
         mu=float(values["mu"][0]), restitution=float(values["restitution"][0]),
         table_m=float(values["table"][0]),
         mu_weight=float(np.sum(lam[sigma > _SLIDING_MPS])),
-        restitution_weight=float(np.sum(lam[info["impact"]])),
+        restitution_weight=float(np.sum(lam[data["impact"]])),
         position_rms_m=float(np.sqrt(np.mean(residual))),
         violation=result.complementarity_violation, iterations=result.iterations,
-        seconds=time.perf_counter() - started, status=result.status, n_pairs=prog.n_pairs,
-        retried=retried)
+        seconds=time.perf_counter() - started, status=result.status,
+        n_pairs=program.n_pairs, retried=retried)
 
 
 def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[float] = (0.0, 1.0),

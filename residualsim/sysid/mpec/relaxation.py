@@ -27,7 +27,7 @@ than ``Solve_Succeeded`` / ``Solved_To_Acceptable_Level`` raises
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from residualsim.errors import SolverError
 
-__all__ = ["Program", "RelaxationResult", "SolveRecord", "DEFAULT_TAUS", "OK_STATUSES"]
+__all__ = ["Program", "CompiledProgram", "RelaxationResult", "SolveRecord", "DEFAULT_TAUS", "OK_STATUSES"]
 
 #: The relaxation schedule: τ bounds every product a_i b_i in turn.
 DEFAULT_TAUS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
@@ -105,7 +105,8 @@ class Program:
 
     Use :meth:`var` for each block of decision variables (bounds and initial guess),
     :meth:`constrain` for ``lo <= expr <= hi`` (equalities: ``lo == hi``), :meth:`complement`
-    for ``0 <= a ⊥ b >= 0``, :meth:`minimize` to add to the objective, then :meth:`solve`.
+    for ``0 <= a ⊥ b >= 0``, :meth:`minimize` to add to the objective, then :meth:`solve`
+    (or :meth:`param` for data blocks, :meth:`compile` once, then solve it per data set).
     """
 
     _blocks: list[tuple[str, Any, tuple[int, ...]]] = field(default_factory=list)
@@ -115,6 +116,7 @@ class Program:
     _g: list[Any] = field(default_factory=list)
     _lbg: list[np.ndarray] = field(default_factory=list)
     _ubg: list[np.ndarray] = field(default_factory=list)
+    _params: list[tuple[str, Any, tuple[int, ...]]] = field(default_factory=list)
     _a: list[Any] = field(default_factory=list)
     _b: list[Any] = field(default_factory=list)
     _f: Any = 0
@@ -164,63 +166,135 @@ class Program:
         """Number of complementarity pairs."""
         return len(self._a)
 
+    def param(self, name: str, shape: int | tuple[int, ...]) -> np.ndarray:
+        """A block of NLP parameters (data, not decision variables) as an object ndarray of
+        SX scalars; their values are given to :meth:`CompiledProgram.solve`, so one compiled
+        program serves every data set of the same structure."""
+        import casadi as ca
+
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        size = int(np.prod(shape))
+        symbols = ca.SX.sym(name, size)
+        self._params.append((name, symbols, shape))
+        return np.array([symbols[i] for i in range(size)], dtype=object).reshape(shape)
+
+    def compile(self, *, max_iter: int = 3000, tol: float = 1e-10,
+                print_level: int = 0) -> CompiledProgram:
+        """Build the relaxation's IPOPT solvers once (see :class:`CompiledProgram`)."""
+        return CompiledProgram(self, max_iter=max_iter, tol=tol, print_level=print_level)
+
     def solve(self, taus: Sequence[float] = DEFAULT_TAUS, *, max_iter: int = 3000,
               tol: float = 1e-10, print_level: int = 0,
               hold: Sequence[str] = ()) -> RelaxationResult:
-        """Solve the Scholtes relaxation for each τ in turn, warm started; see the module.
+        """Solve the Scholtes relaxation for each τ in turn, warm started; see the module and
+        :meth:`CompiledProgram.solve` (``hold``). A program with parameters is solved through
+        :meth:`compile`."""
+        if self._params:
+            raise ValueError("a program with parameters is solved by compile().solve(params=)")
+        return self.compile(max_iter=max_iter, tol=tol, print_level=print_level).solve(
+            taus, hold=hold)
 
-        ``hold`` names variable blocks kept at their initial guess in every solve but the
-        last (their bounds collapse to it), then released within their bounds: a loose
-        relaxation then cannot drive a parameter into a bound the complementarity would not
-        allow (the cube's restitution, :mod:`~residualsim.sysid.mpec.cube`).
-        """
+
+class CompiledProgram:
+    """A :class:`Program`'s relaxation with its IPOPT solvers built (cold and warm start):
+    building costs about as much as a small solve, so a compiled program is reused for
+    every data set of one structure, the data given as parameters."""
+
+    def __init__(self, program: Program, *, max_iter: int = 3000, tol: float = 1e-10,
+                 print_level: int = 0) -> None:
         import casadi as ca
 
-        if not taus or any(not (t > 0) for t in taus):
-            raise ValueError(f"taus must be positive numbers, got {list(taus)}")
-        unknown = sorted(set(hold) - {name for name, _, _ in self._blocks})
-        if unknown:
-            raise ValueError(f"hold names unknown variable blocks: {unknown}")
-        x = ca.vertcat(*[block for _, block, _ in self._blocks])
-        a, b = ca.vertcat(*self._a), ca.vertcat(*self._b)
+        self.blocks = [(name, shape) for name, _, shape in program._blocks]
+        self.param_blocks = [(name, shape) for name, _, shape in program._params]
+        self.n_pairs = len(program._a)
+        x = ca.vertcat(*[block for _, block, _ in program._blocks])
+        a, b = ca.vertcat(*program._a), ca.vertcat(*program._b)
         tau = ca.SX.sym("tau")
-        n_pairs = len(self._a)
-        g = ca.vertcat(*self._g, a, b, a * b - tau) if n_pairs else ca.vertcat(*self._g)
-        lbg = np.concatenate(self._lbg + [np.zeros(2 * n_pairs), np.full(n_pairs, -np.inf)])
-        ubg = np.concatenate(self._ubg + [np.full(2 * n_pairs, np.inf), np.zeros(n_pairs)])
-        nlp = {"x": x, "p": tau, "f": self._f, "g": g}
+        p = ca.vertcat(tau, *[block for _, block, _ in program._params])
+        n_pairs = self.n_pairs
+        g = (ca.vertcat(*program._g, a, b, a * b - tau) if n_pairs
+             else ca.vertcat(*program._g))
+        self.lbg = np.concatenate(program._lbg + [np.zeros(2 * n_pairs),
+                                                  np.full(n_pairs, -np.inf)])
+        self.ubg = np.concatenate(program._ubg + [np.full(2 * n_pairs, np.inf),
+                                                  np.zeros(n_pairs)])
+        nlp = {"x": x, "p": p, "f": program._f, "g": g}
         base = {"print_time": False, "ipopt.print_level": print_level, "ipopt.tol": tol,
                 "ipopt.max_iter": max_iter, "ipopt.sb": "yes",
                 "ipopt.acceptable_tol": 1e-7}
-        cold = ca.nlpsol("mpec_cold", "ipopt", nlp, base)
-        warm = ca.nlpsol("mpec_warm", "ipopt", nlp, {
+        self.cold = ca.nlpsol("mpec_cold", "ipopt", nlp, base)
+        self.warm = ca.nlpsol("mpec_warm", "ipopt", nlp, {
             **base, "ipopt.warm_start_init_point": "yes", "ipopt.mu_init": 1e-6,
             "ipopt.warm_start_bound_push": 1e-9, "ipopt.warm_start_mult_bound_push": 1e-9,
             "ipopt.warm_start_slack_bound_push": 1e-9})
-        pairs = ca.Function("pairs", [x], [a, b])
-        x0, lbx, ubx = (np.concatenate(v) for v in (self._x0, self._lbx, self._ubx))
+        self.pairs = ca.Function("pairs", [x, p], [a, b])
+        self.x0 = [v.copy() for v in program._x0]
+        self.lbx = [v.copy() for v in program._lbx]
+        self.ubx = [v.copy() for v in program._ubx]
+
+    def _flat(self, defaults: list[np.ndarray], given: Mapping[str, Any] | None) -> np.ndarray:
+        given = dict(given or {})
+        unknown = sorted(set(given) - {name for name, _ in self.blocks})
+        if unknown:
+            raise ValueError(f"unknown variable blocks: {unknown}")
+        return np.concatenate([
+            np.broadcast_to(np.asarray(given[name], dtype=np.float64), shape).reshape(-1)
+            if name in given else default
+            for (name, shape), default in zip(self.blocks, defaults)])
+
+    def solve(self, taus: Sequence[float] = DEFAULT_TAUS, *,
+              params: Mapping[str, Any] | None = None, init: Mapping[str, Any] | None = None,
+              lower: Mapping[str, Any] | None = None, upper: Mapping[str, Any] | None = None,
+              hold: Sequence[str] = ()) -> RelaxationResult:
+        """Solve the relaxation for each τ in turn, warm started.
+
+        ``params`` gives every parameter block's values; ``init``, ``lower``, ``upper``
+        replace the initial guess and bounds of the named variable blocks. ``hold`` names
+        variable blocks kept at their initial guess in every solve but the last (their bounds
+        collapse to it), then released within their bounds: a loose relaxation then cannot
+        drive a parameter into a bound the complementarity would not allow (the cube's
+        restitution, :mod:`~residualsim.sysid.mpec.cube`).
+        """
+        if not taus or any(not (t > 0) for t in taus):
+            raise ValueError(f"taus must be positive numbers, got {list(taus)}")
+        names = [name for name, _ in self.blocks]
+        unknown = sorted(set(hold) - set(names))
+        if unknown:
+            raise ValueError(f"hold names unknown variable blocks: {unknown}")
+        params = dict(params or {})
+        missing = sorted({name for name, _ in self.param_blocks} - set(params))
+        extra = sorted(set(params) - {name for name, _ in self.param_blocks})
+        if missing or extra:
+            raise ValueError(f"parameter values missing for {missing}, unknown: {extra}")
+        p_data = [np.broadcast_to(np.asarray(params[name], dtype=np.float64), shape).reshape(-1)
+                  for name, shape in self.param_blocks]
+        x0 = self._flat(self.x0, init)
+        lbx, ubx = self._flat(self.lbx, lower), self._flat(self.ubx, upper)
         held_lbx, held_ubx = lbx.copy(), ubx.copy()
         start = 0
-        for (name, _, shape), init in zip(self._blocks, self._x0):
+        for name, shape in self.blocks:
             size = int(np.prod(shape))
             if name in hold:
-                held_lbx[start:start + size] = held_ubx[start:start + size] = init
+                held_lbx[start:start + size] = held_ubx[start:start + size] = \
+                    x0[start:start + size]
             start += size
-        args = {"x0": x0, "lbg": lbg, "ubg": ubg}
+        args = {"x0": x0, "lbg": self.lbg, "ubg": self.ubg}
         records: list[SolveRecord] = []
         solution = None
         for index, value in enumerate(taus):
             last = index == len(taus) - 1
             args.update(lbx=lbx if last else held_lbx, ubx=ubx if last else held_ubx)
+            p = np.concatenate([[float(value)], *p_data])
             # warm start from the previous solve; if that fails, one cold retry from the
             # previous primal point (both recorded)
-            for solver in ((cold,) if index == 0 else (warm, cold)):
+            for solver in ((self.cold,) if index == 0 else (self.warm, self.cold)):
                 started = time.perf_counter()
-                candidate = solver(**args, p=float(value))
+                candidate = solver(**args, p=p)
                 seconds = time.perf_counter() - started
                 stats = solver.stats()
                 status = str(stats.get("return_status", "unknown"))
-                a_value, b_value = (np.asarray(v).reshape(-1) for v in pairs(candidate["x"]))
+                a_value, b_value = (np.asarray(v).reshape(-1)
+                                    for v in self.pairs(candidate["x"], p))
                 records.append(SolveRecord(
                     tau=float(value), status=status,
                     iterations=int(stats.get("iter_count", -1)), seconds=seconds,
@@ -237,7 +311,7 @@ class Program:
             args.update(x0=solution["x"], lam_x0=solution["lam_x"], lam_g0=solution["lam_g"])
         flat = np.asarray(solution["x"]).reshape(-1)
         values, start = {}, 0
-        for name, block, shape in self._blocks:
+        for name, shape in self.blocks:
             size = int(np.prod(shape))
             values[name] = flat[start:start + size].reshape(shape)
             start += size
