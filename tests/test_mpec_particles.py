@@ -111,3 +111,22 @@ def test_hold_keeps_a_block_at_its_guess_until_the_last_solve():
     assert result.values["x"][0] == pytest.approx(2.0, abs=1e-3)
     with pytest.raises(ValueError, match="unknown variable blocks"):
         prog.solve((1e-2,), hold=("nope",))
+
+
+def test_a_compiled_program_is_reused_with_new_parameter_values():
+    from residualsim.sysid.mpec.relaxation import Program
+
+    prog = Program()
+    target = prog.param("target", 1)[0]
+    x = prog.var("x", 1, 0.0, 3.0, init=1.0)[0]
+    y = prog.var("y", 1, 0.0, 3.0, init=1.0)[0]
+    prog.complement(x, y)
+    prog.minimize((x - target) ** 2 + (y - 1.0) ** 2)
+    compiled = prog.compile()
+    for value in (0.2, 2.5):  # below / above the switch at 1: x or y takes the other's place
+        result = compiled.solve((1e-2, 1e-6), params={"target": value})
+        assert result.values["x"][0] == pytest.approx(value if value > 1 else 0.0, abs=1e-3)
+    with pytest.raises(ValueError, match="parameter values missing"):
+        compiled.solve((1e-2,))
+    with pytest.raises(ValueError, match="compile"):
+        prog.solve((1e-2,))
