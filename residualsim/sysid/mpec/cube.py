@@ -70,9 +70,12 @@ Measured (first 100 tosses of the training split, 2 workers, 2 cores): μ 0.192,
 the same tosses (2 chains, 1 substep) costs 0.076 s per step, 305 s projected for its default
 4000 steps (``bench calibration``'s probe), so 16-17x, short of 20x. PyBullet (rigid, 1
 substep) on the validation split: 0.0202 m position RMSE at the MPEC estimate, 0.0187 m at
-MH's median (μ 0.183, e 0.039), 0.0177 m for the shipped soft-contact engine. The gap is
-mostly e: the MPEC's e is a corner's Newton coefficient in a rigid model, while Bullet at
-one 6.8 ms step adds its own penetration recovery to the bounce, so a lower e fits it.
+MH's median (μ 0.183, e 0.039), 0.0177 m for the shipped soft-contact engine. Both
+parameters share the gap (MPEC μ with MH's e: 0.0193 m; MH's μ with the MPEC e: 0.0190 m):
+the MPEC's e is a corner's Newton coefficient in a rigid model, while Bullet at one 6.8 ms
+step adds its own penetration recovery to the bounce, so a lower e fits it; the 4-direction
+pyramid (|f_x| + |f_y| <= μ λ) needs a larger μ for diagonal sliding (not yet measured with
+``directions=8``).
 
 Not modelled (no counterpart in a rigid complementarity model): contact stiffness and
 damping, spinning and rolling friction; edges and faces touch through their corners.
