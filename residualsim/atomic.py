@@ -52,13 +52,34 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         handle.write(text.encode("utf-8"))
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
 def read_json(path: str | os.PathLike[str], missing: str | None = None,
-              error: type[Exception] = DataError) -> Any:
+              error: type[Exception] = DataError, unique_keys: bool = False) -> Any:
     """Parse a JSON file; ``error`` names the file when it is missing (message ``missing``,
-    default "<path>: file not found") or not readable JSON."""
+    default "<path>: file not found"), not a regular file (a FIFO or device would block or
+    read as empty) or not readable JSON (with ``unique_keys``, also a duplicate key in an
+    object, which plain JSON parsing resolves silently: the last wins)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        if path.exists() and not path.is_file():
+            raise error(f"{path}: not a regular file")
+        text = path.read_text()
+        if unique_keys:
+            try:
+                return json.loads(text, object_pairs_hook=_unique_keys)
+            except ValueError as exc:
+                if not isinstance(exc, json.JSONDecodeError):
+                    raise error(f"{path}: {exc}") from None
+                raise
+        return json.loads(text)
     except FileNotFoundError:
         raise error(missing or f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -10,6 +10,7 @@ modules here parse arguments and print.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _timeout(args: argparse.Namespace) -> dict:
+    timeout = getattr(args, "task_timeout", None)
+    return {} if timeout is None else {"task_timeout_s": timeout}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``residualsim`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -45,7 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "address", None) and args.backend != "ray":
             raise ParameterError("--address needs --backend ray")
-        with parallel_backend(getattr(args, "backend", "local"), getattr(args, "address", None)):
+        implausible = contextlib.nullcontext()
+        if getattr(args, "allow_implausible", False):
+            from residualsim.sim.recordings import allow_implausible
+
+            implausible = allow_implausible()
+        with parallel_backend(getattr(args, "backend", "local"), getattr(args, "address", None),
+                              **_timeout(args)), implausible:
             args.run(args)
     except ResidualSimError as exc:
         print(f"residualsim: error: {exc}", file=sys.stderr)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import add_force, add_workers, count, json_line, state_option
+from residualsim.cli.options import (add_allow_implausible, add_force, add_workers, count,
+                                     json_line, state_option)
 from residualsim.data.bundled import PRETRAINED_CUBE
 
 
@@ -47,5 +48,6 @@ def register(commands) -> None:
     ro.add_argument("--out", required=True, help=".npz file to write")
     ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
     add_force(ro)
+    add_allow_implausible(ro)
     add_workers(ro)
     ro.set_defaults(run=cmd_rollout)

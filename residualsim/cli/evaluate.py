@@ -6,7 +6,8 @@ import argparse
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import add_workers, count, json_line, nonnegative_float
+from residualsim.cli.options import (add_allow_implausible, add_workers, count, json_line,
+                                     nonnegative_float)
 from residualsim.data.bundled import PRETRAINED
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError
@@ -88,6 +89,7 @@ def register(commands) -> None:
                     metavar="M", help="cube: the contact guard's penetration tolerance for the "
                     "MDN and GP rollouts, m (default: the model's)")
     ev.add_argument("--resume", action="store_true", help="cube: continue an interrupted run")
+    add_allow_implausible(ev)
     add_workers(ev)
     ev.set_defaults(run=cmd_evaluate)
 

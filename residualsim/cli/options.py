@@ -14,7 +14,8 @@ from residualsim.parallel import BACKENDS
 
 __all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
            "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
-           "add_split_options", "split_options", "add_force"]
+           "add_split_options", "split_options", "add_force",
+           "add_allow_implausible"]
 
 
 def count(minimum: int):
@@ -50,6 +51,8 @@ def mapping_option(text: str | None, flag: str) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise ParameterError(f"{flag}: expected name=value, got {item!r}")
+        if name.strip() in result:
+            raise ParameterError(f"{flag}: {name.strip()} is given twice")
         result[name.strip()] = value.strip()
     return result
 
@@ -102,6 +105,15 @@ def kappa_option(text: str) -> tuple[float, float]:
     return values
 
 
+def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
+    """``--allow-implausible``: accept recordings and states that fail the plausibility
+    checks (:mod:`residualsim.sim.recordings`) with a warning instead of refusing them."""
+    sub.add_argument("--allow-implausible", action="store_true",
+                     help="accept recordings faster than 20 m/s between samples (or 500 "
+                          "rad/s) and states under the table, with a warning (default: "
+                          "refuse them)")
+
+
 def add_force(sub: argparse.ArgumentParser) -> None:
     """``--force``: replace an existing result file (otherwise refused before any work)."""
     sub.add_argument("--force", action="store_true",
@@ -116,6 +128,20 @@ def add_workers(sub: argparse.ArgumentParser) -> None:
                      help="where workers run: local processes or Ray actors (default local)")
     sub.add_argument("--address", help="Ray cluster to join with --backend ray: auto or "
                      "HOST:PORT (default: start a local Ray)")
+    sub.add_argument("--task-timeout", type=_seconds, metavar="SECONDS",
+                     help="a worker that does not answer within this many seconds is taken "
+                          "for hung, killed and its shard re-run (default: no limit)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got "
+                                         f"{text!r}")
+    return value
 
 
 def _fractions(text: str) -> tuple[float, float, float]:

@@ -7,8 +7,9 @@ import sys
 import time
 
 from residualsim.atomic import check_output, make_parent
-from residualsim.cli.options import (SPLITS, add_force, add_split_options, add_workers, count,
-                                     float_list, json_line, split_options)
+from residualsim.cli.options import (SPLITS, add_allow_implausible, add_force,
+                                     add_split_options, add_workers, count, float_list,
+                                     json_line, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -108,6 +109,7 @@ def register(commands) -> None:
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(tr)
+    add_allow_implausible(tr)
     add_workers(tr)
     tr.set_defaults(run=cmd_train)
 
@@ -125,6 +127,7 @@ def register(commands) -> None:
     pr.add_argument("--limit", type=count(1), help="only the first N recordings")
     add_split_options(pr)
     add_force(pr)
+    add_allow_implausible(pr)
     add_workers(pr)
     pr.set_defaults(run=cmd_predict)
 
@@ -155,5 +158,6 @@ def register(commands) -> None:
                     help="first estimate the noise of the recorded initial velocities from "
                          "the free flight before the first contact (whole training split) "
                          "and draw each sample's initial state from it")
+    add_allow_implausible(fs)
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)

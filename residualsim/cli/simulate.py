@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
-from residualsim.cli.options import (SPLITS, add_force, add_split_options, add_workers, count,
-                                     json_line, split_options)
+from residualsim.cli.options import (SPLITS, add_allow_implausible, add_force,
+                                     add_split_options, add_workers, count, json_line,
+                                     split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -51,6 +52,7 @@ def register(commands) -> None:
     sim.add_argument("--limit", type=count(1), help="only the first N recordings")
     add_split_options(sim)
     add_force(sim)
+    add_allow_implausible(sim)
     add_workers(sim)
     sim.set_defaults(run=cmd_simulate)
 

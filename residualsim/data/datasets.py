@@ -384,6 +384,9 @@ def resolve_data(path: str | None, scene: str = "cube") -> Path:
             candidate = Path(root) / path
         if not candidate.exists():
             raise DataError(f"{candidate}: no such data directory")
+        if not (candidate.is_dir() or candidate.is_file()):
+            raise DataError(f"{candidate}: not a data directory or a regular file (a device, "
+                            "FIFO or socket)")
         return candidate
     if root and scene in DEFAULT_SETS and (Path(root) / DEFAULT_SETS[scene]).exists():
         return Path(root) / DEFAULT_SETS[scene]

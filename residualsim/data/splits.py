@@ -248,6 +248,8 @@ def load_split_ids(path: str | os.PathLike[str], ids: Iterable[str | int] | None
         lists do not fit ``ids``; the message starts with the path.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO would block, a device read as empty
+        raise DataError(f"{path}: not a regular file")
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -36,7 +36,8 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sim.recordings import load_recordings
 
 __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
-           "identify_loop", "rollout_job", "model_and_tosses", "fit_spread_job"]
+           "identify_loop", "rollout_job", "rollout_memory_bytes", "model_and_tosses",
+           "fit_spread_job"]
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,36 @@ def identify_loop(data: PathLike | None, out: PathLike, method: str,
     return summary
 
 
+#: Copies of the sampled trajectories alive at once in ``rollout`` (the workers' results,
+#: their pickled transfer, the gathered arrays and the compressed archive's buffer).
+ROLLOUT_COPIES = 4
+
+
+def rollout_memory_bytes(samples: int, n_steps: int, state_size: int, particles: int = 0,
+                         events: int = 0) -> int:
+    """Bytes ``rollout`` holds at its peak: ``samples`` trajectories of ``n_steps`` + 1
+    states (the scene's ``state_size`` plus position and quaternion, float64), and
+    ``particles`` states per contact event, each :data:`ROLLOUT_COPIES` times."""
+    per_step = (state_size + 7) * 8
+    return int(ROLLOUT_COPIES * (samples * (n_steps + 1) * per_step
+                                 + particles * events * state_size * 8 * 2))
+
+
+def _check_rollout_size(samples: int, n_steps: int, state_size: int, particles: int,
+                        events: int) -> None:
+    """ParameterError, with the estimate, when the rollout would not fit in memory."""
+    from residualsim.parallel import available_memory_bytes
+
+    need = rollout_memory_bytes(samples, n_steps, state_size, particles, events)
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise ParameterError(
+            f"rollout of {samples} samples x {n_steps + 1} steps ({particles} particles x "
+            f"{events} events) needs about {need / 2**30:.3g} GiB, more than the "
+            f"{have / 2**30:.3g} GiB available: shorten --horizon or lower --samples / "
+            "--particles")
+
+
 def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None = None,
                 toss: str | None = None, data: str | None = None,
                 horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
@@ -277,9 +308,16 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     from residualsim.residual.policy import ResidualModel
     from residualsim.sim.scenes import make_scene
 
+    from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE
+    from residualsim.sim.recordings import check_start_state
+
     if (state is None) == (toss is None):
         raise ParameterError("give exactly one of --state and --toss")
+    if horizon_s is not None and not (np.isfinite(horizon_s) and horizon_s > 0):
+        raise ParameterError(f"--horizon must be a finite number of seconds > 0, got "
+                             f"{horizon_s}")
     model = ResidualModel.load(model_dir)
+    layout = make_scene(model.scene)
     recorded = None
     if toss is not None:
         trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
@@ -292,6 +330,21 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
             recording.times_s[-1] - recording.times_s[0]
     else:
         horizon = horizon_s if horizon_s is not None else 1.5
+        state = np.asarray(state, dtype=float)
+        if state.shape not in ((13,), (layout.state_size,)) or not np.isfinite(state).all():
+            raise ParameterError(f"--state: expected 13 finite numbers (or the "
+                                 f"{layout.state_size} of scene {layout.name!r}'s state), "
+                                 f"got {state.size}")
+        if state.shape == (13,) and not layout.planar:
+            norm = float(np.linalg.norm(state[3:7]))
+            if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:
+                raise ParameterError(
+                    f"--state: the quaternion w,x,y,z has norm {norm:.4g}, expected 1 "
+                    f"(within {QUATERNION_NORM_TOLERANCE:g}, as for recordings)")
+        check_start_state(model.scene, state if state.shape != (13,) else toss_state(
+            state[:3], state[3:7], state[7:10], state[10:13]))
+    _check_rollout_size(samples, max(1, int(round(horizon / model.dt_s))),
+                        layout.state_size, particles, events)
     start = time.perf_counter()
     with StochasticSimulator(model, n_workers=n_workers, residual=residual) as simulator:
         if state.shape == (13,):

@@ -7,9 +7,10 @@ rollouts on it (:func:`residualsim.sim.engine_workers`).
 
 from __future__ import annotations
 
-from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError, current_backend,
+from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError,
+                                          available_memory_bytes, current_backend,
                                           default_workers, parallel_backend)
 from residualsim.parallel.workers import ShardedWorkers
 
 __all__ = ["ShardedWorkers", "WorkerError", "Backend", "BACKENDS", "parallel_backend",
-           "current_backend", "default_workers"]
+           "current_backend", "default_workers", "available_memory_bytes"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from residualsim.errors import ParameterError, ResidualSimError
 
-__all__ = ["WorkerError", "default_workers", "Backend", "BACKENDS", "current_backend",
+__all__ = ["WorkerError", "default_workers", "available_memory_bytes", "Backend", "BACKENDS", "current_backend",
            "parallel_backend", "run_items", "ItemFunction", "StateFactory"]
 
 #: ``function(state, item, payload)``: the work, run on each item of a worker's shard with the
@@ -49,16 +49,37 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still give (``MemAvailable`` of /proc/meminfo, else free
+    physical pages), or None where neither is known."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Backend:
     """Where :class:`ShardedWorkers` run: ``name`` in :data:`BACKENDS`; ``address`` of a Ray
     cluster (``"auto"``, ``"HOST:PORT"`` or None: start a local Ray); ``max_restarts``
     replacements of one shard's worker within one :meth:`ShardedWorkers.map` call before
-    giving up."""
+    giving up; ``task_timeout_s``: seconds a worker may take over its shard in one map call
+    (counted from when its answer is awaited) before it is taken for hung, killed and
+    replaced like a dead one (None, the default: wait for ever; a rollout of a toss takes
+    milliseconds, a whole shard of a calibration step well under a minute on this
+    project's sets)."""
 
     name: str = "local"
     address: str | None = None
     max_restarts: int = 3
+    task_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -68,6 +89,12 @@ class Backend:
         if int(self.max_restarts) != self.max_restarts or self.max_restarts < 0:
             raise ParameterError(f"max_restarts must be an integer >= 0, got "
                                  f"{self.max_restarts!r}")
+        if self.task_timeout_s is not None and not (
+                isinstance(self.task_timeout_s, (int, float))
+                and not isinstance(self.task_timeout_s, bool)
+                and 0 < self.task_timeout_s < float("inf")):
+            raise ParameterError(f"task_timeout_s must be a finite number of seconds > 0 or "
+                                 f"None, got {self.task_timeout_s!r}")
 
 
 _current = Backend()
@@ -80,7 +107,8 @@ def current_backend() -> Backend:
 
 @contextlib.contextmanager
 def parallel_backend(name: str = "local", address: str | None = None,
-                     max_restarts: int = 3) -> Iterator[Backend]:
+                     max_restarts: int = 3,
+                     task_timeout_s: float | None = None) -> Iterator[Backend]:
     """Run the worker pools created inside the ``with`` block on backend ``name``.
 
     Parameters
@@ -92,9 +120,12 @@ def parallel_backend(name: str = "local", address: str | None = None,
         initialised in this process, else a new local one.
     max_restarts : int
         Replacements of one shard's worker within one map call before :class:`WorkerError`.
+    task_timeout_s : float, optional
+        Seconds before a worker that has not answered is taken for hung and replaced (see
+        :class:`Backend`); default None, no limit.
     """
     global _current
-    backend = Backend(name, address, max_restarts)
+    backend = Backend(name, address, max_restarts, task_timeout_s)
     previous, _current = _current, backend
     try:
         yield backend

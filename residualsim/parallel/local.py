@@ -3,14 +3,21 @@ process per shard, talking over a pipe.
 
 Each process builds its state once (``factory()``, e.g. a PyBullet engine) and keeps its
 shard of the items; a map call sends the function and the payload, and the process answers
-``("ok", results)`` or ``("error", traceback)``. A process that dies is reported as
-``("died", reason)`` so the pool can restart it.
+``("ok", results)`` or ``("error", traceback)``. A process that dies, or that has not
+answered within the task timeout (then it is killed), is reported as ``("died", reason)``
+so the pool can restart it.
+
+Workers ignore SIGINT (Ctrl-C reaches the whole process group): the parent alone handles
+the interruption and stops them, so one Ctrl-C prints one line, not a traceback per worker.
+They are started with SIGINT already ignored, so not even their start-up is interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import signal
+import threading
 import traceback
 from typing import Any
 
@@ -20,6 +27,7 @@ __all__ = ["LocalTransport"]
 
 
 def _worker_main(connection, factory: StateFactory, items: list) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     state = factory()
     while True:
         try:
@@ -27,24 +35,57 @@ def _worker_main(connection, factory: StateFactory, items: list) -> None:
         except (EOFError, OSError):  # the parent is gone
             break
         except BaseException:  # a function or payload this process cannot unpickle
-            connection.send(("error", traceback.format_exc()))
+            if not _answer(connection, ("error", traceback.format_exc())):
+                break
             continue
         if message is None:
             break
         function, payload = message
         try:
-            connection.send(("ok", run_items(state, function, items, payload)))
+            reply = ("ok", run_items(state, function, items, payload))
         except BaseException:  # report anything, the parent decides
-            connection.send(("error", traceback.format_exc()))
+            reply = ("error", traceback.format_exc())
+        if not _answer(connection, reply):
+            break
     state.close()
     connection.close()
+
+
+def _answer(connection, reply: tuple) -> bool:
+    """Send ``reply``; False when the parent is gone (stopped or interrupted: the worker
+    then ends quietly). A reply that cannot be pickled is reported as an error."""
+    try:
+        connection.send(reply)
+    except OSError:  # BrokenPipeError, ConnectionResetError: nobody listens any more
+        return False
+    except BaseException:
+        try:
+            connection.send(("error", traceback.format_exc()))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored in this process for the ``with`` block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class LocalTransport:
     """One spawned process per shard."""
 
-    def __init__(self, factory: StateFactory, shards: list[list]) -> None:
+    def __init__(self, factory: StateFactory, shards: list[list],
+                 task_timeout_s: float | None = None) -> None:
         self.factory, self.shards = factory, shards
+        self.task_timeout_s = task_timeout_s
         self._context = mp.get_context("spawn")
         self._processes: list = [None] * len(shards)
         self._connections: list = [None] * len(shards)
@@ -59,7 +100,8 @@ class LocalTransport:
         process = self._context.Process(
             target=_worker_main, args=(child, self.factory, self.shards[index]),
             daemon=True)
-        process.start()
+        with _sigint_ignored():  # inherited: the child starts up deaf to Ctrl-C
+            process.start()
         child.close()
         self._processes[index], self._connections[index] = process, parent
         self._lost[index] = False
@@ -75,6 +117,14 @@ class LocalTransport:
         if self._lost[index]:
             return "died", f"worker {index} (pid {self._processes[index].pid}) is gone"
         try:
+            timeout = self.task_timeout_s
+            if timeout is not None and not self._connections[index].poll(timeout):
+                process = self._processes[index]
+                process.kill()  # hung: replaced like a dead worker
+                process.join(timeout=5)
+                self._lost[index] = True
+                return "died", (f"worker {index} (pid {process.pid}) did not answer within "
+                                f"the task timeout of {timeout:g} s")
             return self._connections[index].recv()
         except (EOFError, OSError):
             process = self._processes[index]

@@ -76,6 +76,7 @@ class RayTransport:
     def __init__(self, factory, shards: list[list], backend) -> None:
         self.ray = ensure_ray(backend.address, len(shards))
         self.factory, self.shards = factory, shards
+        self.task_timeout_s = backend.task_timeout_s
         self._actor_class = self.ray.remote(num_cpus=1, max_restarts=0)(_ShardActor)
         self._actors: list = [None] * len(shards)
         self._pending: list = [None] * len(shards)
@@ -94,10 +95,14 @@ class RayTransport:
         self._pending[index] = self._actors[index].run.remote(function, payload)
 
     def collect(self, index: int) -> tuple[str, Any]:
-        from ray.exceptions import RayActorError, RayError, WorkerCrashedError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, WorkerCrashedError
 
         try:
-            return self.ray.get(self._pending[index])
+            return self.ray.get(self._pending[index], timeout=self.task_timeout_s)
+        except GetTimeoutError:
+            self._kill(index)  # hung: replaced like a dead actor
+            return "died", (f"Ray worker {index} did not answer within the task timeout of "
+                            f"{self.task_timeout_s:g} s")
         except (RayActorError, WorkerCrashedError) as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return "died", f"Ray worker {index} died ({type(exc).__name__}: {first_line})"

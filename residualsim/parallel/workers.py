@@ -11,8 +11,9 @@ it. The executor knows nothing of what the work is: it imports nothing of the ph
 
 Results do not depend on the backend or the number of workers: each rollout resets the world
 (:meth:`Engine.reset`), random streams are seeded per item, and results are gathered in item
-order. A worker that dies (killed, out of memory, a lost node) has its shard re-run by a
-fresh worker, up to ``max_restarts`` times per shard and call; the restarts are counted in
+order. A worker that dies (killed, out of memory, a lost node), or hangs past the backend's
+``task_timeout_s`` (then it is killed), has its shard re-run by a fresh worker, up to
+``max_restarts`` times per shard and call; the restarts are counted in
 :attr:`ShardedWorkers.restarts`. An exception raised by the work itself is not retried (it
 would fail again): it comes back as :class:`WorkerError` with the worker's traceback.
 """
@@ -75,7 +76,7 @@ class ShardedWorkers:
         elif self.n_workers == 1:
             self._state = factory()
         else:
-            self._transport = LocalTransport(factory, self.shards)
+            self._transport = LocalTransport(factory, self.shards, self.backend.task_timeout_s)
 
     def map(self, function: ItemFunction, payload: Any = None) -> list:
         """``[function(state, item, payload) for item in items]``, computed by the workers.

@@ -23,14 +23,23 @@ where recordings meet a scene:
 
 Recordings with recorded velocities (the ContactNets and MCube sets, NPZ, CSV with
 velocity columns) are returned unchanged.
+
+Plausibility (refused by default, allowed inside :func:`allow_implausible`, the CLI's
+``--allow-implausible``): a recording whose base moves faster than ``MAX_SPEED_MPS`` between
+two consecutive samples or records such a velocity (the real cube tosses peak at 2.0 m/s; a
+tracking spike of 1e30 m is caught here), or records an angular velocity above
+``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19 rad/s); and a state given by hand
+(:func:`check_start_state`, ``rollout --state``) deeper than ``START_PENETRATION_M`` into the
+table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pybullet as pb
@@ -43,7 +52,9 @@ from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
 
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
-           "free_flight_samples", "CONTACT_TOLERANCE_M", "MIN_FREE_SAMPLES"]
+           "free_flight_samples", "check_plausible", "check_start_state",
+           "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
+           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +69,86 @@ BOUNCE_DISTANCE_M = 0.02
 #: Fewest free-flight samples worth a fit, and the most that are used.
 MIN_FREE_SAMPLES = 4
 MAX_FREE_SAMPLES = 30
+#: Fastest plausible motion of a recorded base (m/s), between two consecutive samples or as a
+#: recorded velocity: ten times the fastest real cube toss (2.0 m/s).
+MAX_SPEED_MPS = 20.0
+#: Fastest plausible recorded angular velocity (rad/s): 80 turns per second; the real cube
+#: tosses peak at 19 rad/s.
+MAX_ANGULAR_SPEED_RADPS = 500.0
+
+_allowed = False
+
+
+@contextlib.contextmanager
+def allow_implausible(allow: bool = True) -> Iterator[None]:
+    """Inside the ``with`` block, implausible recordings and states are accepted (with a
+    warning) instead of refused (the CLI's ``--allow-implausible``)."""
+    global _allowed
+    previous, _allowed = _allowed, bool(allow)
+    try:
+        yield
+    finally:
+        _allowed = previous
+
+
+def implausible_allowed() -> bool:
+    """True inside :func:`allow_implausible`."""
+    return _allowed
+
+
+def _implausible(message: str) -> None:
+    if _allowed:
+        log.warning("%s (accepted: --allow-implausible)", message)
+        return
+    raise DataError(f"{message}; pass --allow-implausible if it is right")
+
+
+def check_plausible(trajectory: Trajectory) -> None:
+    """Refuse a recording whose motion no real object makes (see the module docstring)."""
+    name = trajectory.source or trajectory.traj_id
+    dt = np.diff(trajectory.times_s)
+    if len(dt):
+        with np.errstate(over="ignore", invalid="ignore"):
+            speeds = np.linalg.norm(np.diff(trajectory.positions_m, axis=0), axis=1) / dt
+        worst = int(np.argmax(speeds))
+        if not speeds[worst] <= MAX_SPEED_MPS:
+            _implausible(f"{name}: the position jumps {speeds[worst] * dt[worst]:.3g} m "
+                         f"between samples {worst} and {worst + 1} ({speeds[worst]:.3g} m/s, "
+                         f"more than {MAX_SPEED_MPS:g} m/s)")
+            return
+    for values, bound, what, unit in (
+            (trajectory.linear_velocity_mps, MAX_SPEED_MPS, "velocity", "m/s"),
+            (trajectory.angular_velocity_world_radps, MAX_ANGULAR_SPEED_RADPS,
+             "angular velocity", "rad/s")):
+        if values is None or not len(values):
+            continue
+        with np.errstate(over="ignore"):
+            norms = np.linalg.norm(values, axis=1)
+        worst = int(np.argmax(norms))
+        if not norms[worst] <= bound:
+            _implausible(f"{name}: a recorded {what} of {norms[worst]:.3g} {unit} at sample "
+                         f"{worst} (more than {bound:g} {unit})")
+            return
+
+
+def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> None:
+    """Refuse a hand-given initial state (scene layout) that puts the object deeper than
+    ``START_PENETRATION_M`` into the table, or wholly below the table top (3D scenes: its
+    bounding box under z = 0), allowed inside :func:`allow_implausible`."""
+    with Engine(scene) as engine:
+        layout = engine.scene
+        engine.reset(np.asarray(state, dtype=float))
+        near = pb.getClosestPoints(layout.body, layout.static_body, 0.0, layout.link, -1,
+                                   physicsClientId=engine.client)
+        depth = max(0.0, -min((p[8] for p in near), default=0.0))
+        if not layout.planar:
+            low, high = pb.getAABB(layout.body, layout.link, physicsClientId=engine.client)
+            if high[2] < 0.0:  # wholly under the table top (a slab 1 m thick)
+                depth = max(depth, -low[2])
+    if depth > START_PENETRATION_M:
+        _implausible(f"{what}: the state puts the object {1000 * depth:.0f} mm into the "
+                     f"table (more than {1000 * START_PENETRATION_M:.0f} mm; scene "
+                     f"{layout.name!r}: z up, table at z = 0)")
 
 
 def load_recordings(path: str | os.PathLike[str], scene: str) -> dict[str, Trajectory]:
@@ -72,6 +163,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
+        check_plausible(traj)
     if not trajectories:
         return {}
     out = dict(trajectories)

@@ -10,6 +10,7 @@ values below are the *effective pair values* of the contact, not per-body values
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         text = str(path)
     if text.endswith(".json") or path.is_file():
         content = read_json(path, missing=f"{path}: parameter file not found",
-                            error=ParameterError)
+                            error=ParameterError, unique_keys=True)
         if isinstance(content, dict):
             for key in ("params", "median"):
                 if isinstance(content.get(key), dict):
@@ -150,6 +151,11 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                     break
         if not isinstance(content, dict):
             raise ParameterError(f"{path}: expected a JSON object of parameter values")
+        for name, value in content.items():  # JSON true is not friction 1.0
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) or value in (
+                    "inf", "Infinity")):
+                raise ParameterError(f"{path}: {name} must be a number, got "
+                                     f"{json.dumps(value)}")
         try:
             return base.replace(**content)
         except ParameterError as exc:
@@ -159,6 +165,9 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         name, sep, value = item.partition("=")
         if not sep:
             raise ParameterError(f"expected name=value in parameter list, got {item!r}")
+        if name.strip() in changes:
+            raise ParameterError(f"{name.strip()} is given twice in the parameter list "
+                                 f"{text!r}")
         try:
             changes[name.strip()] = float(value)
         except ValueError:
