@@ -383,3 +383,13 @@ def test_training_keeps_no_correction_when_no_candidate_beats_the_engine(tosses,
     assert figures["chosen_evaluation"] == 0 and figures["improvement"] == 0.0
     features = np.random.default_rng(0).normal(size=(5, 9))
     np.testing.assert_array_equal(model.policy.mean(features), np.zeros((5, 3)))
+
+
+def test_train_refuses_substeps_other_than_the_calibrations(tmp_path):
+    calibration = _write_calibration(tmp_path / "cal", substeps=1)
+    code, _, err = _quiet_main([
+        "train", "--data", BUNDLED, "--calibration", calibration, "--substeps", "10",
+        "--budget", "8", "--max-tosses", "2", "--quiet", "--out", tmp_path / "m"])
+    assert code == 2
+    assert "calibrated at 1 substeps, not --substeps 10" in err
+    assert not (tmp_path / "m" / "model.json").exists()

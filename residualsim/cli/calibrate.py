@@ -7,8 +7,9 @@ import argparse
 import json
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (add_split_options, add_workers, bounds_option, count,
-                                     json_line, kappa_option, mapping_option, split_options)
+from residualsim.cli.options import (add_allow_implausible, add_split_options, add_workers,
+                                     bounds_option, count, json_line, kappa_option,
+                                     mapping_option, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -72,7 +73,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
             "backend", "complementarity_violation", "solver_status", "iterations",
-            "seconds")
+            "warnings", "seconds")
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 
@@ -112,7 +113,7 @@ def register(commands) -> None:
     cal.add_argument("--noise", type=float,
                      help="observation noise scale (m; m/s for impacts); default estimated")
     cal.add_argument("--substeps", type=count(1), help="engine substeps per sample "
-                     "(default 1 for trajectories, the scene's for impacts)")
+                     "(default: the scene's, as data synthesize, train and predict use)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),
@@ -127,5 +128,6 @@ def register(commands) -> None:
     cal.add_argument("--no-plots", action="store_true")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(cal)
+    add_allow_implausible(cal)
     add_workers(cal)
     cal.set_defaults(run=cmd_calibrate)

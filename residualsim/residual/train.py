@@ -361,8 +361,11 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                             f"{scene!r}")
         params = calibrated.params
         if substeps is not None and substeps != calibrated.substeps:
-            log.warning("%s was calibrated at %d substeps; training at %d", calibration,
-                        calibrated.substeps, substeps)
+            raise ParameterError(
+                f"{calibration} was calibrated at {calibrated.substeps} substeps, not "
+                f"--substeps {substeps}: contact parameters do not transfer across substep "
+                f"counts (the model would penetrate or bounce differently); omit --substeps "
+                f"to train at {calibrated.substeps}, or recalibrate with --substeps {substeps}")
         substeps = substeps or calibrated.substeps
         provenance["calibration"] = str(calibration)
     else:

@@ -42,16 +42,28 @@ from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.parallel import current_backend
 
-__all__ = ["calibrate", "engine_from_option", "point_estimate", "Calibration", "load_calibration", "is_calibration",
+__all__ = ["calibrate", "engine_from_option", "point_estimate", "convergence_warnings",
+           "RHAT_MAX", "ESS_MIN", "ACCEPTANCE_RANGE", "Calibration", "load_calibration", "is_calibration",
            "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT", "CUBE_CALIBRATED",
            "CUBE_CALIBRATION_BOUNDS"]
 
 log = logging.getLogger(__name__)
 
-#: Substeps per recorded sample used to calibrate on trajectories unless told otherwise.
-#: One substep fits the real tosses as well as ten (held-out position RMSE 0.027 m either way
-#: on a friction x restitution grid) at a seventh of the cost; the result records it.
-DEFAULT_TRAJECTORY_SUBSTEPS = 1
+#: Substeps per recorded sample used to calibrate on trajectories unless told otherwise:
+#: None, the scene's own (10 for the cube), the count ``data synthesize``, ``train`` and
+#: ``predict`` use too, so a calibration transfers to them unchanged. (One substep fits the
+#: real tosses as well as ten, held-out position RMSE 0.027 m either way on a friction x
+#: restitution grid, at a seventh of the cost: pass ``--substeps 1`` and train and predict
+#: at 1 too; the result records it.)
+DEFAULT_TRAJECTORY_SUBSTEPS = None
+#: Convergence limits of a Metropolis-Hastings calibration: beyond them ``summary.json`` and
+#: the command's JSON line carry a warning (:func:`convergence_warnings`). Rank-normalised
+#: split R-hat above 1.05 (chains disagree), bulk ESS below 100 draws per parameter (the
+#: 5-95 % interval is then itself uncertain), acceptance outside 10-60 % (a random walk
+#: whose step is far too large or too small).
+RHAT_MAX = 1.05
+ESS_MIN = 100.0
+ACCEPTANCE_RANGE = (0.10, 0.60)
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -101,6 +113,28 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
                            path=summary_path.parent)
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{summary_path}: incomplete calibration summary ({exc})") from None
+
+
+def convergence_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """Warnings (text) for a posterior summary (:meth:`Posterior.summary`) outside the limits
+    :data:`RHAT_MAX`, :data:`ESS_MIN` and :data:`ACCEPTANCE_RANGE`; empty when converged."""
+    warnings = []
+    for name, value in (summary.get("rhat") or {}).items():
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > RHAT_MAX:
+            warnings.append(f"R-hat of {name} is {value:.3g} (> {RHAT_MAX}): the chains have "
+                            "not mixed; run more samples or burn-in")
+    for name, value in (summary.get("ess") or {}).items():
+        if isinstance(value, (int, float)) and math.isfinite(value) and value < ESS_MIN:
+            warnings.append(f"bulk ESS of {name} is {value:.3g} (< {ESS_MIN:g}): the "
+                            "interval rests on too few independent draws; run more samples")
+    acceptance = summary.get("acceptance")
+    low, high = ACCEPTANCE_RANGE
+    if isinstance(acceptance, (int, float)) and not low <= acceptance <= high:
+        warnings.append(f"acceptance is {100 * acceptance:.1f} % (outside {100 * low:.0f}-"
+                        f"{100 * high:.0f} %): the proposal step is too "
+                        f"{'large' if acceptance < low else 'small'}; change "
+                        "--proposal-scale or keep adaptation on")
+    return warnings
 
 
 # --- point estimate -------------------------------------------------------------------------------
@@ -233,8 +267,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
     is in sampler steps for MH (default 50) and in evaluations for nevergrad (default every
     batch). Workers run on the backend of :func:`residualsim.parallel.workers.parallel_backend`.
-    ``substeps`` default: :data:`DEFAULT_TRAJECTORY_SUBSTEPS` for trajectories, the scene's
-    for impacts. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
+    ``substeps`` default: the scene's (:data:`DEFAULT_TRAJECTORY_SUBSTEPS`), for
+    trajectories and impacts alike. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
     default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
     :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
     of a Sobol set. ``split_fractions`` / ``split_lists``: the train / validation / test
@@ -253,7 +287,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if kind == "impacts":
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
-        substeps = DEFAULT_TRAJECTORY_SUBSTEPS if substeps is None else substeps
+        substeps = DEFAULT_TRAJECTORY_SUBSTEPS if substeps is None else substeps  # the scene's
         likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers)
     settings = likelihood.settings
     out.mkdir(parents=True, exist_ok=True)
@@ -287,6 +321,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                     meta={**fingerprint, "data_path": str(data)})
             posterior.save(out / "posterior.npz")
             result.update(posterior.summary())
+            result["warnings"] = convergence_warnings(result)
+            for warning in result["warnings"]:
+                log.warning("%s: %s", out, warning)
             point = posterior.median()
             result["evaluations"] = posterior.meta["evaluations"]
             result["sampling_seconds"] = posterior.meta["seconds"]
@@ -305,7 +342,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],
-                           "evaluations": found["evaluations"], "failed": found["failed"]})
+                           "evaluations": found["evaluations"], "failed": found["failed"],
+                           "warnings": []})
         params = space.engine_params([point[n] for n in space.names])
         at_point = likelihood.errors([params])[0]
         result["train_rms_error"] = float(np.sqrt(np.mean(at_point)))
