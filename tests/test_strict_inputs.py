@@ -259,3 +259,20 @@ def test_task_timeout_is_validated_and_reaches_the_cli(capsys, tmp_path):
     code, out, _ = _run(capsys, "simulate", "--data", BUNDLED, "--out", tmp_path / "p.npz",
                         "--workers", "2", "--task-timeout", "120")
     assert code == 0 and json.loads(out.splitlines()[-1])["count"] == 8
+
+
+# --- scene against data ------------------------------------------------------------------------
+def test_a_3d_scene_on_planar_impacts_is_refused(capsys, tmp_path, mcube_dir):
+    code, _, err = _run(capsys, "simulate", "--scene", "cube", "--data", mcube_dir,
+                        "--out", tmp_path / "p.npz")
+    assert code == 2 and "planar impacts need a planar scene" in err and "'cube'" in err
+    assert "Traceback" not in err
+
+
+def test_score_with_another_scene_is_refused(capsys, tmp_path):
+    pred = tmp_path / "p.npz"
+    assert _run(capsys, "simulate", "--data", BUNDLED, "--out", pred)[0] == 0
+    code, _, err = _run(capsys, "score", "--pred", pred, "--data", BUNDLED,
+                        "--scene", "planar-ellipse")
+    assert code == 2 and "predictions of scene 'cube', not 'planar-ellipse'" in err
+    assert _run(capsys, "score", "--pred", pred, "--data", BUNDLED)[0] == 0

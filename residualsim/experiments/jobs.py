@@ -102,6 +102,9 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
     meta = {"scene": scene, **provenance, "data": str(data), "split": split,
             "command": "simulate"}
     if detect_format(data) == "mcube":
+        if not make_scene(scene).planar:
+            raise DataError(f"{data}: planar impacts need a planar scene (planar-ellipse, or "
+                            f"a scene file with kind = \"planar\"), not {scene!r}")
         impacts = select_impacts(load_impacts(data, convention="corrected"), split, limit)
         velocity = simulate_impacts(scene, impacts, engine_params, n_workers, substeps)
         velocity[:, 0] *= -1.0  # back to the upstream files' x-axis convention
@@ -135,9 +138,19 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None):
     if isinstance(predictions, ImpactPredictions):
         convention = predictions.meta.get("convention", "upstream")
         return score_impacts(predictions, load_impacts(data, convention=convention))
-    scene = scene or predictions.meta.get("scene", "cube")
-    side = getattr(make_scene(scene), "side_m", None)
-    return score_trajectories(predictions, load_trajectories(data), side_m=side)
+    from residualsim.errors import PredictionError
+    from residualsim.sim.scenes import same_scene
+
+    predicted = predictions.meta.get("scene")
+    if scene and predicted and not same_scene(predicted, scene):
+        raise PredictionError(f"{pred}: predictions of scene {predicted!r}, not {scene!r}")
+    scene = scene or predicted or "cube"
+    layout = make_scene(scene)
+    recordings = load_trajectories(data)
+    for recording in recordings.values():  # a planar scene's score of 3D tosses, ...
+        layout.check_recording(recording)
+    side = getattr(layout, "side_m", None)
+    return score_trajectories(predictions, recordings, side_m=side)
 
 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
