@@ -22,7 +22,6 @@ _EXPORTS = {
     'Calibration': 'residualsim.sysid.calibrate',
     'load_calibration': 'residualsim.sysid.calibrate',
     'is_calibration': 'residualsim.sysid.calibrate',
-    'DEFAULT_TRAJECTORY_SUBSTEPS': 'residualsim.sysid.calibrate',
     'SUMMARY_FORMAT': 'residualsim.sysid.calibrate',
     'CUBE_CALIBRATED': 'residualsim.sysid.calibrate',
     'CUBE_CALIBRATION_BOUNDS': 'residualsim.sysid.calibrate',

@@ -44,14 +44,15 @@ from residualsim.parallel import current_backend
 
 __all__ = ["calibrate", "engine_from_option", "point_estimate", "convergence_warnings",
            "RHAT_MAX", "ESS_MIN", "ACCEPTANCE_RANGE", "Calibration", "load_calibration", "is_calibration",
-           "DEFAULT_TRAJECTORY_SUBSTEPS", "SUMMARY_FORMAT", "CUBE_CALIBRATED",
+           "SUMMARY_FORMAT", "CUBE_CALIBRATED",
            "CUBE_CALIBRATION_BOUNDS"]
 
 log = logging.getLogger(__name__)
 
 #: Substeps per recorded sample used to calibrate on trajectories unless told otherwise:
 #: None, the scene's own (10 for the cube), the count ``data synthesize``, ``train`` and
-#: ``predict`` use too, so a calibration transfers to them unchanged. (One substep fits the
+#: ``predict`` use too, so a calibration transfers to them unchanged (no longer exported,
+#: being no number; MPEC's held-out settings read it). (One substep fits the
 #: real tosses as well as ten, held-out position RMSE 0.027 m either way on a friction x
 #: restitution grid, at a seventh of the cost: pass ``--substeps 1`` and train and predict
 #: at 1 too; the result records it.)
@@ -267,8 +268,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
     is in sampler steps for MH (default 50) and in evaluations for nevergrad (default every
     batch). Workers run on the backend of :func:`residualsim.parallel.workers.parallel_backend`.
-    ``substeps`` default: the scene's (:data:`DEFAULT_TRAJECTORY_SUBSTEPS`), for
-    trajectories and impacts alike. ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
+    ``substeps`` default: the scene's, for trajectories and impacts alike (as ``data
+    synthesize``, ``train`` and ``predict`` use). ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
     default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
     :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
     of a Sobol set. ``split_fractions`` / ``split_lists``: the train / validation / test
@@ -287,7 +288,6 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if kind == "impacts":
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
-        substeps = DEFAULT_TRAJECTORY_SUBSTEPS if substeps is None else substeps  # the scene's
         likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers)
     settings = likelihood.settings
     out.mkdir(parents=True, exist_ok=True)
