@@ -140,19 +140,11 @@ def cmd_bench_identify_loop(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_mpec(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench_mpec import bench_mpec
+    from residualsim.experiments.bench_mpec import bench_mpec, format_mpec_report
 
-    r = bench_mpec(filter_particles=args.particles, rng=args.seed)
-    print("noise      mu MPEC     |error|   filter    iters  solve s  violation")
-    for row in r["single"]:
-        print(f"{row['noise']:<8.0e} {row['mu_mpec']:.6f} {row['mu_error']:9.2e} "
-              f"{row['mu_filter']:.4f} {row['iterations']:7d} {row['solver_seconds']:7.2f} "
-              f"{row['violation']:9.1e}")
-    for row in r["multi"]:
-        print(f"{row['particles']:2d} particles: mu RMSE MPEC {row['mu_rmse']:.2e}, filter "
-              f"{row['filter_rmse']:.2e}; {row['iterations']} iterations, "
-              f"{row['solver_seconds']:.2f} s")
-    json_line({"command": "bench mpec", **r})
+    report = bench_mpec(filter_particles=args.particles, rng=args.seed)
+    print(format_mpec_report(report))
+    json_line({"command": "bench mpec", **report})
 
 
 def register(commands) -> None:

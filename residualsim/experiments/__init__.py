@@ -23,6 +23,7 @@ _EXPORTS = {
     'bench_identify_loop': 'residualsim.experiments.bench',
     'bench_beliefs': 'residualsim.experiments.bench',
     'bench_mpec': 'residualsim.experiments.bench_mpec',
+    'format_mpec_report': 'residualsim.experiments.bench_mpec',
     'evaluate_impacts': 'residualsim.experiments.evaluate',
     'evaluate_curve': 'residualsim.experiments.evaluate',
     'impact_markdown': 'residualsim.experiments.evaluate',

@@ -22,7 +22,7 @@ import numpy as np
 from residualsim.sysid.mcmc import as_generator
 from residualsim.sysid.mpec import filter_mu, identify_particles, make_particle_recording
 
-__all__ = ["bench_mpec", "SINGLE_NOISE_LEVELS", "MULTI_COUNTS"]
+__all__ = ["bench_mpec", "format_mpec_report", "SINGLE_NOISE_LEVELS", "MULTI_COUNTS"]
 
 SINGLE_NOISE_LEVELS = (5e-5, 5e-4, 5e-3, 5e-2, 5e-1)
 MULTI_COUNTS = (2, 3, 5, 10)
@@ -80,3 +80,17 @@ def bench_mpec(noise_levels: Sequence[float] = SINGLE_NOISE_LEVELS,
             "multi_mu_max_error": float(max(row["mu_max_error"] for row in multi)) if multi
             else float("nan"),
             "seconds": time.perf_counter() - started}
+
+
+def format_mpec_report(report: dict) -> str:
+    """The table ``residualsim bench mpec`` prints for a :func:`bench_mpec` report."""
+    lines = ["noise      mu MPEC     |error|   filter    iters  solve s  violation"]
+    for row in report["single"]:
+        lines.append(f"{row['noise']:<8.0e} {row['mu_mpec']:.6f} {row['mu_error']:9.2e} "
+                     f"{row['mu_filter']:.4f} {row['iterations']:7d} "
+                     f"{row['solver_seconds']:7.2f} {row['violation']:9.1e}")
+    for row in report["multi"]:
+        lines.append(f"{row['particles']:2d} particles: mu RMSE MPEC {row['mu_rmse']:.2e}, "
+                     f"filter {row['filter_rmse']:.2e}; {row['iterations']} iterations, "
+                     f"{row['solver_seconds']:.2f} s")
+    return "\n".join(lines)
