@@ -14,7 +14,7 @@ from residualsim.parallel import BACKENDS
 
 __all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
            "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
-           "add_split_options", "split_options", "add_force",
+           "add_split_options", "add_selection", "split_options", "add_force",
            "add_allow_implausible"]
 
 
@@ -161,6 +161,14 @@ def add_split_options(sub: argparse.ArgumentParser) -> None:
     group.add_argument("--split-ids", metavar="FILE",
                        help='explicit split: a JSON file {"train": [...], "validation": '
                             '[...], "test": [...]} of recording ids')
+
+
+def add_selection(sub: argparse.ArgumentParser) -> None:
+    """``--split``, ``--limit`` and the split options: which recordings a command runs on."""
+    sub.add_argument("--split", choices=SPLITS, default="all",
+                     help="which split of the recordings (default all)")
+    sub.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_split_options(sub)
 
 
 def split_options(args: argparse.Namespace) -> dict:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from residualsim.atomic import check_output, make_parent
-from residualsim.cli.options import (SPLITS, add_allow_implausible, add_force,
+from residualsim.cli.options import (add_allow_implausible, add_force, add_selection,
                                      add_split_options, add_workers, count, float_list,
                                      json_line, split_options)
 from residualsim.data.datasets import resolve_data
@@ -122,10 +122,7 @@ def register(commands) -> None:
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--no-residual", action="store_true",
                     help="the model's calibrated engine alone")
-    pr.add_argument("--split", choices=SPLITS, default="all",
-                    help="which split of the recordings (default all)")
-    pr.add_argument("--limit", type=count(1), help="only the first N recordings")
-    add_split_options(pr)
+    add_selection(pr)
     add_force(pr)
     add_allow_implausible(pr)
     add_workers(pr)

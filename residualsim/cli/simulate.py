@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
-from residualsim.cli.options import (SPLITS, add_allow_implausible, add_force,
-                                     add_split_options, add_workers, count, json_line,
-                                     split_options)
+from residualsim.cli.options import (add_allow_implausible, add_force, add_selection,
+                                     add_workers, count, json_line, split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -47,10 +46,7 @@ def register(commands) -> None:
     sim.add_argument("--params", help="engine parameters: k=v,..., a JSON file or a "
                      "calibration directory (its substeps are used too)")
     sim.add_argument("--substeps", type=count(1), help="internal steps per sample")
-    sim.add_argument("--split", choices=SPLITS, default="all",
-                     help="which split of the recordings (default all)")
-    sim.add_argument("--limit", type=count(1), help="only the first N recordings")
-    add_split_options(sim)
+    add_selection(sim)
     add_force(sim)
     add_allow_implausible(sim)
     add_workers(sim)
