@@ -8,55 +8,27 @@ import argparse
 
 from residualsim.cli.options import count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
-from residualsim.data.datasets import resolve_data
-from residualsim.errors import DataError
+
+SCENE_HELP = "cube (default), a built-in scene, a scene file (.toml) or a .urdf"
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_engine_overhead, bench_workers
-    from residualsim.data import load_trajectories
+    from residualsim.experiments.bench import bench_engine_job, format_engine_report
 
-    overhead = bench_engine_overhead(n_tosses=args.tosses, repeats=args.repeats)
-    for key, row in overhead.items():
-        print(f"{key:>12}: rollout {row['rollout_wrapper_us_per_step']:7.2f} us/step vs raw "
-              f"{row['rollout_raw_us_per_step']:7.2f} -> ratio {row['rollout_ratio']:.3f};  "
-              f"step {row['step_wrapper_us']:7.2f} vs {row['step_raw_us']:7.2f} -> ratio "
-              f"{row['step_ratio']:.3f}")
-    record = {"command": "bench engine", "overhead": overhead}
-    try:
-        data = resolve_data(args.data, "cube")
-    except DataError as exc:
-        print(f"worker speed-up skipped: {exc}")
-    else:
-        trajectories = load_trajectories(data)
-        workers = bench_workers(trajectories)
-        print(f"{workers['n_trajectories']} tosses ({workers['n_samples']} samples): 1 worker "
-              f"{workers['workers_1']['map_s']:.2f} s, 2 workers "
-              f"{workers['workers_2']['map_s']:.2f} s -> speed-up "
-              f"{workers['speedup_2_over_1']:.2f}x (results identical: "
-              f"{workers['workers_2']['identical_to_first']})")
-        record["workers"] = workers
-    json_line(record)
+    report = bench_engine_job(args.scene, args.data, n_tosses=args.tosses,
+                              repeats=args.repeats)
+    print(format_engine_report(report))
+    json_line({"command": "bench engine", **report})
 
 
 def cmd_bench_calibration(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_calibration
-    from residualsim.data import load_trajectories
+    from residualsim.experiments.bench import bench_calibration_job, format_calibration_report
 
-    trajectories = load_trajectories(resolve_data(args.data, "cube"))
-    trajectories = dict(list(trajectories.items())[: args.tosses])
-    report = bench_calibration(trajectories, substeps=args.substeps, n_chains=args.chains,
-                               steps=args.samples + args.burn_in, probe_steps=args.probe_steps)
-    print(f"{report['n_trajectories']} tosses, {args.substeps} substep(s), {args.chains} "
-          f"chains, {report['steps']} steps:")
-    for key, row in report.items():
-        if key.startswith("workers_"):
-            print(f"  {key.replace('_', ' ')}: {row['seconds_per_step']:.3f} s/step -> "
-                  f"{row['projected_minutes']:.1f} min (identical: {row['identical_to_first']})")
-    print(f"  speed-up 2 workers over 1: {report.get('speedup_2_over_1', float('nan')):.2f}x")
-    print(f"  one toss {report['ms_per_trajectory']:.2f} ms, of which stepSimulation "
-          f"{report['step_only_ms_per_trajectory']:.2f} ms -> share outside stepSimulation "
-          f"{report['share_outside_step']:.2f}")
+    report = bench_calibration_job(args.scene, args.data, n_tosses=args.tosses,
+                                   substeps=args.substeps, n_chains=args.chains,
+                                   steps=args.samples + args.burn_in,
+                                   probe_steps=args.probe_steps)
+    print(format_calibration_report(report))
     json_line({"command": "bench calibration", **report})
 
 
@@ -152,14 +124,19 @@ def register(commands) -> None:
     bench = commands.add_parser("bench", help="benchmarks (ratios against in-run baselines)")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True)
     engine = bench_commands.add_parser("engine", help="wrapper overhead and worker speed-up")
-    engine.add_argument("--data", help="real tosses for the worker speed-up")
-    engine.add_argument("--tosses", type=count(1), default=20)
+    engine.add_argument("--scene", default="cube", help=SCENE_HELP)
+    engine.add_argument("--data", help="the scene's recordings, for the worker speed-up "
+                        "(default $RESIDUALSIM_DATA/<scene's set>; skipped without)")
+    engine.add_argument("--tosses", type=count(1), default=20,
+                        help="sampled tosses timed for the wrapper overhead")
     engine.add_argument("--repeats", type=count(1), default=5)
     engine.set_defaults(run=cmd_bench_engine)
     bcal = bench_commands.add_parser(
         "calibration", help="Metropolis-Hastings step cost, 1 vs 2 workers, projected time")
-    bcal.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
-    bcal.add_argument("--tosses", type=count(1), default=100)
+    bcal.add_argument("--scene", default="cube", help=SCENE_HELP)
+    bcal.add_argument("--data", help="the scene's recordings (default "
+                      "$RESIDUALSIM_DATA/<scene's set>)")
+    bcal.add_argument("--tosses", type=count(1), default=100, help="first N recordings")
     bcal.add_argument("--substeps", type=count(1), default=1)
     bcal.add_argument("--chains", type=count(1), default=2)
     bcal.add_argument("--samples", type=count(1), default=3000)

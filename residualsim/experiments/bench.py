@@ -7,6 +7,13 @@ several interleaved repeats, reported next to its baseline.
   raw PyBullet loop doing the same calls on the same world, and :meth:`Engine.step` against
   bare ``stepSimulation``, at 1 substep and at the scene's default.
 * worker speed-up: simulating a set of tosses with 1 and 2 persistent worker processes.
+* calibration: the cost of a Metropolis-Hastings step with 1 and 2 workers
+  (:func:`bench_calibration`).
+
+The engine and calibration benches run on any scene (the cube, a planar scene, a scene
+file or a ``.urdf``): :func:`bench_engine_job` and :func:`bench_calibration_job` are the
+``bench engine`` and ``bench calibration`` commands, recordings loaded as every command
+loads them (:func:`residualsim.sim.recordings.load_recordings`).
 * residual rollouts against the calibrated engine alone (:func:`bench_residual`).
 * executors: training evaluations per second with 1 and 2 local workers and 2 Ray actors,
   and the cost of one map call on each (:func:`bench_executors`).
@@ -26,15 +33,19 @@ from collections.abc import Mapping
 import numpy as np
 import pybullet as pb
 
+from residualsim.data.datasets import resolve_data
 from residualsim.data.trajectory import Trajectory
+from residualsim.errors import DataError
 from residualsim.sim.engine import Engine
+from residualsim.sim.recordings import load_recordings
 from residualsim.sim.rollout import simulate_one, recording_settings, simulation_items
-from residualsim.sim.scenes import parse_params
-from residualsim.sim.synthesize import sample_toss_states
+from residualsim.sim.scenes import make_scene, parse_params
+from residualsim.sim.synthesize import toss_states
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual",
-           "bench_executors", "bench_identify_loop", "bench_beliefs"]
+           "bench_executors", "bench_identify_loop", "bench_beliefs", "bench_engine_job",
+           "bench_calibration_job", "format_engine_report", "format_calibration_report"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -47,32 +58,47 @@ def _best_of(function, repeats: int) -> float:
 
 
 def _raw_rollout(engine: Engine, state: np.ndarray, n_steps: int) -> list:
-    """What a user would write by hand: reset, then step, read pose/velocity, query contacts."""
+    """What a user would write by hand: reset, then step, read the state (pose and velocity
+    of the base and the joints; a planar scene's three joints), query contacts."""
     engine.reset(state)
-    cid, body, table = engine.client, engine.scene.body, engine.scene.static_body
+    scene = engine.scene
+    cid, body, table, link = engine.client, scene.body, scene.static_body, scene.link
+    step, contacts, joint_states = pb.stepSimulation, pb.getContactPoints, pb.getJointStates
     records = []
+    if scene.planar:
+        joints = list(range(pb.getNumJoints(body, physicsClientId=cid)))
+        for _ in range(n_steps):
+            step(physicsClientId=cid)
+            records.append((joint_states(body, joints, physicsClientId=cid),
+                            contacts(body, table, link, -1, physicsClientId=cid)))
+        return records
+    joints = list(getattr(getattr(scene, "info", None), "joint_indices", ()))
+    pose, velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
     for _ in range(n_steps):
-        pb.stepSimulation(physicsClientId=cid)
-        records.append((pb.getBasePositionAndOrientation(body, physicsClientId=cid),
-                        pb.getBaseVelocity(body, physicsClientId=cid),
-                        pb.getContactPoints(body, table, -1, -1, physicsClientId=cid)))
+        step(physicsClientId=cid)
+        records.append((pose(body, physicsClientId=cid), velocity(body, physicsClientId=cid),
+                        joint_states(body, joints, physicsClientId=cid) if joints else (),
+                        contacts(body, table, link, -1, physicsClientId=cid)))
     return records
 
 
 def bench_engine_overhead(n_tosses: int = 20, n_steps: int = 110, repeats: int = 5,
-                          substeps: tuple[int, ...] = (1, 10)) -> dict:
-    """Time per step of the wrapper against raw PyBullet on the same cube tosses.
+                          substeps: tuple[int, ...] | None = None, scene: str = "cube") -> dict:
+    """Time per step of the wrapper against raw PyBullet on the same sampled tosses of
+    ``scene`` (:func:`residualsim.sim.synthesize.toss_states`).
 
-    Returns, per substep count, microseconds per step for the raw loop and the wrapper's
-    rollout and their ratio, plus the same for bare stepping (``Engine.step``).
+    Returns, per substep count (default: 1 and the scene's own), microseconds per step for
+    the raw loop and the wrapper's rollout and their ratio, plus the same for bare stepping
+    (``Engine.step``).
     """
-    states = sample_toss_states(n_tosses, rng=0)
+    layout = make_scene(scene)
+    if substeps is None:
+        substeps = tuple(sorted({1, layout.settings.substeps}))
+    states = toss_states(scene, n_tosses, rng=0)
     report: dict = {}
     for count in substeps:
-        engine = Engine("cube")
-        settings = dataclasses.replace(engine.scene.settings, substeps=count)
-        engine.close()
-        engine = Engine("cube", settings=settings)
+        settings = dataclasses.replace(layout.settings, substeps=count)
+        engine = Engine(scene, settings=settings)
         total = n_tosses * n_steps
 
         def raw() -> None:
@@ -110,21 +136,23 @@ def bench_engine_overhead(n_tosses: int = 20, n_steps: int = 110, repeats: int =
 
 
 def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
-                  worker_counts: tuple[int, ...] = (1, 2), repeats: int = 2) -> dict:
-    """Seconds to simulate every trajectory with 1 and 2 persistent worker processes.
+                  worker_counts: tuple[int, ...] = (1, 2), repeats: int = 2,
+                  scene: str = "cube") -> dict:
+    """Seconds to simulate every trajectory (recordings of ``scene``) with 1 and 2
+    persistent worker processes.
 
     ``map_s`` is one simulation pass over the set with the pool already running (what a
     calibration likelihood pays per evaluation); ``startup_s`` is starting the pool.
     """
     params = parse_params(params)
-    items = simulation_items("cube", trajectories)
-    settings = recording_settings("cube", trajectories)
+    items = simulation_items(scene, trajectories)
+    settings = recording_settings(scene, trajectories)
     report: dict = {"n_trajectories": len(items),
                     "n_samples": int(sum(item[2] for item in items))}
     reference = None
     for count in worker_counts:
         start = time.perf_counter()
-        with engine_workers("cube", items, count, settings) as pool:
+        with engine_workers(scene, items, count, settings) as pool:
             startup = time.perf_counter() - start
             results = pool.map(simulate_one, params)  # warm-up, and the check below
             seconds = _best_of(lambda: pool.map(simulate_one, params), repeats)
@@ -142,8 +170,9 @@ def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
 
 def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
                       n_chains: int = 2, steps: int = 1000 + 3000, probe_steps: int = 20,
-                      worker_counts: tuple[int, ...] = (1, 2)) -> dict:
-    """Cost of a Metropolis-Hastings calibration over ``trajectories``.
+                      worker_counts: tuple[int, ...] = (1, 2), scene: str = "cube") -> dict:
+    """Cost of a Metropolis-Hastings calibration over ``trajectories`` (recordings of
+    ``scene``).
 
     For each worker count, the seconds per sampler step (one likelihood call evaluating
     ``n_chains`` parameter sets over all trajectories, as :class:`MetropolisHastings` does)
@@ -159,11 +188,11 @@ def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
     batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
                 for m, e in zip(rng.uniform(0.1, 0.4, n_chains), rng.uniform(0, 0.5, n_chains))]
                for _ in range(probe_steps)]
-    report: dict = {"n_trajectories": len(trajectories), "substeps": substeps,
+    report: dict = {"scene": scene, "n_trajectories": len(trajectories), "substeps": substeps,
                     "n_chains": n_chains, "steps": steps}
     reference = None
     for count in worker_counts:
-        with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=count) as lik:
+        with TrajectoryLikelihood(scene, trajectories, substeps, n_workers=count) as lik:
             lik.errors(batches[0])  # warm-up
             start = time.perf_counter()
             errors = [lik.errors(batch) for batch in batches]
@@ -177,10 +206,10 @@ def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
         report[f"speedup_{count}_over_{worker_counts[0]}"] = (
             first / report[f"workers_{count}"]["seconds_per_step"])
     # Share outside stepSimulation, in this process.
-    settings = recording_settings("cube", trajectories, substeps)
-    items = simulation_items("cube", trajectories)
-    with TrajectoryLikelihood("cube", trajectories, substeps, n_workers=1) as lik:
-        engine = Engine("cube", params=batches[0][0], settings=settings)
+    settings = recording_settings(scene, trajectories, substeps)
+    items = simulation_items(scene, trajectories)
+    with TrajectoryLikelihood(scene, trajectories, substeps, n_workers=1) as lik:
+        engine = Engine(scene, params=batches[0][0], settings=settings)
 
         def steps_only() -> None:
             cid = engine.client
@@ -198,6 +227,97 @@ def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
     report["step_only_ms_per_trajectory"] = 1e3 * step / len(items)
     report["share_outside_step"] = 1.0 - step / full
     return report
+
+
+def _recordings(data, scene: str) -> dict[str, Trajectory]:
+    """The recordings of ``scene`` in ``data`` (``--data``, else the scene's set), loaded and
+    checked as every command loads them; DataError when there are none or they do not fit."""
+    from residualsim.data import detect_format
+
+    path = resolve_data(data, scene)
+    if detect_format(path) == "mcube":
+        raise DataError(f"{path}: the planar impact set holds single impacts; the engine and "
+                        f"calibration benches replay trajectory recordings of scene {scene!r}")
+    recordings = load_recordings(path, scene)
+    if not recordings:
+        raise DataError(f"{path}: no recordings")
+    return recordings
+
+
+def bench_engine_job(scene: str = "cube", data=None, n_tosses: int = 20,
+                     repeats: int = 5) -> dict:
+    """``bench engine``: :func:`bench_engine_overhead` on ``scene`` and, over its recordings
+    in ``data``, :func:`bench_workers`. Without ``data`` the scene's set below
+    ``$RESIDUALSIM_DATA`` is used, or, when there is none (or it holds no trajectories:
+    the planar impact set), the worker bench is skipped (``workers_skipped`` says why).
+    An unknown scene (SceneError) or recordings in ``data`` that do not fit it (DataError)
+    are refused before anything is timed."""
+    layout = make_scene(scene)
+    trajectories, skipped = None, None
+    try:
+        trajectories = _recordings(data, scene)
+    except DataError as exc:
+        if data:
+            raise
+        skipped = str(exc)
+    report: dict = {"scene": scene, "scene_name": layout.name,
+                    "overhead": bench_engine_overhead(n_tosses=n_tosses, repeats=repeats,
+                                                      scene=scene)}
+    if trajectories is None:
+        report["workers_skipped"] = skipped
+    else:
+        report["workers"] = bench_workers(trajectories, scene=scene)
+    return report
+
+
+def bench_calibration_job(scene: str = "cube", data=None, n_tosses: int = 100,
+                          **options) -> dict:
+    """``bench calibration``: :func:`bench_calibration` over the first ``n_tosses``
+    recordings of ``scene`` in ``data`` (default: the scene's set below
+    ``$RESIDUALSIM_DATA``); ``options`` go to :func:`bench_calibration`."""
+    make_scene(scene)
+    trajectories = _recordings(data, scene)
+    return bench_calibration(dict(list(trajectories.items())[:n_tosses]), scene=scene,
+                             **options)
+
+
+def format_engine_report(report: Mapping) -> str:
+    """The lines ``bench engine`` prints for :func:`bench_engine_job`'s report."""
+    lines = [f"scene {report['scene_name']} ({report['scene']})"]
+    for key, row in report["overhead"].items():
+        lines.append(
+            f"{key:>12}: rollout {row['rollout_wrapper_us_per_step']:7.2f} us/step vs raw "
+            f"{row['rollout_raw_us_per_step']:7.2f} -> ratio {row['rollout_ratio']:.3f};  "
+            f"step {row['step_wrapper_us']:7.2f} vs {row['step_raw_us']:7.2f} -> ratio "
+            f"{row['step_ratio']:.3f}")
+    workers = report.get("workers")
+    if workers is None:
+        lines.append(f"worker speed-up skipped: {report['workers_skipped']}")
+    else:
+        lines.append(
+            f"{workers['n_trajectories']} recordings ({workers['n_samples']} samples): 1 "
+            f"worker {workers['workers_1']['map_s']:.2f} s, 2 workers "
+            f"{workers['workers_2']['map_s']:.2f} s -> speed-up "
+            f"{workers['speedup_2_over_1']:.2f}x (results identical: "
+            f"{workers['workers_2']['identical_to_first']})")
+    return "\n".join(lines)
+
+
+def format_calibration_report(report: Mapping) -> str:
+    """The lines ``bench calibration`` prints for :func:`bench_calibration`'s report."""
+    lines = [f"{report['scene']}: {report['n_trajectories']} recordings, {report['substeps']} "
+             f"substep(s), {report['n_chains']} chains, {report['steps']} steps:"]
+    for key, row in report.items():
+        if key.startswith("workers_"):
+            lines.append(f"  {key.replace('_', ' ')}: {row['seconds_per_step']:.3f} s/step -> "
+                         f"{row['projected_minutes']:.1f} min (identical: "
+                         f"{row['identical_to_first']})")
+    lines.append(f"  speed-up 2 workers over 1: "
+                 f"{report.get('speedup_2_over_1', float('nan')):.2f}x")
+    lines.append(f"  one recording {report['ms_per_trajectory']:.2f} ms, of which "
+                 f"stepSimulation {report['step_only_ms_per_trajectory']:.2f} ms -> share "
+                 f"outside stepSimulation {report['share_outside_step']:.2f}")
+    return "\n".join(lines)
 
 
 def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int = 5,
@@ -248,7 +368,8 @@ def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int =
     per_toss = {k: v / len(cases) for k, v in best.items()}
     per_toss["residual_sample"] /= samples
     return {
-        "n_trajectories": len(cases), "substeps": model.substeps, "repeats": repeats,
+        "scene": model.scene, "n_trajectories": len(cases), "substeps": model.substeps,
+        "repeats": repeats,
         "events_per_toss": float(np.mean(events)),
         "seconds_per_toss": per_toss,
         "mean_over_engine_poses": per_toss["residual_mean"] / per_toss["engine_poses"],
@@ -446,7 +567,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
                          "max_penetration_m": float(runs.max_penetration_m.max())})
     simulated = sum(r["simulated_s"] for r in rows)
     met = totals["propagated"] - totals["no_event"]
-    return {"n_trajectories": len(rows), "particles": particles, "workers": n_workers,
+    return {"scene": model.scene, "n_trajectories": len(rows), "particles": particles,
+            "workers": n_workers,
             "substeps": model.substeps, "simulated_s": simulated,
             "residual_over_real_time": sum(r["residual_s"] for r in rows) / simulated,
             "engine_over_real_time": sum(r["engine_s"] for r in rows) / simulated,

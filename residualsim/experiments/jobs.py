@@ -398,8 +398,13 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
     from residualsim.residual.policy import ResidualModel
 
     model = ResidualModel.load(model_dir)
-    trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
+    path = resolve_data(data, model.scene)
+    trajectories = load_recordings(path, model.scene)
     keep = split_ids(list(trajectories))[split]
+    if not keep:
+        raise DataError(f"{path}: none of its {len(trajectories)} recordings falls in the "
+                        f"{split} split (the hash split's shares: {DEFAULT_FRACTIONS}); "
+                        "give more recordings")
     if unseen:
         if "train_ids" not in model.info:
             raise ParameterError(f"{model_dir}: the model does not record which tosses it "

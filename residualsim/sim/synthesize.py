@@ -31,8 +31,8 @@ from residualsim.sim.rollout import simulate_one, recording_settings, simulation
 from residualsim.sim.scenes import make_scene, parse_params
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["sample_toss_states", "sample_scene_states", "synthesize_tosses", "write_toss_set",
-           "synthesize_arm_loop", "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
+__all__ = ["sample_toss_states", "sample_scene_states", "toss_states", "synthesize_tosses",
+           "write_toss_set", "synthesize_arm_loop", "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
 
 
 def _as_rng(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -81,6 +81,16 @@ def sample_scene_states(scene, n_tosses: int, rng: int | np.random.Generator | N
     unit = np.array([1.0 if kind == "revolute" else 0.1 for kind in layout.info.joint_types])
     return np.column_stack([base, rng.uniform(-0.8, 0.8, (n_tosses, n_joints)) * unit,
                             rng.normal(0.0, 2.0, (n_tosses, n_joints)) * unit])
+
+
+def toss_states(scene: str, n_tosses: int, rng: int | np.random.Generator | None = None
+                ) -> np.ndarray:
+    """The initial states ``data synthesize`` samples for ``scene``: the cube's
+    :func:`sample_toss_states`, another scene's :func:`sample_scene_states` lifted clear of
+    the table."""
+    if scene == "cube":
+        return sample_toss_states(n_tosses, rng)
+    return _clear_of_the_table(scene, sample_scene_states(scene, n_tosses, rng))
 
 
 def _clear_of_the_table(scene: str, states: np.ndarray, clearance_m: float = 0.01
@@ -171,8 +181,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
             raise ParameterError("need n_tosses >= 1 and n_samples >= 2")
         if rate_hz is not None and not rate_hz > 0:
             raise ParameterError(f"rate_hz must be positive, got {rate_hz}")
-        states = (sample_toss_states(n_tosses, rng) if scene == "cube" else
-                  _clear_of_the_table(scene, sample_scene_states(scene, n_tosses, rng)))
+        states = toss_states(scene, n_tosses, rng)
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         dt_s = 1.0 / rate_hz if rate_hz else (SAMPLE_PERIOD_S if scene == "cube" else
                                               layout.settings.dt_s)
