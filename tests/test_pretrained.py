@@ -80,6 +80,27 @@ def test_model_spread_round_trips_and_bad_spreads_are_refused(tmp_path):
         ResidualModel.load(saved)
 
 
+def test_a_models_scene_file_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    """A model trained with ``--scene assets/cube.toml`` (relative to the working directory)
+    stores the path relative to the model directory, so it loads from anywhere."""
+    import dataclasses
+
+    from residualsim.sim.scenes import same_scene
+
+    monkeypatch.chdir(ROOT)
+    model = dataclasses.replace(ResidualModel.load(MODEL), scene="assets/cube.toml")
+    saved = model.save(tmp_path / "models" / "m")
+    header = json.loads((saved / "model.json").read_text())
+    assert not Path(header["scene"]).is_absolute()
+    assert (saved / header["scene"]).resolve() == (ROOT / "assets" / "cube.toml").resolve()
+    monkeypatch.chdir(tmp_path)
+    again = ResidualModel.load(Path("models") / "m")
+    assert same_scene(again.scene, ROOT / "assets" / "cube.toml")
+    header["scene"] = "cube"  # built-in names are kept as they are
+    (saved / "model.json").write_text(json.dumps(header))
+    assert ResidualModel.load(saved).scene == "cube"
+
+
 def test_fit_spread_writes_the_best_spread_of_the_grid(tmp_path, capsys):
     import shutil
 

@@ -392,7 +392,8 @@ class ResidualModel:
         directory.mkdir(parents=True, exist_ok=True)
         self.policy.save(directory)
         header = {"format": _MODEL_FORMAT, "residualsim_version": __version__,
-                  "scene": self.scene, "params": self.params.as_json(),
+                  "scene": _scene_for_header(self.scene, directory),
+                  "params": self.params.as_json(),
                   "settings": {"dt_s": self.dt_s, "substeps": self.substeps},
                   "guard": dataclasses.asdict(self.guard), "spread": self.spread,
                   "state_noise": (None if self.state_noise is None
@@ -417,7 +418,7 @@ class ResidualModel:
             raise DataError(f"{path}: not a residualsim model (expected format "
                             f"{_MODEL_FORMAT!r})")
         try:
-            scene = str(header["scene"])
+            scene = _scene_from_header(str(header["scene"]), directory)
             make_scene(scene)
             params = parse_params({k: float(v) for k, v in dict(header["params"]).items()})
             dt_s = float(header["settings"]["dt_s"])
@@ -440,3 +441,28 @@ class ResidualModel:
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
                    guard=guard, info=info, spread=spread, state_noise=state_noise)
+
+
+def _scene_for_header(scene: str, directory: Path) -> str:
+    """``model.json``'s scene: a built-in name as is; a scene file's path relative to the
+    model directory (a model and its object then move together, from any working
+    directory)."""
+    import os
+
+    from residualsim.sim.scenes import is_scene_path
+
+    if not is_scene_path(scene):
+        return scene
+    return Path(os.path.relpath(Path(scene).resolve(), directory.resolve())).as_posix()
+
+
+def _scene_from_header(scene: str, directory: Path) -> str:
+    """The scene of ``model.json`` as a ``--scene`` value: a relative scene-file path is
+    read relative to the model directory (earlier models stored it relative to the working
+    directory, which is tried second)."""
+    from residualsim.sim.scenes import is_scene_path
+
+    if not is_scene_path(scene) or Path(scene).is_absolute():
+        return scene
+    beside = (directory / scene).resolve()
+    return str(beside) if beside.exists() or not Path(scene).exists() else scene
