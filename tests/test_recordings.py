@@ -76,3 +76,25 @@ def test_a_recording_that_starts_inside_the_table_is_refused():
                       source="tosses/sunk.pt")
     with pytest.raises(DataError, match=r"tosses/sunk.pt: the first pose puts the object 3\d\d"):
         prepare_recordings("cube", {"sunk": sunk})
+
+
+def test_another_objects_recordings_are_refused():
+    """The real cube tosses are the cube's (they sink at most 5.2 mm into the table), but
+    not the L-shape's: at the cube's resting poses it floats above the table; a resting
+    pose moved 30 mm into the table is refused too, naming the sample."""
+    tosses = load_trajectories(ROOT / "data" / "samples" / "contactnets-cube")
+    prepare_recordings("cube", tosses)
+    prepare_recordings(str(ROOT / "assets" / "cube.toml"), tosses)
+    with pytest.raises(DataError, match=r"tosses/\d+.pt: the object comes to rest \d+ mm or "
+                                        r"more above the table .* scene 'ell'"):
+        prepare_recordings(ELL, tosses)
+    toss = next(iter(tosses.values()))
+    positions = np.array(toss.positions_m)
+    positions[-1, 2] -= 0.03  # the cube rests on the table there
+    sunk = Trajectory(traj_id="sunk", times_s=toss.times_s, positions_m=positions,
+                      quat_wxyz=toss.quat_wxyz, linear_velocity_mps=toss.linear_velocity_mps,
+                      angular_velocity_world_radps=toss.angular_velocity_world_radps,
+                      source="tosses/sunk.pt")
+    with pytest.raises(DataError, match=rf"tosses/sunk.pt: the pose at sample {toss.n_samples - 1} \(t = "
+                                        r"[\d.]+ s\) puts the object 3\d mm into the table"):
+        prepare_recordings("cube", {"sunk": sunk})

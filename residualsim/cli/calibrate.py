@@ -62,7 +62,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             max_items=args.max_trajectories, n_workers=args.workers, seed=args.seed,
             budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
-            initial=initial, split_fractions=split["fractions"], split_lists=split["lists"])
+            initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
+            initial_draws=args.initial_draws)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             print(f"validation, {label} parameters: position RMSE "
@@ -114,6 +115,9 @@ def register(commands) -> None:
                      help="observation noise scale (m; m/s for impacts); default estimated")
     cal.add_argument("--substeps", type=count(1), help="engine substeps per sample "
                      "(default: the scene's, as data synthesize, train and predict use)")
+    cal.add_argument("--initial-draws", type=count(0), help="initial states drawn per "
+                     "pose-only recording from its fit's uncertainty (default 4; 0: the "
+                     "fitted state only)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),

@@ -4,8 +4,9 @@
 where recordings meet a scene:
 
 1. every recording is checked against the scene (planar or 3D, the object's joints, and
-   a first pose that does not sink more than ``START_PENETRATION_M`` into the table) and
-   a mismatch is one DataError naming the file;
+   a first pose that does not sink more than ``START_PENETRATION_M`` into the table, no
+   pose deeper than ``WRONG_OBJECT_DEPTH_M``, no rest that far above it) and a mismatch is
+   one DataError naming the file;
 2. a recording whose velocities were ESTIMATED from poses (plain CSV without velocity
    columns, ``metadata["velocities"] == "estimated"``) gets its initial state (sample 0)
    fitted by the engine itself: the first samples in free flight (before the first sample
@@ -54,7 +55,8 @@ from residualsim.sim.scenes import make_scene
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
-           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS"]
+           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS",
+           "initial_state_draws", "offset_initial_state"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,13 @@ CONTACT_TOLERANCE_M = 0.002
 #: A recording whose first pose puts the object deeper than this (m) into the table is
 #: refused: it is another object's, or in another frame (a resting real cube sits 1.1 mm in).
 START_PENETRATION_M = 0.005
+#: A recorded pose deeper than this into the table (m), or an object at rest (its last
+#: ``REST_SAMPLES`` positions within 1 mm) farther than this above it, is not this object's:
+#: the 400 real cube tosses reach at most 5.2 mm into the table under the cube scene, while
+#: under the L-shaped example half of them come to rest 36 mm or more above it and a tenth
+#: sink 49 mm into it.
+WRONG_OBJECT_DEPTH_M = 0.02
+REST_SAMPLES = 5
 #: A minimum of the distance to the table below this (m) is a bounce between two samples.
 BOUNCE_DISTANCE_M = 0.02
 #: Fewest free-flight samples worth a fit, and the most that are used.
@@ -176,6 +185,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
                                 f"{1000 * START_PENETRATION_M:.0f} mm): not a recording of "
                                 f"scene {layout.name!r} in its world frame (z up, table at "
                                 "z = 0; planar: y up, floor at y = 0)")
+            _check_object_fits(engine, traj, key)
             if traj.metadata.get("velocities") == "estimated":
                 out[key] = fit_initial_state(engine, traj)
     return out
@@ -183,11 +193,40 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
 
 def _penetration(engine: Engine, trajectory: Trajectory, index: int) -> float:
     """How deep (m, >= 0) the recorded pose at ``index`` puts the object into the table."""
+    return max(0.0, -_distance(engine, trajectory, index, 0.0))
+
+
+def _distance(engine: Engine, trajectory: Trajectory, index: int, horizon_m: float) -> float:
+    """Signed distance (m) of the object at the recorded pose ``index`` to the table,
+    negative inside; ``horizon_m`` when it is farther than that."""
     scene = engine.scene
     engine.reset(scene.state_from_trajectory(trajectory, index))
-    near = pb.getClosestPoints(scene.body, scene.static_body, 0.0, scene.link, -1,
+    near = pb.getClosestPoints(scene.body, scene.static_body, horizon_m, scene.link, -1,
                                physicsClientId=engine.client)
-    return max(0.0, -min((p[8] for p in near), default=0.0))
+    return min((p[8] for p in near), default=horizon_m)
+
+
+def _check_object_fits(engine: Engine, trajectory: Trajectory, key: str) -> None:
+    """Refuse a recording whose poses cannot be this object's: deeper than
+    ``WRONG_OBJECT_DEPTH_M`` into the table at some sample, or at rest (its last
+    ``REST_SAMPLES`` positions within 1 mm) farther than that above it."""
+    name = trajectory.source or key
+    distances = np.array([_distance(engine, trajectory, i, 2 * WRONG_OBJECT_DEPTH_M)
+                          for i in range(trajectory.n_samples)])
+    deepest = int(np.argmin(distances))
+    if -distances[deepest] > WRONG_OBJECT_DEPTH_M:
+        raise DataError(
+            f"{name}: the pose at sample {deepest} (t = {trajectory.times_s[deepest]:.3f} s) "
+            f"puts the object {-1000 * distances[deepest]:.0f} mm into the table (more than "
+            f"{1000 * WRONG_OBJECT_DEPTH_M:.0f} mm): a recording of another object or in "
+            f"another frame than scene {engine.scene.name!r}")
+    last = np.asarray(trajectory.positions_m)[-REST_SAMPLES:]
+    at_rest = trajectory.n_samples > REST_SAMPLES and np.ptp(last, axis=0).max() < 1e-3
+    if at_rest and distances[-REST_SAMPLES:].min() > WRONG_OBJECT_DEPTH_M:
+        raise DataError(
+            f"{name}: the object comes to rest {1000 * distances[-1]:.0f} mm or more above "
+            f"the table (more than {1000 * WRONG_OBJECT_DEPTH_M:.0f} mm): a recording of "
+            f"another object or in another frame than scene {engine.scene.name!r}")
 
 
 def free_flight_samples(engine: Engine, trajectory: Trajectory,
@@ -265,7 +304,50 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory) -> Trajectory:
     rms_m = float(np.sqrt(np.mean(fit.fun ** 2)))
     return _with_initial_state(trajectory, scene, state, {
         "initial_state": "fitted by rollout", "free_flight_samples": n_free,
-        "initial_fit_rms_m": rms_m})
+        "initial_fit_rms_m": rms_m,
+        "initial_state_covariance": _fit_covariance(fit).tolist()})
+
+
+def _fit_covariance(fit) -> np.ndarray:
+    """Covariance of a least-squares fit's unknowns, s² (JᵀJ)⁺ with s² the residual
+    variance (m²); the units are those of the unknowns (see :func:`offset_initial_state`)."""
+    jac = np.asarray(fit.jac, dtype=np.float64)
+    dof = max(1, jac.shape[0] - jac.shape[1])
+    variance = float(np.sum(fit.fun ** 2)) / dof
+    return variance * np.linalg.pinv(jac.T @ jac)
+
+
+def offset_initial_state(scene, state: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """``state`` (scene layout) moved by ``offset`` in the unknowns of
+    :func:`fit_initial_state`: planar (dx, dy, dθ, dvx, dvy, dω); free (dp m world, rotation
+    vector rad applied as in the fit, dv m/s world, dω rad/s world, then each joint's
+    position and velocity offset)."""
+    out = np.array(state, dtype=np.float64)
+    if scene.planar:
+        out[:6] += offset[:6]
+        return out
+    n_joints = getattr(scene, "n_joints", 0)
+    out[0:3] += offset[0:3]
+    out[3:7] = rotate_by_rotvec(out[3:7], offset[3:6])
+    out[7:13] += offset[6:12]
+    if n_joints:
+        out[13:13 + 2 * n_joints] += offset[12:12 + 2 * n_joints]
+    return out
+
+
+def initial_state_draws(scene, trajectory: Trajectory, count: int,
+                        rng: np.random.Generator) -> np.ndarray:
+    """``count`` initial states (count, state size) drawn from the Gaussian uncertainty of a
+    fitted initial state (``metadata["initial_state_covariance"]``, see
+    :func:`fit_initial_state`); the recorded state repeated when it was not fitted."""
+    state = scene.state_from_trajectory(trajectory, 0)
+    covariance = trajectory.metadata.get("initial_state_covariance")
+    if covariance is None:
+        return np.repeat(state[None], count, axis=0)
+    covariance = np.asarray(covariance, dtype=np.float64)
+    offsets = rng.multivariate_normal(np.zeros(len(covariance)), covariance, size=count,
+                                      method="eigh")
+    return np.array([offset_initial_state(scene, state, z) for z in offsets])
 
 
 def _with_initial_state(trajectory: Trajectory, scene, state: np.ndarray,
