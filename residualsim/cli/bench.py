@@ -115,6 +115,12 @@ def cmd_bench_mpec(args: argparse.Namespace) -> None:
     from residualsim.experiments.bench_mpec import bench_mpec, format_mpec_report
 
     report = bench_mpec(filter_particles=args.particles, rng=args.seed)
+    if args.cube_tosses:
+        from residualsim.data.datasets import resolve_data
+        from residualsim.experiments.bench_mpec import bench_mpec_cube
+
+        report["cube"] = bench_mpec_cube(resolve_data(args.data, "cube"), args.cube_tosses,
+                                         n_workers=args.workers)
     print(format_mpec_report(report))
     json_line({"command": "bench mpec", **report})
 
@@ -192,4 +198,8 @@ def register(commands) -> None:
     bmp = bench_commands.add_parser("mpec", help="MPEC identification of synthetic particles")
     bmp.add_argument("--particles", type=count(2), default=2000, help="particle filter size")
     bmp.add_argument("--seed", type=int, default=0)
+    bmp.add_argument("--cube-tosses", type=count(0), default=0, help="also time the cube MPEC "
+                     "on the first N training tosses against MH (2 chains, 1 substep) on them")
+    bmp.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/<cube's set>)")
+    bmp.add_argument("--workers", type=count(1), default=2, help="for --cube-tosses")
     bmp.set_defaults(run=cmd_bench_mpec)

@@ -9,6 +9,16 @@ point masses, the MPEC against our bootstrap particle filter.
 
 The MPEC runs with the noise box |n| <= ε (:func:`~residualsim.sysid.mpec.identify_particles`);
 the filter is :func:`~residualsim.sysid.mpec.filter_mu`. Every draw comes from one seed.
+
+With real cube tosses (:func:`bench_mpec_cube`, ``bench mpec --cube-tosses N --data DIR``):
+the cube MPEC (:func:`~residualsim.sysid.mpec.identify_tosses`, what ``calibrate --method
+mpec --scene cube --max-trajectories N`` runs) on the first N tosses of the training split,
+timed, against Metropolis-Hastings on the same tosses in the same run: seconds per sampler
+step (one likelihood call evaluating ``mh_chains`` parameter sets over every toss, as
+:class:`~residualsim.sysid.mcmc.MetropolisHastings` does) measured over ``probe_steps``
+steps after a warm-up step, projected to ``mh_steps`` (calibrate's default 1000 burn-in +
+3000 samples). Both use ``n_workers`` processes; the MPEC's time includes starting its
+workers and compiling its programs, MH's projection excludes starting its engines.
 """
 
 from __future__ import annotations
@@ -22,7 +32,8 @@ import numpy as np
 from residualsim.sysid.mcmc import as_generator
 from residualsim.sysid.mpec import filter_mu, identify_particles, make_particle_recording
 
-__all__ = ["bench_mpec", "format_mpec_report", "SINGLE_NOISE_LEVELS", "MULTI_COUNTS"]
+__all__ = ["bench_mpec", "bench_mpec_cube", "format_mpec_report", "SINGLE_NOISE_LEVELS",
+           "MULTI_COUNTS"]
 
 SINGLE_NOISE_LEVELS = (5e-5, 5e-4, 5e-3, 5e-2, 5e-1)
 MULTI_COUNTS = (2, 3, 5, 10)
@@ -82,6 +93,42 @@ def bench_mpec(noise_levels: Sequence[float] = SINGLE_NOISE_LEVELS,
             "seconds": time.perf_counter() - started}
 
 
+def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chains: int = 2,
+                    mh_steps: int = 4000, mh_substeps: int = 1, probe_steps: int = 20
+                    ) -> dict[str, Any]:
+    """The cube MPEC against Metropolis-Hastings on the same tosses (see the module):
+    MPEC seconds and estimates, MH seconds per step and projected seconds, their ratio."""
+    from pathlib import Path
+
+    from residualsim.sim.scenes import EngineParams
+    from residualsim.sysid.calibrate import _load_split
+    from residualsim.sysid.likelihood import TrajectoryLikelihood
+    from residualsim.sysid.mpec import identify_tosses
+
+    _, train, _ = _load_split("cube", Path(data), "train", n_tosses)
+    started = time.perf_counter()
+    estimate = identify_tosses(train, n_workers=n_workers)
+    mpec_seconds = time.perf_counter() - started
+    rng = np.random.default_rng(0)
+    batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
+                for m, e in zip(rng.uniform(0.1, 0.4, mh_chains), rng.uniform(0, 0.5, mh_chains))]
+               for _ in range(probe_steps + 1)]
+    with TrajectoryLikelihood("cube", train, mh_substeps, n_workers=n_workers) as likelihood:
+        likelihood.errors(batches[0])  # warm-up
+        started = time.perf_counter()
+        for batch in batches[1:]:
+            likelihood.errors(batch)
+        per_step = (time.perf_counter() - started) / probe_steps
+    report = estimate.report
+    return {"n_tosses": len(train), "n_windows": report["n_windows"], "n_workers": n_workers,
+            "mpec_seconds": mpec_seconds, "mu": estimate.mu, "restitution": estimate.restitution,
+            "iterations": report["iterations"], "status": report["solver_status"],
+            "violation": report["complementarity_violation"], "mh_chains": mh_chains,
+            "mh_substeps": mh_substeps, "mh_steps": mh_steps, "mh_probe_steps": probe_steps,
+            "mh_seconds_per_step": per_step, "mh_projected_seconds": per_step * mh_steps,
+            "speedup_over_mh": per_step * mh_steps / mpec_seconds}
+
+
 def format_mpec_report(report: dict) -> str:
     """The table ``residualsim bench mpec`` prints for a :func:`bench_mpec` report."""
     lines = ["noise      mu MPEC     |error|   filter    iters  solve s  violation"]
@@ -93,4 +140,13 @@ def format_mpec_report(report: dict) -> str:
         lines.append(f"{row['particles']:2d} particles: mu RMSE MPEC {row['mu_rmse']:.2e}, "
                      f"filter {row['filter_rmse']:.2e}; {row['iterations']} iterations, "
                      f"{row['solver_seconds']:.2f} s")
+    cube = report.get("cube")
+    if cube:
+        lines.append(
+            f"cube, {cube['n_tosses']} tosses ({cube['n_windows']} windows, {cube['n_workers']} "
+            f"workers): MPEC mu {cube['mu']:.4f}, e {cube['restitution']:.4f} in "
+            f"{cube['mpec_seconds']:.1f} s ({cube['iterations']} IPOPT iterations, "
+            f"{cube['status']}); MH {cube['mh_chains']} chains, {cube['mh_substeps']} substep(s): "
+            f"{cube['mh_seconds_per_step']:.4f} s/step -> {cube['mh_projected_seconds']:.0f} s "
+            f"for {cube['mh_steps']} steps; MPEC {cube['speedup_over_mh']:.1f}x faster")
     return "\n".join(lines)
