@@ -81,10 +81,15 @@ def test_windows_solve_independently_and_restitution_is_interior(bundled):
     assert (one.mu, one.restitution) == (two.mu, two.restitution)
 
 
-def test_calibrate_mpec_refuses_scene_files(tmp_path):
+def test_calibrate_mpec_refuses_unknown_scenes_and_broken_scene_files(tmp_path):
+    """Built-in scenes without an MPEC model are refused by name; a scene file is read (its
+    own checks: test_mpec_scene_file.py) before any data."""
+    from residualsim.errors import SceneError
     from residualsim.sysid.mpec.calibration import calibrate_mpec
 
+    with pytest.raises(ParameterError, match="supports the scenes cube, planar-ellipse"):
+        calibrate_mpec("arm-loop", tmp_path, ["lateral_friction"], tmp_path / "out")
     scene = tmp_path / "thing.toml"
     scene.write_text("urdf = 'thing.urdf'\n")
-    with pytest.raises(ParameterError, match="supports the scenes cube, planar-ellipse"):
+    with pytest.raises(SceneError, match="thing.urdf not found"):
         calibrate_mpec(str(scene), tmp_path, ["lateral_friction"], tmp_path / "out")

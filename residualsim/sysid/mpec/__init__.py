@@ -8,8 +8,9 @@ contact model as constraints and no simulator in the loop (CasADi + IPOPT).
   bootstrap particle filter it is compared with.
 * :mod:`~residualsim.sysid.mpec.impacts`: single planar impacts (MCube ellipse), μ and a
   Newton restitution e.
-* :mod:`~residualsim.sysid.mpec.cube`: the 3D cube tosses, windows around contact events,
-  each solved on its own (in parallel) and combined by weighted medians.
+* :mod:`~residualsim.sysid.mpec.cube`: 3D tosses of a rigid body (the cube, or a scene
+  file's single-link object: :mod:`~residualsim.sysid.mpec.body`), windows around contact
+  events, each solved on its own (in parallel) and combined by weighted medians.
 * :mod:`~residualsim.sysid.mpec.calibration`: ``calibrate --method mpec`` (the summary
   other stages read).
 """
@@ -43,6 +44,10 @@ _EXPORTS = {
     "MPEC_SCENES": "residualsim.sysid.mpec.calibration",
     "WindowEstimate": "residualsim.sysid.mpec.cube",
     "weighted_median": "residualsim.sysid.mpec.cube",
+    "RigidBody": "residualsim.sysid.mpec.body",
+    "cube_body": "residualsim.sysid.mpec.body",
+    "body_from_scene": "residualsim.sysid.mpec.body",
+    "urdf_contact_points": "residualsim.sysid.mpec.body",
 }
 
 __all__ = list(_EXPORTS)

@@ -40,9 +40,9 @@ __all__ = ["calibrate_mpec", "MPEC_FITTED", "MPEC_KEPT", "MPEC_SCENES"]
 
 MPEC_FITTED = ("lateral_friction", "restitution")
 MPEC_KEPT = ("contact_stiffness", "contact_damping", "spinning_friction", "rolling_friction")
-#: Scenes with an MPEC contact model: the cube tosses (8 corner candidates) and the planar
-#: ellipse's impacts. Scene files are refused by name (their contact candidates are not
-#: read from the URDF yet).
+#: Built-in scenes with an MPEC contact model: the cube tosses (8 corner candidates) and the
+#: planar ellipse's impacts. Besides them: a free single-link scene file (``.toml`` or
+#: ``.urdf``), its candidates read from the URDF (:mod:`~residualsim.sysid.mpec.body`).
 MPEC_SCENES = ("cube", "planar-ellipse")
 
 
@@ -58,10 +58,14 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
     :func:`~residualsim.sysid.mpec.cube.identify_tosses` (its contact windows solved over
     ``n_workers`` processes; ``options`` are passed on: window sizes, friction
     directions...). A parameter not in ``names`` is held at its default value (its bounds
-    collapse to it). ``scene`` must be one of :data:`MPEC_SCENES` (ParameterError naming
-    them otherwise, before any data is read). Returns the summary.
+    collapse to it). ``scene`` must be one of :data:`MPEC_SCENES` or a free single-link
+    scene file (:func:`~residualsim.sysid.mpec.body.body_from_scene`: ParameterError naming
+    the file and the reason for an articulated, planar or rounded object; for other names
+    ParameterError naming the scenes; both before any data is read). Returns the summary.
     """
     from residualsim.sim.rollout import impact_settings, recording_settings
+    from residualsim.sim.scenes.scene_file import is_scene_path
+    from residualsim.sysid.mpec.body import body_from_scene
     from residualsim.sysid.mpec.cube import identify_tosses
     from residualsim.sysid.mpec.impacts import identify_impacts
 
@@ -72,11 +76,15 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
         raise ParameterError(f"--method mpec fits {', '.join(MPEC_FITTED)} only (no "
                              f"counterpart in the rigid complementarity model for "
                              f"{', '.join(unknown) or 'an empty list'})")
-    if scene not in MPEC_SCENES:
+    body = None
+    if is_scene_path(scene):
+        body = body_from_scene(scene)
+    elif scene not in MPEC_SCENES:
         raise ParameterError(
             f"--method mpec supports the scenes {', '.join(MPEC_SCENES)} (the cube's 8 corners "
-            f"and the planar impacts' recorded Jacobian rows are its contact models), not "
-            f"{scene!r}: calibrate a scene file's object with --method mh or nevergrad")
+            f"and the planar impacts' recorded Jacobian rows are its contact models) and free "
+            f"single-link scene files, not {scene!r}: calibrate it with --method mh or "
+            "nevergrad")
     space = ParamSpace(names, bounds=bounds)
     base = EngineParams()
     ranges = {}
@@ -98,7 +106,7 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
     else:
         estimate = identify_tosses(train, mu_bounds=ranges["lateral_friction"],
                                    restitution_bounds=ranges["restitution"],
-                                   **{"n_workers": n_workers, **(options or {})})
+                                   **{"n_workers": n_workers, "body": body, **(options or {})})
         settings = recording_settings(scene, train, substeps or DEFAULT_TRAJECTORY_SUBSTEPS)
         ids = list(train)
         extra = {"mpec_position_rms_m": estimate.position_rms_m, "table_m": estimate.table_m,

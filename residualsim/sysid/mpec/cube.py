@@ -1,6 +1,6 @@
-"""The 3D cube tosses (model (d)): μ and a Newton restitution e by MPEC on windows of the
-recordings around contact events, free flight between them left out, each window solved on
-its own and the windows' estimates combined.
+"""The 3D cube tosses (model (d)), and other rigid bodies: μ and a Newton restitution e by
+MPEC on windows of the recordings around contact events, free flight between them left
+out, each window solved on its own and the windows' estimates combined.
 
 Frame and units: world frame, z up, table z = z_t (a fitted table offset per window, see
 below), SI units; quaternions w-x-y-z body → world. The cube (side 0.1048 m, 0.37 kg,
@@ -77,13 +77,33 @@ step adds its own penetration recovery to the bounce, so a lower e fits it; the 
 pyramid (|f_x| + |f_y| <= μ λ) needs a larger μ for diagonal sliding (not yet measured with
 ``directions=8``).
 
+**Other rigid bodies** (``body=``, :mod:`~residualsim.sysid.mpec.body`; ``calibrate
+--method mpec --scene FILE`` for a free single-link scene file): the same windows and
+program with the body's contact candidates (the convex hull vertices of its URDF collision
+shapes) in place of the corners, relative to its centre of mass; the recordings track the
+link frame, so each window's poses and velocities are first moved to the centre of mass
+(p + R c, v + ω × R c) and the fit is to those. A body whose inertia is not isotropic gets
+Euler's equations in its own frame at q_{ℓ+1}, per unit mass (A = I / m, Ω = R_{ℓ+1}ᵀ ω):
+A (Ω_{ℓ+1} - Ω_ℓ) + h Ω_{ℓ+1} × (A Ω_{ℓ+1}) = R_{ℓ+1}ᵀ Σ_c r_c,w × (ẑ λ_n,c + D β_c), scaled
+by A's mean eigenvalue; the isotropic cube keeps the world-frame form above (no gyroscopic
+term), so its program is unchanged. The quaternion weight (s/2)² becomes the square of the
+largest candidate coordinate about the centre of mass. Measured on synthetic L-shape tosses
+(train/README.md §15): at 200 Hz μ 0.307, e 0.419 for truth 0.3, 0.4.
+
+**Speed**: the windows are dealt to the workers by predicted cost (sample pairs × candidate
+corners, largest first, back and forth), since contiguous shards of the file order put 60 %
+of the IPOPT iterations on one of two workers; and the first (held-e) solve, which only
+warm starts the last, stops at IPOPT tolerance 1e-6 instead of 1e-8 (11 % fewer
+iterations). A profile of the 30 first windows (one process): IPOPT's own work (mostly the
+MUMPS factorisations of the ~700-row KKT systems) ~75 %, CasADi's function evaluations
+~9 %, building and compiling the per-structure programs ~12 %, Python the rest.
+
 Not modelled (no counterpart in a rigid complementarity model): contact stiffness and
 damping, spinning and rolling friction; edges and faces touch through their corners.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,16 +113,15 @@ import numpy as np
 
 from residualsim.data.contactnets import quaternion_to_matrix
 from residualsim.errors import DataError
+from residualsim.sysid.mpec.body import CUBE_MASS_KG, CUBE_SIDE_M, RigidBody, cube_body
 from residualsim.sysid.mpec.particles import check_bounds
 from residualsim.sysid.mpec.relaxation import CompiledProgram, Program
 
 __all__ = ["CUBE_SIDE_M", "CUBE_MASS_KG", "CUBE_TAUS", "contact_windows", "CubeEstimate",
            "WindowEstimate", "identify_tosses", "weighted_median"]
 
-CUBE_SIDE_M = 0.1048
-CUBE_MASS_KG = 0.37
-_HALF = CUBE_SIDE_M / 2
-CORNERS = np.array(list(itertools.product((-_HALF, _HALF), repeat=3)))
+_CUBE = cube_body()
+CORNERS = _CUBE.points_m
 _GRAVITY = np.array([0.0, 0.0, -9.81])
 #: The cube's relaxation schedule (τ), shorter than the default: see the module docstring.
 CUBE_TAUS = (1e-4, 1e-6)
@@ -112,24 +131,31 @@ _OBJECTIVE_SCALE = 1e6
 _RETRY_TAUS = (1e-2, 1e-4, 1e-6)
 #: IPOPT's tolerance on the windows (their objective is in mm², of order 10-100).
 _TOL = 1e-8
+#: ... on the solves before the last, which only warm start it (11 % fewer iterations).
+_STAGE_TOL = 1e-6
 #: A contact slides (so its friction is on the cone's edge and μ_i is identified) above this.
 _SLIDING_MPS = 0.01
 
 
-def _corner_heights(positions: np.ndarray, quat: np.ndarray) -> np.ndarray:
-    """Heights (T, 8) m of the corners above z = 0, and their world offsets (T, 8, 3)."""
-    offsets = np.einsum("tij,cj->tci", quaternion_to_matrix(quat), CORNERS)
+def _corner_heights(positions: np.ndarray, quat: np.ndarray,
+                    points: np.ndarray = CORNERS) -> tuple[np.ndarray, np.ndarray]:
+    """Heights (T, N) m above z = 0 of body points (N, 3) given about ``positions``, and
+    their world offsets (T, N, 3) (default: the cube's corners about its centre)."""
+    offsets = np.einsum("tij,cj->tci", quaternion_to_matrix(quat), points)
     return positions[:, None, 2] + offsets[..., 2], offsets
 
 
 def contact_windows(trajectory: Any, before: int = 2, after: int = 8, contact_m: float = 0.005,
-                    max_events: int = 2) -> list[tuple[int, int]]:
+                    max_events: int = 2, body: RigidBody | None = None
+                    ) -> list[tuple[int, int]]:
     """Sample ranges [start, stop) around the first ``max_events`` contact events.
 
-    An event begins at a sample where the recorded lowest corner is below ``contact_m``
-    after a sample where it was not (or at the first sample). Overlapping windows merge.
+    An event begins at a sample where the recorded lowest contact candidate (of ``body``,
+    default the cube; the recording tracks its link frame) is below ``contact_m`` after a
+    sample where it was not (or at the first sample). Overlapping windows merge.
     """
-    heights, _ = _corner_heights(trajectory.positions_m, trajectory.quat_wxyz)
+    points = (body or _CUBE).points_m
+    heights, _ = _corner_heights(trajectory.positions_m, trajectory.quat_wxyz, points)
     below = heights.min(axis=1) < contact_m
     onsets = [i for i in range(len(below)) if below[i] and (i == 0 or not below[i - 1])]
     windows: list[tuple[int, int]] = []
@@ -225,13 +251,41 @@ def _times(items: Sequence[Any], factor: Any) -> np.ndarray:
     return np.array([item * factor for item in items], dtype=object)
 
 
+def _rotate_back(q: Sequence[Any], r: Sequence[Any]) -> np.ndarray:
+    """R(q)ᵀ r (world to body axes)."""
+    w, x, y, z = q
+    return _rotate([w, -x, -y, -z], np.asarray(r, dtype=object))
+
+
+def _angular_residual(body: RigidBody, q_next: Sequence[Any], w_now: Sequence[Any],
+                      w_next: Sequence[Any], torque: np.ndarray, h: Any) -> np.ndarray:
+    """The angular momentum balance over a step, per unit mass (see the module docstring),
+    in rad/s: for an isotropic body (the cube) ω₊ - ω - (m / I) τ in the world frame; else
+    in the body frame at q₊, Ā (Ω₊ - Ω) + h Ω₊ × (Ā Ω₊) - R₊ᵀ τ / a with A = I / m, a its
+    mean eigenvalue, Ā = A / a (Euler's equations, implicit in Ω₊)."""
+    if body.isotropic:
+        ratio = 1.0 / body.ratio_m2[0, 0]  # m / I
+        return np.asarray(w_next, dtype=object) - w_now - ratio * torque
+    ratio = body.ratio_m2
+    scale = float(np.trace(ratio) / 3)
+    shape = ratio / scale
+    big = _rotate_back(q_next, w_next)
+    small = _rotate_back(q_next, w_now)
+    momentum = shape @ big
+    return (shape @ (big - small) + _times(np.cross(big, momentum), h)
+            - _rotate_back(q_next, torque) / scale)
+
+
 def _window_template(count: int, n_candidates: int, directions: int,
-                     mu_bounds: Sequence[float], restitution_bounds: Sequence[float]
-                     ) -> CompiledProgram:
-    """The compiled NLP of every window of ``count`` samples with ``n_candidates`` candidate
-    corners (its own μ, e and table offset; the recorded poses, initial velocities, corner
-    offsets and impact pairs are parameters); see the module docstring."""
+                     mu_bounds: Sequence[float], restitution_bounds: Sequence[float],
+                     body: RigidBody | None = None) -> CompiledProgram:
+    """The compiled NLP of every window of ``count`` samples with ``n_candidates`` contact
+    candidates of ``body`` (default the cube; its own μ, e and table offset; the recorded
+    centre-of-mass poses, initial velocities, candidate offsets and impact pairs are
+    parameters); see the module docstring."""
     import casadi as ca
+
+    body = body or _CUBE
 
     pyramid = _pyramid(directions)
     prog = Program()
@@ -252,7 +306,6 @@ def _window_template(count: int, n_candidates: int, directions: int,
     lam = prog.var("lam_n", (count - 1, n_candidates), 0.0, np.inf)
     beta = prog.var("beta", (count - 1, n_candidates, n_dir), 0.0, np.inf)
     sigma = prog.var("sigma", (count - 1, n_candidates), 0.0, np.inf)
-    ratio = 6.0 / CUBE_SIDE_M ** 2  # m / I
     for step in range(count - 1):
         nxt = step + 1
         prog.constrain(p[nxt] - p[step] - _times(v[nxt], h))
@@ -277,12 +330,12 @@ def _window_template(count: int, n_candidates: int, directions: int,
             prog.complement(beta[step, slot], [slack + item for item in pyramid @ point_velocity])
             prog.complement(sigma[step, slot], mu * lam[step, slot] - np.sum(beta[step, slot]))
         prog.constrain(v[nxt] - v[step] - force - np.array([0.0, 0.0, _GRAVITY[2] * h], dtype=object))
-        prog.constrain(w[nxt] - w[step] - ratio * torque)
-    half2 = _HALF ** 2
+        prog.constrain(_angular_residual(body, q[nxt], w[step], w[nxt], torque, h))
+    half2 = body.scale_m ** 2
     prog.minimize(_OBJECTIVE_SCALE * (
         np.sum((p - pos) ** 2) + half2 * np.sum((q - quat) ** 2)
         + h * h * (np.sum((v[0] - vel0) ** 2) + half2 * np.sum((w[0] - omega0) ** 2))))
-    return prog.compile(tol=_TOL)
+    return prog.compile(tol=_TOL, stage_tol=_STAGE_TOL)
 
 
 def _window_data(window: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,14 +345,15 @@ def _window_data(window: Mapping[str, Any], settings: Mapping[str, Any]) -> dict
         if quat[i] @ quat[i - 1] < 0:
             quat[i] = -quat[i]
     vel, omega = window["velocity_mps"], window["omega_radps"]
-    heights, offsets = _corner_heights(pos, quat)
+    points = settings["body"].points_com_m
+    heights, offsets = _corner_heights(pos, quat, points)
     corner_speed = vel[:, None, 2] + np.cross(omega[:, None, :], offsets)[..., 2]
     candidates = np.flatnonzero(heights.min(axis=0) < settings["candidate_m"])
     impact = ((heights[:-1, candidates] < settings["contact_m"])
               & (corner_speed[:-1, candidates] < -settings["approach_mps"]))
     e_init = float(np.clip(settings["restitution_init"], *settings["restitution_bounds"]))
     return {"params": {"h": window["h"], "positions": pos, "quat": quat, "velocity0": vel[0],
-                       "omega0": omega[0], "corners": CORNERS[candidates],
+                       "omega0": omega[0], "corners": points[candidates],
                        "impact": impact.astype(np.float64)},
             "init": {"p": pos, "q": quat, "v": vel, "w": omega, "restitution": e_init},
             "impact": impact, "n_candidates": len(candidates)}
@@ -318,7 +372,8 @@ class _WindowSolver:
         if key not in self.templates:
             s = self.settings
             self.templates[key] = _window_template(count, n_candidates, s["directions"],
-                                                   s["mu_bounds"], s["restitution_bounds"])
+                                                   s["mu_bounds"], s["restitution_bounds"],
+                                                   s["body"])
         return self.templates[key]
 
     def close(self) -> None:
@@ -370,13 +425,49 @@ def _solve_window(state: _WindowSolver, window: Mapping[str, Any], payload: Any)
         n_pairs=program.n_pairs, retried=retried)
 
 
+def _window_cost(window: Mapping[str, Any], settings: Mapping[str, Any]) -> float:
+    """A window's predicted solve time (relative): its sample pairs times candidate corners
+    (IPOPT's time per window grew about linearly with them: 0.25, 0.48, 0.66, 1.3 s for 1-4
+    corners on the real tosses)."""
+    heights, _ = _corner_heights(window["positions_m"], window["quat_wxyz"],
+                                 settings["body"].points_com_m)
+    return float((len(heights) - 1) * np.sum(heights.min(axis=0) < settings["candidate_m"]))
+
+
+def _balanced_order(costs: Sequence[float], n_workers: int) -> list[int]:
+    """An order of the items whose contiguous equal-count shards (what
+    :class:`~residualsim.parallel.ShardedWorkers` gives each worker) carry similar costs:
+    the items by decreasing cost dealt to the shards back and forth. The windows of the
+    first 100 training tosses in file order put 60 % of the IPOPT iterations on one of two
+    workers."""
+    count = len(costs)
+    n_shards = max(1, min(int(n_workers), count))
+    bounds = np.linspace(0, count, n_shards + 1).round().astype(int)
+    sizes = np.diff(bounds)
+    shards: list[list[int]] = [[] for _ in range(n_shards)]
+    lap = list(range(n_shards))
+    turn = 0
+    for index in np.argsort(-np.asarray(costs, dtype=np.float64), kind="stable").tolist():
+        while True:
+            shard = (lap if turn % (2 * n_shards) < n_shards else lap[::-1])[turn % n_shards]
+            turn += 1
+            if len(shards[shard]) < sizes[shard]:
+                break
+        shards[shard].append(index)
+    return [index for shard in shards for index in sorted(shard)]
+
+
 def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[float] = (0.0, 1.0),
                     restitution_bounds: Sequence[float] = (0.0, 1.0), before: int = 2,
                     after: int = 8, max_events: int = 1, contact_m: float = 0.005,
                     candidate_m: float = 0.02, approach_mps: float = 0.1, directions: int = 4,
                     taus: Sequence[float] = CUBE_TAUS, restitution_init: float = 0.2,
-                    n_workers: int = 1, max_failed_fraction: float = 0.1) -> CubeEstimate:
-    """μ and e of the cube from recorded tosses by MPEC (see the module docstring).
+                    n_workers: int = 1, max_failed_fraction: float = 0.1,
+                    body: RigidBody | None = None) -> CubeEstimate:
+    """μ and e of a rigid body (default the cube) from recorded tosses by MPEC (see the
+    module docstring). ``body`` (:mod:`~residualsim.sysid.mpec.body`) gives the contact
+    candidates, centre of mass and inertia; the recordings track its link frame, and each
+    window's poses and velocities are moved to its centre of mass before the solve.
 
     Defaults: one window per toss (its first contact, 2 samples before to 8 after), each
     solved on its own over ``n_workers`` processes (the result does not depend on their
@@ -401,6 +492,7 @@ def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[floa
     _pyramid(directions)  # checked before any work
     if not taus or any(not (t > 0) for t in taus):
         raise ValueError(f"taus must be positive numbers, got {list(taus)}")
+    body = body or _CUBE
     windows: dict[str, list[tuple[int, int]]] = {}
     items = []
     for key, trajectory in trajectories.items():
@@ -408,25 +500,37 @@ def identify_tosses(trajectories: Mapping[str, Any], *, mu_bounds: Sequence[floa
                       trajectory.linear_velocity_mps, trajectory.angular_velocity_world_radps):
             if not np.isfinite(array).all():
                 raise DataError(f"{trajectory.source or key}: NaN or infinite values")
-        found = contact_windows(trajectory, before, after, contact_m, max_events)
+        found = contact_windows(trajectory, before, after, contact_m, max_events, body)
         if found:
             windows[key] = found
         h = float(np.mean(np.diff(trajectory.times_s)))
+        positions, velocity = trajectory.positions_m, trajectory.linear_velocity_mps
+        omega = trajectory.angular_velocity_world_radps
+        if body.com_m.any():  # link frame -> centre of mass
+            arm = np.einsum("tij,j->ti", quaternion_to_matrix(trajectory.quat_wxyz), body.com_m)
+            positions, velocity = positions + arm, velocity + np.cross(omega, arm)
         for start, stop in found:
             items.append({"key": str(key), "start": int(start), "stop": int(stop), "h": h,
-                          "positions_m": trajectory.positions_m[start:stop],
+                          "positions_m": positions[start:stop],
                           "quat_wxyz": trajectory.quat_wxyz[start:stop],
-                          "velocity_mps": trajectory.linear_velocity_mps[start:stop],
-                          "omega_radps": trajectory.angular_velocity_world_radps[start:stop]})
+                          "velocity_mps": velocity[start:stop],
+                          "omega_radps": omega[start:stop]})
     if not windows:
-        raise DataError(f"no contact event (a corner below {contact_m} m) in any of the "
-                        f"{len(trajectories)} recordings: nothing to identify from")
-    settings = {"mu_bounds": (mu_low, mu_high), "restitution_bounds": (e_low, e_high),
+        raise DataError(f"no contact event (a contact candidate of {body.name} below "
+                        f"{contact_m} m) in any of the {len(trajectories)} recordings: nothing "
+                        "to identify from")
+    settings = {"body": body, "mu_bounds": (mu_low, mu_high),
+                "restitution_bounds": (e_low, e_high),
                 "restitution_init": restitution_init, "directions": directions,
                 "candidate_m": candidate_m, "contact_m": contact_m,
                 "approach_mps": approach_mps, "taus": tuple(float(t) for t in taus)}
-    with ShardedWorkers(_SolverFactory(settings), items, n_workers) as workers:
-        results = workers.map(_solve_window)
+    order = _balanced_order([_window_cost(item, settings) for item in items], n_workers)
+    with ShardedWorkers(_SolverFactory(settings), [items[i] for i in order],
+                        n_workers) as workers:
+        shuffled = workers.map(_solve_window)
+    results: list[Any] = [None] * len(items)
+    for index, result in zip(order, shuffled):
+        results[index] = result
     failed = [{"key": item["key"], "window": [item["start"], item["stop"]],
                "status": result["status"], "message": result["message"]}
               for item, result in zip(items, results) if isinstance(result, dict)]
