@@ -93,3 +93,15 @@ def test_calibrate_mpec_refuses_unknown_scenes_and_broken_scene_files(tmp_path):
     scene.write_text("urdf = 'thing.urdf'\n")
     with pytest.raises(SceneError, match="thing.urdf not found"):
         calibrate_mpec(str(scene), tmp_path, ["lateral_friction"], tmp_path / "out")
+
+
+def test_bench_mpec_cube_times_both_on_the_same_tosses():
+    from residualsim.experiments.bench_mpec import bench_mpec_cube, format_mpec_report
+
+    cube = bench_mpec_cube(str(REAL_SAMPLES), n_tosses=3, n_workers=1, probe_steps=2)
+    assert cube["n_tosses"] == cube["n_windows"] == 3
+    assert cube["status"] == "Solve_Succeeded" and 0.0 <= cube["mu"] <= 1.0
+    assert cube["mh_projected_seconds"] == pytest.approx(4000 * cube["mh_seconds_per_step"])
+    assert cube["speedup_over_mh"] == pytest.approx(cube["mh_projected_seconds"]
+                                                    / cube["mpec_seconds"])
+    assert "MPEC" in format_mpec_report({"single": [], "multi": [], "cube": cube})

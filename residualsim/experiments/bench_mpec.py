@@ -16,13 +16,14 @@ mpec --scene cube --max-trajectories N`` runs) on the first N tosses of the trai
 timed, against Metropolis-Hastings on the same tosses in the same run: seconds per sampler
 step (one likelihood call evaluating ``mh_chains`` parameter sets over every toss, as
 :class:`~residualsim.sysid.mcmc.MetropolisHastings` does) measured over ``probe_steps``
-steps after a warm-up step, projected to ``mh_steps`` (calibrate's default 1000 burn-in +
+steps after a warm-up step (half before the MPEC, half after), projected to ``mh_steps`` (calibrate's default 1000 burn-in +
 3000 samples). Both use ``n_workers`` processes; the MPEC's time includes starting its
 workers and compiling its programs, MH's projection excludes starting its engines.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -105,27 +106,41 @@ def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chain
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.mpec import identify_tosses
 
+    if probe_steps < 2:
+        raise ValueError(f"probe_steps must be >= 2 (half before, half after), got {probe_steps}")
     _, train, _ = _load_split("cube", Path(data), "train", n_tosses)
-    started = time.perf_counter()
-    estimate = identify_tosses(train, n_workers=n_workers)
-    mpec_seconds = time.perf_counter() - started
     rng = np.random.default_rng(0)
     batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
                 for m, e in zip(rng.uniform(0.1, 0.4, mh_chains), rng.uniform(0, 0.5, mh_chains))]
                for _ in range(probe_steps + 1)]
-    with TrajectoryLikelihood("cube", train, mh_substeps, n_workers=n_workers) as likelihood:
-        likelihood.errors(batches[0])  # warm-up
-        started = time.perf_counter()
-        for batch in batches[1:]:
-            likelihood.errors(batch)
-        per_step = (time.perf_counter() - started) / probe_steps
+
+    def probe(steps: list) -> float:
+        """MH seconds per step over ``steps`` (after a warm-up step)."""
+        with TrajectoryLikelihood("cube", train, mh_substeps, n_workers=n_workers) as likelihood:
+            likelihood.errors(batches[0])
+            started = time.perf_counter()
+            for batch in steps:
+                likelihood.errors(batch)
+            return (time.perf_counter() - started) / len(steps)
+
+    # MH probed before and after the MPEC, half the steps each, so that a change in the
+    # machine's load during the run weighs on both sides of the ratio
+    load = [os.getloadavg()[0]]
+    before = probe(batches[1:1 + probe_steps // 2])
+    started = time.perf_counter()
+    estimate = identify_tosses(train, n_workers=n_workers)
+    mpec_seconds = time.perf_counter() - started
+    after = probe(batches[1 + probe_steps // 2:])
+    load.append(os.getloadavg()[0])
+    per_step = (before + after) / 2
     report = estimate.report
     return {"n_tosses": len(train), "n_windows": report["n_windows"], "n_workers": n_workers,
             "mpec_seconds": mpec_seconds, "mu": estimate.mu, "restitution": estimate.restitution,
             "iterations": report["iterations"], "status": report["solver_status"],
             "violation": report["complementarity_violation"], "mh_chains": mh_chains,
             "mh_substeps": mh_substeps, "mh_steps": mh_steps, "mh_probe_steps": probe_steps,
-            "mh_seconds_per_step": per_step, "mh_projected_seconds": per_step * mh_steps,
+            "mh_seconds_per_step": per_step, "mh_seconds_per_step_before_after": [before, after],
+            "mh_projected_seconds": per_step * mh_steps, "load_average_1min": load,
             "speedup_over_mh": per_step * mh_steps / mpec_seconds}
 
 
