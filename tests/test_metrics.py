@@ -12,7 +12,9 @@ from residualsim.data.impacts import PlanarImpacts
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, PredictionError
 from residualsim.evaluation.sample_scores import (
+    RELIABILITY_LEVELS,
     _mahalanobis_distances,
+    crps_ensemble,
     energy_score,
     region_membership,
 )
@@ -43,6 +45,12 @@ TRAJECTORY_KEYS = {
     "coverage_90",
     "coverage_xy_50",
     "coverage_xy_90",
+    "reliability_final",
+    "reliability_final_xy",
+    "reliability_trajectory",
+    "reliability_trajectory_xy",
+    "reliability_max_deviation",
+    "crps_final_m",
 }
 
 IMPACT_KEYS = {
@@ -59,6 +67,9 @@ IMPACT_KEYS = {
     "energy_score_mps_median",
     "coverage_50",
     "coverage_90",
+    "reliability",
+    "reliability_max_deviation",
+    "crps_mps",
 }
 
 
@@ -600,3 +611,151 @@ def test_scores_are_read_only():
     assert isinstance(score, TrajectoryScore)
     with pytest.raises(ValueError):
         score.position_rmse_m[0] = 1.0
+
+
+# --------------------------------------------------------------------------- reliability, CRPS
+
+LEVELS = np.array(RELIABILITY_LEVELS)
+
+
+def expected_coverage(n_samples: int) -> np.ndarray:
+    """What a calibrated S-sample ensemble covers at each level (sample_scores docstring)."""
+    return (LEVELS * (n_samples - 1) + 1) / (n_samples + 1)
+
+
+def curve_values(curve: dict) -> np.ndarray:
+    assert list(curve) == [f"{level:g}" for level in RELIABILITY_LEVELS]
+    return np.array(list(curve.values()))
+
+
+def gaussian_trajectories(rng, n_batch, n_samples, n_steps, shrink=1.0):
+    """Trajectories whose recorded position at every time (after the first) is one more draw
+    of the Gaussian its samples come from (samples narrowed by ``shrink``)."""
+    recordings, positions, quaternions = {}, [], []
+    identity = np.tile([1.0, 0.0, 0.0, 0.0], (n_steps, 1))
+    for index in range(n_batch):
+        centre = np.cumsum(rng.normal(scale=0.05, size=(n_steps, 3)), axis=0)
+        scale = np.linspace(0.2, 1.5, n_steps)[:, None, None] * FACTOR.T  # grows with time
+        recorded = centre + np.einsum("td,tde->te", rng.normal(size=(n_steps, 3)), scale)
+        noise = np.einsum("std,tde->ste", rng.normal(size=(n_samples, n_steps, 3)), scale)
+        sampled = centre[None] + noise / shrink
+        recorded[0] = sampled[:, 0] = centre[0]  # rollouts start at the recorded position
+        recordings[str(index)] = Trajectory(str(index), np.arange(n_steps) / 100.0, recorded,
+                                            identity, np.zeros((n_steps, 3)),
+                                            np.zeros((n_steps, 3)))
+        positions.append(sampled)
+        quaternions.append(np.broadcast_to(identity, (n_samples, n_steps, 4)))
+    return TrajectoryPredictions.from_arrays(list(recordings), positions, quaternions), recordings
+
+
+def test_reliability_curve_is_on_the_diagonal_for_matching_samples():
+    rng = np.random.default_rng(21)
+    samples, truth = gaussian_ensembles(rng, 1500, 64, np.array([0.3, -0.2, 0.05]), FACTOR)
+    summary = score_trajectories(*predictions_from_final(samples, truth)).aggregate()
+    for key in ("reliability_final", "reliability_final_xy"):
+        coverage = curve_values(summary[key])
+        np.testing.assert_allclose(coverage, expected_coverage(64), atol=0.04, err_msg=key)
+        np.testing.assert_allclose(coverage, LEVELS, atol=0.05, err_msg=key)
+        assert summary["reliability_max_deviation"][key.removeprefix("reliability_")] < 0.05
+    # the 50 % and 90 % points are the existing coverages (the same regions)
+    assert summary["reliability_final"]["0.5"] == summary["coverage_50"]
+    assert summary["reliability_final_xy"]["0.9"] == summary["coverage_xy_90"]
+
+
+def test_reliability_along_the_trajectory_for_matching_and_overconfident_samples():
+    rng = np.random.default_rng(22)
+    predictions, recordings = gaussian_trajectories(rng, 60, 64, 25)
+    score = score_trajectories(predictions, recordings)
+    assert score.trajectory_inside.shape == (60, len(LEVELS))
+    summary = score.aggregate()
+    for key in ("reliability_trajectory", "reliability_trajectory_xy"):
+        # 60 x 24 time samples (the first, the common start, is not scored)
+        np.testing.assert_allclose(curve_values(summary[key]), LEVELS, atol=0.04, err_msg=key)
+    narrow = score_trajectories(*gaussian_trajectories(np.random.default_rng(22), 60, 64, 25,
+                                                       shrink=3.0)).aggregate()
+    for key in ("reliability_trajectory", "reliability_trajectory_xy"):
+        coverage = curve_values(narrow[key])
+        assert (coverage < LEVELS - 0.05).all(), key
+        assert coverage[-1] < 0.45, key  # the 90 % region covers under half the times
+        assert narrow["reliability_max_deviation"][key.removeprefix("reliability_")] > 0.4
+
+
+def test_overconfident_samples_fall_well_below_the_diagonal():
+    rng = np.random.default_rng(23)
+    samples, truth = gaussian_ensembles(rng, 1500, 64, np.zeros(3), FACTOR)
+    centre = samples.mean(axis=1, keepdims=True)
+    narrow = centre + (samples - centre) / 3.0  # the same centres, spread shrunk 3x
+    summary = score_trajectories(*predictions_from_final(narrow, truth)).aggregate()
+    coverage = curve_values(summary["reliability_final"])
+    # 3-D Gaussian: the 90 % region shrunk 3x holds P(chi2_3 <= 6.25 / 9) = 0.13
+    assert coverage[-1] == pytest.approx(0.13, abs=0.04)
+    assert (coverage <= LEVELS - 0.08).all()
+    assert summary["reliability_max_deviation"]["final"] > 0.7
+    np.testing.assert_array_less(curve_values(summary["reliability_final_xy"]), LEVELS)
+
+
+def test_one_sample_reports_no_reliability():
+    recordings = make_recordings({"a": 6, "b": 4})
+    score = score_trajectories(copy_predictions(recordings, 1), recordings)
+    summary = score.aggregate()
+    for key in ("reliability_final", "reliability_final_xy", "reliability_trajectory",
+                "reliability_trajectory_xy", "reliability_max_deviation"):
+        assert summary[key] is None, key
+    assert score.inside_levels is None and score.trajectory_inside is None
+    assert "reliability" not in format_table(score)
+
+
+def test_crps_of_a_point_mass_is_the_absolute_error():
+    recordings = make_recordings({"a": 8, "b": 3})
+    offsets = {"a": np.array([0.01, -0.02, 0.003]), "b": np.array([-0.04, 0.0, 0.5])}
+    predictions = TrajectoryPredictions.from_arrays(
+        ["a", "b"], [recordings[i].positions_m[None] + offsets[i] for i in ("a", "b")],
+        [recordings[i].quat_wxyz[None] for i in ("a", "b")])
+    score = score_trajectories(predictions, recordings)
+    np.testing.assert_allclose(score.crps_final_m, np.abs([offsets["a"], offsets["b"]]),
+                               rtol=1e-12, atol=1e-15)
+    crps = score.aggregate()["crps_final_m"]
+    assert list(crps) == ["x", "y", "z"]
+    assert crps["z"] == pytest.approx((0.003 + 0.5) / 2)
+    assert "CRPS, final z" in format_table(score)
+
+
+def test_crps_matches_the_energy_form_definition():
+    rng = np.random.default_rng(24)
+    samples = rng.normal(size=(5, 17, 3))
+    truth = rng.normal(size=(5, 3))
+    accuracy = np.abs(samples - truth[:, None]).mean(axis=1)
+    spread = np.abs(samples[:, :, None] - samples[:, None, :]).mean(axis=(1, 2))
+    np.testing.assert_allclose(crps_ensemble(samples, truth), accuracy - 0.5 * spread,
+                               rtol=1e-12)
+    # in one dimension the energy score is the CRPS
+    np.testing.assert_allclose(crps_ensemble(samples[..., :1], truth[:, :1])[:, 0],
+                               energy_score(samples[..., :1], truth[:, :1]), rtol=1e-12)
+    # a sharper ensemble around the truth scores lower; a calibrated one beats a narrow one
+    wide = truth[:, None] + rng.normal(size=(5, 400, 3))
+    narrow = truth[:, None] + 0.1 * rng.normal(size=(5, 400, 3))
+    assert (crps_ensemble(narrow, truth) < crps_ensemble(wide, truth)).all()
+
+
+def test_impact_reliability_and_crps():
+    rng = np.random.default_rng(25)
+    n, s, k = 900, 64, 0.0192
+    impacts = make_impacts(rng, n=n, k=k)
+    truth = impacts.post_state[:, 3:] * [1.0, 1.0, k]
+    samples = truth[None] + rng.normal(size=(s, n, 3)) @ FACTOR.T
+    samples = samples - (rng.normal(size=(n, 3)) @ FACTOR.T)[None]
+    score = score_impacts(ImpactPredictions(samples / [1.0, 1.0, k], impacts.rows), impacts)
+    summary = score.aggregate()
+    np.testing.assert_allclose(curve_values(summary["reliability"]), LEVELS, atol=0.05)
+    assert summary["reliability"]["0.9"] == summary["coverage_90"]
+    assert summary["reliability_max_deviation"] < 0.05
+    assert list(summary["crps_mps"]) == ["dx", "dy", "kdtheta"]
+    # Gaussian CRPS of a calibrated forecast: E = sigma / sqrt(pi)
+    sigma = np.sqrt((FACTOR**2).sum(axis=1))
+    np.testing.assert_allclose(list(summary["crps_mps"].values()), sigma / math.sqrt(math.pi),
+                               rtol=0.08)
+    table = format_table(score)
+    assert "CRPS, kdtheta" in table and "reliability" in table
+    exact = score_impacts(ImpactPredictions(impacts.post_state[:, 3:][None], impacts.rows),
+                          impacts).aggregate()
+    assert exact["reliability"] is None and exact["crps_mps"]["dx"] == pytest.approx(0.0)

@@ -34,7 +34,13 @@ def cmd_score(args: argparse.Namespace) -> None:
     data = resolve_data(args.data) if args.data else None
     score = score_file(Path(args.pred), data, args.scene)
     print(format_table(score))
-    json_line({"command": "score", **score.aggregate()})
+    if args.plot:
+        from residualsim.evaluation import reliability_plot
+
+        reliability_plot(score.reliability(), make_parent(args.plot), n_samples=score.n_samples,
+                         title=f"{Path(args.pred).name}: S = {score.n_samples}")
+    json_line({"command": "score", **score.aggregate(),
+               **({"plot": str(args.plot)} if args.plot else {})})
 
 
 def register(commands) -> None:
@@ -56,4 +62,6 @@ def register(commands) -> None:
     score.add_argument("--pred", required=True)
     score.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
+    score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
+                       "(coverage of the 10 %%..90 %% sample regions; needs S > 1)")
     score.set_defaults(run=cmd_score)

@@ -4,7 +4,8 @@
   and w-x-y-z quaternions in the world frame, or post-impact velocities), load and save.
 * :mod:`~residualsim.evaluation.metrics`: position RMSE, rotation error, the published
   peers' metric, impact RMSE; :mod:`~residualsim.evaluation.sample_scores`: the energy
-  score and the 50 % / 90 % sample regions of an ensemble.
+  score, the CRPS, the sample regions of an ensemble and the reliability curve;
+  :mod:`~residualsim.evaluation.plots`: the reliability plot.
 
 No physics here: calibration and training score their held-out splits with the same
 functions the ``score`` command uses.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 from residualsim.evaluation.metrics import (ImpactScore, TrajectoryScore, format_table,
                                            score_impacts, score_trajectories)
-from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, energy_score,
-                                                 region_membership)
+from residualsim.evaluation.plots import reliability_plot
+from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, RELIABILITY_LEVELS,
+                                                 crps_ensemble, energy_score,
+                                                 region_membership, reliability_curve)
 from residualsim.evaluation.predictions import (FORMAT_NAME, FORMAT_VERSION, ImpactPredictions,
                                                TrajectoryPrediction, TrajectoryPredictions,
                                                load_predictions, save_predictions)
@@ -23,4 +26,5 @@ from residualsim.evaluation.predictions import (FORMAT_NAME, FORMAT_VERSION, Imp
 __all__ = ["TrajectoryPredictions", "ImpactPredictions", "TrajectoryPrediction",
            "load_predictions", "save_predictions", "FORMAT_NAME", "FORMAT_VERSION",
            "score_trajectories", "score_impacts", "TrajectoryScore", "ImpactScore",
-           "format_table", "energy_score", "region_membership", "COVERAGE_LEVELS"]
+           "format_table", "energy_score", "region_membership", "COVERAGE_LEVELS",
+           "RELIABILITY_LEVELS", "crps_ensemble", "reliability_curve", "reliability_plot"]

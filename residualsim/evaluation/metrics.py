@@ -15,7 +15,15 @@ and predicted samples p_{s,t}, q_{s,t}:
 * energy score of the final position, ES = mean_s ||X_s - y|| - 1/(2 S^2)
   sum_{s,s'} ||X_s - X_s'|| with X_s = p_{s,T} and y = p_T (for S = 1, the final error);
 * with S > 1, whether the recorded final position lies in the 50 % and 90 % sample
-  regions (see below); coverage is the fraction of trajectories for which it does.
+  regions (see below); coverage is the fraction of trajectories for which it does;
+* the reliability curve of the final position: the coverage of the 10 %, 20 %, ..., 90 %
+  regions (3-D and world x-y);
+* the reliability curve along the trajectory: for each time sample t = 1 .. T-1 (t = 0 is
+  the recorded initial position the rollouts start from), whether p_t lies in the
+  alpha-region of the S points p_{s,t}; the fraction of time samples inside, averaged over
+  trajectories (each trajectory weighs the same, whatever its length); 3-D and x-y;
+* CRPS of each coordinate x, y, z of the final position (the energy-form estimator, see
+  :mod:`residualsim.evaluation.sample_scores`; for S = 1 the absolute error).
 
 Aggregates are the mean and the median over trajectories of the per-trajectory values.
 
@@ -28,10 +36,15 @@ at distance k from the centre of mass. Then
   by 3), and per component RMSE_i = sqrt(mean_n mean_s e_i^2), so that
   RMSE^2 = RMSE_dx^2 + RMSE_dy^2 + RMSE_kdtheta^2;
 * energy score of the (dx, dy, k dtheta) vector, averaged over impacts;
-* with S > 1, coverage 50 % and 90 % of the recorded (dx, dy, k dtheta).
+* with S > 1, coverage 50 % and 90 % of the recorded (dx, dy, k dtheta), and its
+  reliability curve (10 %, ..., 90 %);
+* CRPS of each component dx, dy, k dtheta, m/s.
 
-Sample regions and the energy score are defined in
+Sample regions, the energy score, the CRPS and the reliability curve are defined in
 :mod:`residualsim.evaluation.sample_scores`.
+
+The module is longer than 600 lines: the two score classes share its helpers, definitions
+and table format, which would otherwise be split across modules importing each other.
 """
 
 from __future__ import annotations
@@ -47,7 +60,9 @@ from residualsim.data.impacts import PlanarImpacts
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, PredictionError
 from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
-from residualsim.evaluation.sample_scores import COVERAGE_LEVELS, energy_score, region_membership
+from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, RELIABILITY_LEVELS,
+                                                 crps_ensemble, energy_score, max_deviation,
+                                                 region_membership, reliability_curve)
 
 __all__ = [
     "TrajectoryScore",
@@ -94,6 +109,13 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _curve(inside: np.ndarray | None) -> dict[str, float] | None:
+    if inside is None or np.isnan(inside).all(axis=0).any():
+        return None
+    kept = inside[~np.isnan(inside).any(axis=1)]
+    return reliability_curve(kept, RELIABILITY_LEVELS)
+
+
 @dataclass(frozen=True, eq=False)
 class TrajectoryScore:
     """Scores of trajectory predictions; per-trajectory arrays follow ``ids``.
@@ -128,6 +150,14 @@ class TrajectoryScore:
     joint_rmse : ndarray of shape (n,) or None
         For objects with joints (predictions and recordings both carry them): sqrt(mean
         over t, s and joints of the joint position error), rad (or m for prismatic joints).
+    inside_levels, inside_levels_xy : ndarray of bool, shape (n, L), or None
+        Whether the recorded final position (3-D; x-y) lies in the region of each level of
+        :data:`~residualsim.evaluation.sample_scores.RELIABILITY_LEVELS`; None when S == 1.
+    trajectory_inside, trajectory_inside_xy : ndarray of shape (n, L), or None
+        Per trajectory, the fraction of its time samples 1 .. T-1 whose recorded position
+        (3-D; x-y) lies in the region of each level (NaN for T = 1); None when S == 1.
+    crps_final_m : ndarray of shape (n, 3), or None
+        CRPS of the final position's x, y, z, metres.
     """
 
     ids: tuple[str, ...]
@@ -143,6 +173,11 @@ class TrajectoryScore:
     inside_xy_50: np.ndarray | None = None
     inside_xy_90: np.ndarray | None = None
     joint_rmse: np.ndarray | None = None
+    inside_levels: np.ndarray | None = None
+    inside_levels_xy: np.ndarray | None = None
+    trajectory_inside: np.ndarray | None = None
+    trajectory_inside_xy: np.ndarray | None = None
+    crps_final_m: np.ndarray | None = None
 
     @property
     def n_trajectories(self) -> int:
@@ -172,7 +207,13 @@ class TrajectoryScore:
             trajectories), ``coverage_xy_50`` and ``coverage_xy_90`` (the same on the table
             plane). ``position_rmse_sides*`` are None without ``side_m``, the
             coverages None when S == 1. Objects with joints add ``joint_rmse`` and
-            ``joint_rmse_median`` (rad, or m for prismatic joints).
+            ``joint_rmse_median`` (rad, or m for prismatic joints). The reliability curves
+            ``reliability_final``, ``reliability_final_xy``, ``reliability_trajectory`` and
+            ``reliability_trajectory_xy`` map each level (``"0.1"`` .. ``"0.9"``) to its
+            coverage (None when S == 1); ``reliability_max_deviation`` holds each curve's
+            max |coverage - level| under the keys ``final``, ``final_xy``, ``trajectory``,
+            ``trajectory_xy`` (None when S == 1); ``crps_final_m`` the mean CRPS of the
+            final x, y, z (keys ``x``, ``y``, ``z``).
         """
         sides = self.position_rmse_sides
         joints = {} if self.joint_rmse is None else {
@@ -196,7 +237,19 @@ class TrajectoryScore:
             "coverage_xy_50": _mean(self.inside_xy_50),
             "coverage_xy_90": _mean(self.inside_xy_90),
             **joints,
+            **{f"reliability_{name}": curve for name, curve in self.reliability().items()},
+            "reliability_max_deviation": None if self.n_samples < 2 else {
+                name: max_deviation(curve) for name, curve in self.reliability().items()},
+            "crps_final_m": None if self.crps_final_m is None else dict(
+                zip("xyz", (float(v) for v in self.crps_final_m.mean(axis=0)))),
         }
+
+    def reliability(self) -> dict[str, dict[str, float] | None]:
+        """The reliability curves ``final``, ``final_xy``, ``trajectory``,
+        ``trajectory_xy``: {level: coverage}, or None (S == 1)."""
+        return {"final": _curve(self.inside_levels), "final_xy": _curve(self.inside_levels_xy),
+                "trajectory": _curve(self.trajectory_inside),
+                "trajectory_xy": _curve(self.trajectory_inside_xy)}
 
     def _table(self) -> tuple[str, list[tuple[str, Any, str]]]:
         summary = self.aggregate()
@@ -224,6 +277,9 @@ class TrajectoryScore:
             ("coverage of 50 % region, x-y", summary["coverage_xy_50"], ""),
             ("coverage of 90 % region, x-y", summary["coverage_xy_90"], ""),
         ]
+        if summary["crps_final_m"] is not None:
+            rows += [(f"CRPS, final {axis}", value, "m")
+                     for axis, value in summary["crps_final_m"].items()]
         if self.joint_rmse is not None:
             rows.append(("joint RMSE", summary["joint_rmse"], "rad"))
         return title, rows
@@ -251,6 +307,11 @@ class ImpactScore:
         Whether the recorded (dx, dy, k dtheta) lies in the sample region; None when S == 1.
     missing_rows : ndarray of int
         Rows of the data that were not predicted (not scored).
+    inside_levels : ndarray of bool, shape (n, L), or None
+        Whether the recorded (dx, dy, k dtheta) lies in the region of each level of
+        :data:`~residualsim.evaluation.sample_scores.RELIABILITY_LEVELS`; None when S == 1.
+    crps_mps : ndarray of shape (n, 3), or None
+        CRPS of dx, dy and k dtheta, m/s.
     """
 
     rows: np.ndarray
@@ -262,6 +323,8 @@ class ImpactScore:
     inside_50: np.ndarray | None = None
     inside_90: np.ndarray | None = None
     missing_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    inside_levels: np.ndarray | None = None
+    crps_mps: np.ndarray | None = None
 
     @property
     def n_impacts(self) -> int:
@@ -284,7 +347,9 @@ class ImpactScore:
             of the per-impact value); ``dx_rmse_mps``, ``dy_rmse_mps``, ``kdtheta_rmse_mps``
             and ``dtheta_rmse_radps`` (= ``kdtheta_rmse_mps`` / k); ``energy_score_mps`` and
             ``energy_score_mps_median``; ``coverage_50`` and ``coverage_90`` (None when
-            S == 1).
+            S == 1); ``reliability`` ({level: coverage}, levels ``"0.1"`` .. ``"0.9"``) and
+            its ``reliability_max_deviation`` (None when S == 1); ``crps_mps``, the mean
+            CRPS of ``dx``, ``dy`` and ``kdtheta``.
         """
         component = np.sqrt(np.mean(self.component_error_mps**2, axis=0))
         return {
@@ -301,7 +366,15 @@ class ImpactScore:
             "energy_score_mps_median": _median(self.energy_score_mps),
             "coverage_50": _mean(self.inside_50),
             "coverage_90": _mean(self.inside_90),
+            "reliability": self.reliability()["impact"],
+            "reliability_max_deviation": max_deviation(self.reliability()["impact"]),
+            "crps_mps": None if self.crps_mps is None else dict(
+                zip(("dx", "dy", "kdtheta"), (float(v) for v in self.crps_mps.mean(axis=0)))),
         }
+
+    def reliability(self) -> dict[str, dict[str, float] | None]:
+        """The reliability curve of (dx, dy, k dtheta) under the key ``impact``."""
+        return {"impact": _curve(self.inside_levels)}
 
     def _table(self) -> tuple[str, list[tuple[str, Any, str]]]:
         summary = self.aggregate()
@@ -320,14 +393,30 @@ class ImpactScore:
             ("coverage of 50 % region", summary["coverage_50"], ""),
             ("coverage of 90 % region", summary["coverage_90"], ""),
         ]
+        if summary["crps_mps"] is not None:
+            rows += [(f"CRPS, {name}", value, "m/s")
+                     for name, value in summary["crps_mps"].items()]
         return title, rows
 
 
 def _coverage(samples: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray | None, ...]:
+    """inside_50, inside_90 and the (n, L) membership at every reliability level (the same
+    regions; Nones for S == 1)."""
     if samples.shape[1] < 2:
-        return None, None
-    inside = region_membership(samples, truth, COVERAGE_LEVELS)
-    return _readonly(inside[0].copy()), _readonly(inside[1].copy())
+        return None, None, None
+    inside = np.ascontiguousarray(region_membership(samples, truth, RELIABILITY_LEVELS).T)
+    i50, i90 = (RELIABILITY_LEVELS.index(level) for level in COVERAGE_LEVELS)
+    return _readonly(inside[:, i50].copy()), _readonly(inside[:, i90].copy()), _readonly(inside)
+
+
+def _time_coverage(position: np.ndarray, recorded: np.ndarray) -> np.ndarray:
+    """Fraction of the time samples 1 .. T-1 whose recorded point (T, D) lies in the
+    region of the S sampled points (S, T, D) at that time, per level: shape (L,)."""
+    if position.shape[1] < 2:
+        return np.full(len(RELIABILITY_LEVELS), np.nan)
+    inside = region_membership(np.swapaxes(position[:, 1:], 0, 1), recorded[1:],
+                               RELIABILITY_LEVELS)
+    return inside.mean(axis=1)
 
 
 def score_trajectories(
@@ -403,6 +492,8 @@ def score_trajectories(
     final_predicted = np.empty((n, n_samples, 3))
     final_recorded = np.empty((n, 3))
     joint_rmse = np.full(n, np.nan)
+    sampled = n_samples >= 2
+    over_time = np.full((2, n, len(RELIABILITY_LEVELS)), np.nan)  # 3-D, x-y
     for index, traj_id in enumerate(ids):
         prediction = predictions[traj_id]
         recording = recordings[traj_id]
@@ -414,6 +505,11 @@ def score_trajectories(
         ).mean()
         final_predicted[index] = prediction.position[:, -1]
         final_recorded[index] = recording.positions_m[-1]
+        if sampled:
+            position = np.asarray(prediction.position, dtype=np.float64)
+            over_time[0, index] = _time_coverage(position, recording.positions_m)
+            over_time[1, index] = _time_coverage(position[..., :2],
+                                                 recording.positions_m[:, :2])
         recorded_joints = getattr(recording, "joint_positions", None)
         if prediction.joint_positions is not None and recorded_joints is not None \
                 and recorded_joints.shape[1] == prediction.joint_positions.shape[2] > 0:
@@ -422,8 +518,9 @@ def score_trajectories(
 
     final_offset = final_predicted - final_recorded[:, None, :]
     final_error = np.linalg.norm(final_offset, axis=-1).mean(axis=1)
-    inside_50, inside_90 = _coverage(final_predicted, final_recorded)
-    inside_xy_50, inside_xy_90 = _coverage(final_predicted[..., :2], final_recorded[:, :2])
+    inside_50, inside_90, inside_levels = _coverage(final_predicted, final_recorded)
+    inside_xy_50, inside_xy_90, inside_levels_xy = _coverage(final_predicted[..., :2],
+                                                             final_recorded[:, :2])
     predicted_set = set(ids)
     return TrajectoryScore(
         ids=tuple(ids),
@@ -439,6 +536,11 @@ def score_trajectories(
         inside_xy_50=inside_xy_50,
         inside_xy_90=inside_xy_90,
         joint_rmse=None if np.isnan(joint_rmse).all() else _readonly(joint_rmse),
+        inside_levels=inside_levels,
+        inside_levels_xy=inside_levels_xy,
+        trajectory_inside=_readonly(over_time[0]) if sampled else None,
+        trajectory_inside_xy=_readonly(over_time[1]) if sampled else None,
+        crps_final_m=_readonly(crps_ensemble(final_predicted, final_recorded)),
     )
 
 
@@ -505,7 +607,7 @@ def score_impacts(predictions: ImpactPredictions, impacts: PlanarImpacts) -> Imp
     error2 = (samples - truth[:, None, :]) ** 2  # (N, S, 3)
     component = np.sqrt(error2.mean(axis=1))
     velocity = np.sqrt(error2.sum(axis=-1).mean(axis=1))
-    inside_50, inside_90 = _coverage(samples, truth)
+    inside_50, inside_90, inside_levels = _coverage(samples, truth)
     missing = np.ones(len(data_rows), dtype=bool)
     missing[index] = False
     return ImpactScore(
@@ -518,6 +620,8 @@ def score_impacts(predictions: ImpactPredictions, impacts: PlanarImpacts) -> Imp
         inside_50=inside_50,
         inside_90=inside_90,
         missing_rows=_readonly(data_rows[missing].copy()),
+        inside_levels=inside_levels,
+        crps_mps=_readonly(crps_ensemble(samples, truth)),
     )
 
 
@@ -540,7 +644,9 @@ def format_table(score: TrajectoryScore | ImpactScore) -> str:
     -------
     str
         Lines ``metric  value  unit``, values to 4 significant digits, ``n/a`` where a
-        metric does not apply (coverage with S = 1).
+        metric does not apply (coverage with S = 1); with S > 1 then the reliability
+        curves, one line each: the coverage (%) of the 10 % .. 90 % regions and the
+        curve's max deviation from the diagonal (points).
     """
     if not isinstance(score, (TrajectoryScore, ImpactScore)):
         raise TypeError(
@@ -555,4 +661,12 @@ def format_table(score: TrajectoryScore | ImpactScore) -> str:
         f"{label:<{label_width}}  {value:>{value_width}}  {unit}".rstrip()
         for label, value, unit in cells
     ]
+    curves = {name: curve for name, curve in score.reliability().items() if curve is not None}
+    if curves:
+        width = max(len("reliability"), *(len(name) for name in curves))
+        header = "".join(f"{100 * level:>6.0f}" for level in RELIABILITY_LEVELS)
+        lines.append(f"{'reliability':<{width}}{header}  max dev  (coverage %, per level %)")
+        for name, curve in curves.items():
+            values = "".join(f"{100 * value:>6.1f}" for value in curve.values())
+            lines.append(f"{name:<{width}}{values}  {100 * max_deviation(curve):>7.1f}")
     return "\n".join(lines)

@@ -1,7 +1,17 @@
-"""Scores of a sample ensemble against an observation: the energy score and sample regions.
+"""Scores of a sample ensemble against an observation: the energy score, the CRPS, sample
+regions and the reliability curve.
 
 Energy score of an ensemble of S points X_s against the observation y:
 ES = mean_s ||X_s - y|| - 1/(2 S^2) sum_{s,s'} ||X_s - X_s'|| (for S = 1, the error).
+
+CRPS of one coordinate (:func:`crps_ensemble`): the same estimator in one dimension,
+CRPS = mean_s |X_s - y| - 1/(2 S^2) sum_{s,s'} |X_s - X_s'|, the CRPS of the ensemble's
+empirical distribution (the "energy" form, ``scoringrules``' ``estimator="nrg"``; not the
+fair form with 1/(2 S (S - 1)), which is unbiased for the CRPS of the distribution the
+samples come from but undefined at S = 1). It is computed with ``scoringrules``'
+``estimator="qd"``, the quantile decomposition of the same value, O(S log S) instead of the
+O(S^2) pairs. A point mass (S = 1) scores its absolute error;
+in one dimension the energy score equals this CRPS.
 
 Sample regions (Mahalanobis depth). For the S sample points X_s in D dimensions, take
 their mean m and covariance C (divisor S - 1), regularised as C + eps I with
@@ -24,6 +34,13 @@ alpha = 0.5. The leave-one-out distance has a closed form
 d_(s)^2 = (S / (S - 1))^2 (S - 2) / (S - 1) a / (1 - S a / (S - 1)^2), a monotone map of
 a, so the region's shape is unchanged, only its size. With S = 2 the in-sample distances
 are used.
+
+Reliability curve (:func:`reliability_curve`): the coverage, i.e. the fraction of
+observations inside their ensembles' alpha-regions defined above, at each level alpha of
+:data:`RELIABILITY_LEVELS` (10 %, 20 %, ..., 90 %). A calibrated ensemble lies on the
+diagonal up to the finite-S offset (alpha (S - 1) + 1) / (S + 1) - alpha (at most 1.2
+points at S = 64) and the sampling noise of the fraction; coverage below the diagonal means
+overconfident samples (regions too small), above it underconfident ones.
 """
 
 from __future__ import annotations
@@ -32,10 +49,14 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["COVERAGE_LEVELS", "energy_score", "region_membership"]
+__all__ = ["COVERAGE_LEVELS", "RELIABILITY_LEVELS", "energy_score", "region_membership",
+           "crps_ensemble", "reliability_curve", "max_deviation"]
 
 #: Probability levels of the sample regions whose coverage is reported.
 COVERAGE_LEVELS = (0.5, 0.9)
+
+#: Levels of the reliability curve (central sample regions of 10 %, 20 %, ..., 90 %).
+RELIABILITY_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 #: Regularisation of the sample covariance: eps = ABS + REL * trace(C) / D.
 COVARIANCE_EPS_ABS = 1e-8
@@ -160,3 +181,66 @@ def region_membership(
     return truth_distance[None, :] <= thresholds
 
 
+
+
+def crps_ensemble(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """CRPS of each coordinate of B ensembles against their observations.
+
+    CRPS = mean_s |X_s - y| - 1/(2 S^2) sum_{s,s'} |X_s - X_s'| per coordinate (the
+    empirical distribution's CRPS, see the module docstring), computed by ``scoringrules``
+    (``crps_ensemble``, ``estimator="qd"``: the same value as ``"nrg"`` from sorted samples).
+
+    Parameters
+    ----------
+    samples : ndarray of shape (B, S, D)
+        B ensembles of S >= 1 points in D dimensions.
+    truth : ndarray of shape (B, D)
+        The observed point of each ensemble.
+
+    Returns
+    -------
+    ndarray of shape (B, D)
+        In the units of the points; for S = 1 the absolute errors.
+    """
+    import scoringrules
+
+    samples = np.asarray(samples, dtype=np.float64)
+    truth = np.asarray(truth, dtype=np.float64)
+    if samples.ndim != 3 or truth.shape != (samples.shape[0], samples.shape[2]):
+        raise ValueError(
+            f"expected samples of shape (B, S, D) and truth of shape (B, D), got "
+            f"{samples.shape} and {truth.shape}"
+        )
+    if samples.shape[0] == 0:
+        return np.zeros(truth.shape)
+    crps = scoringrules.crps_ensemble(truth, samples, m_axis=1, estimator="qd",
+                                      backend="numpy")
+    return np.asarray(crps, dtype=np.float64).reshape(truth.shape)
+
+
+def reliability_curve(inside: np.ndarray, levels: Iterable[float] = RELIABILITY_LEVELS
+                      ) -> dict[str, float]:
+    """The coverage at each level as ``{"0.1": c, ...}`` (JSON-ready keys).
+
+    Parameters
+    ----------
+    inside : ndarray of shape (n, L), bool or float
+        Per observation (or per recording, a fraction of its time samples), whether it
+        lies in the region of each level; the coverage is the mean over the n rows.
+    levels : iterable of float
+        The L levels, in the columns' order.
+    """
+    inside = np.asarray(inside, dtype=np.float64)
+    levels = list(levels)
+    if inside.ndim != 2 or inside.shape[1] != len(levels):
+        raise ValueError(f"expected inside of shape (n, {len(levels)}), got {inside.shape}")
+    coverage = inside.mean(axis=0)
+    return {f"{level:g}": float(value) for level, value in zip(levels, coverage)}
+
+
+def max_deviation(curve: dict[str, float] | None) -> float | None:
+    """max over levels of |coverage - level| of a :func:`reliability_curve` (None stays
+    None)."""
+    if curve is None:
+        return None
+    return max(abs(value - float(level)) for level, value in curve.items())
