@@ -6,8 +6,8 @@ import argparse
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (add_allow_implausible, add_workers, count, json_line,
-                                     nonnegative_float)
+from residualsim.cli.options import (SPLITS, add_allow_implausible, add_split_options,
+                                     add_workers, count, json_line, nonnegative_float)
 from residualsim.data.bundled import PRETRAINED
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError
@@ -59,6 +59,31 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                 "summary": summary, "seconds": time.perf_counter() - start})
 
 
+def cmd_uncertainty(args: argparse.Namespace) -> None:
+    """Deterministic / state noise / state noise + residual, scored alike."""
+    import json
+
+    from residualsim.atomic import atomic_write_text, make_parent
+    from residualsim.cli.options import split_options
+    from residualsim.experiments.uncertainty import (decomposition_plot,
+                                                     format_decomposition,
+                                                     uncertainty_decomposition)
+
+    start = time.perf_counter()
+    result = uncertainty_decomposition(
+        args.model or PRETRAINED["cube"], args.data, split=args.split, samples=args.samples,
+        seed=args.seed, n_workers=args.workers, limit=args.limit, **split_options(args))
+    print(format_decomposition(result), end="")
+    if args.plot:
+        decomposition_plot(result, make_parent(args.plot))
+    if args.out:
+        atomic_write_text(make_parent(args.out), json.dumps(result, indent=1) + "\n")
+    json_line({"command": "uncertainty", **{k: v for k, v in result.items() if k != "rows"},
+               "rows": [{k: v for k, v in row.items() if k != "score"}
+                        for row in result["rows"]],
+               "plot": args.plot, "out": args.out, "seconds": time.perf_counter() - start})
+
+
 def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     from residualsim.experiments.learning_curve import DEFAULT_METHODS, METHODS, SIZES
@@ -92,4 +117,22 @@ def register(commands) -> None:
     add_allow_implausible(ev)
     add_workers(ev)
     ev.set_defaults(run=cmd_evaluate)
+
+    un = commands.add_parser(
+        "uncertainty", help="a model's uncertainty decomposed: deterministic, initial-state "
+        "noise only, state noise + residual (energy score, coverage, reliability)")
+    un.add_argument("--model", help="trajectory model directory (default: the shipped cube "
+                    "model)")
+    un.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    un.add_argument("--samples", type=count(2), default=64, help="samples S (default 64)")
+    un.add_argument("--seed", type=int, default=0)
+    un.add_argument("--plot", metavar="FILE.png", help="reliability plot of the sampled rows")
+    un.add_argument("--out", metavar="FILE.json", help="the full result (every row's scores)")
+    un.add_argument("--split", choices=SPLITS, default="validation",
+                    help="which split of the recordings (default validation)")
+    un.add_argument("--limit", type=count(1), help="only the first N recordings")
+    add_split_options(un)
+    add_allow_implausible(un)
+    add_workers(un)
+    un.set_defaults(run=cmd_uncertainty)
 

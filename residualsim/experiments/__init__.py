@@ -8,6 +8,8 @@
 * :mod:`~residualsim.experiments.bench_mpec`: the MPEC identification's seed experiments on
   synthetic particles, against a particle filter.
 * :mod:`~residualsim.experiments.demo`: the ``demo`` command on the bundled real tosses.
+* :mod:`~residualsim.experiments.uncertainty`: where a model's predictive uncertainty comes
+  from: deterministic, initial-state noise only, state noise + residual (``uncertainty``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ _EXPORTS = {
     'run_demo': 'residualsim.experiments.demo',
     'format_demo': 'residualsim.experiments.demo',
     'DemoResult': 'residualsim.experiments.demo',
+    'uncertainty_decomposition': 'residualsim.experiments.uncertainty',
+    'format_decomposition': 'residualsim.experiments.uncertainty',
+    'decomposition_plot': 'residualsim.experiments.uncertainty',
 }
 
 __all__ = list(_EXPORTS)

@@ -548,15 +548,17 @@ def residual_trajectories(engine: Engine, item: tuple, request: RolloutRequest):
 
 def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples: int = 0,
                          seed: int = 0, n_workers: int = 1, residual: bool = True,
-                         guard: ContactGuard | None = None):
+                         guard: ContactGuard | None = None, policy: Any = None):
     """Predictions of a :class:`~residualsim.residual.policy.ResidualModel` for recordings.
 
     Rolls out each recording from its first sample over its recorded length with the
     model's engine and policy: ``samples=0`` the deterministic mean prediction (S = 1), S >= 1
     stochastic samples (sample s of the k-th recording uses ``default_rng([seed, k, s])``,
     and starts from the recorded state perturbed by the model's ``state_noise``, if any);
-    ``residual=False`` the model's engine alone. Returns (TrajectoryPredictions, stats) with
-    stats summing the event, clamp and penetration counts of every rollout.
+    ``residual=False`` the model's engine alone; ``policy`` replaces the model's
+    ``sampling_policy()`` (an object with ``mean(features)`` and ``sample(features, rng)``,
+    e.g. one whose samples are its mean: state noise only). Returns (TrajectoryPredictions,
+    stats) with stats summing the event, clamp and penetration counts of every rollout.
     """
     from residualsim.evaluation.predictions import TrajectoryPredictions
 
@@ -568,7 +570,10 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     if abs(settings.dt_s - model.dt_s) > 1e-6 * model.dt_s:
         raise DataError(f"recordings at {1 / settings.dt_s:.3f} Hz, but the model was trained "
                         f"at {1 / model.dt_s:.3f} Hz")
-    policy = model.sampling_policy() if residual else None
+    if residual and policy is None:
+        policy = model.sampling_policy()
+    elif not residual:
+        policy = None
     request = RolloutRequest(params=model.params, policies=(policy,), samples=int(samples),
                              seed=int(seed), guard=guard or model.guard,
                              state_noise=model.state_noise if residual else None)
