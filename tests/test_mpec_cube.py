@@ -104,4 +104,5 @@ def test_bench_mpec_cube_times_both_on_the_same_tosses():
     assert cube["mh_projected_seconds"] == pytest.approx(4000 * cube["mh_seconds_per_step"])
     assert cube["speedup_over_mh"] == pytest.approx(cube["mh_projected_seconds"]
                                                     / cube["mpec_seconds"])
+    assert cube["mpec_cpu_seconds"] > 0 and cube["mh_cpu_seconds_per_step"] > 0
     assert "MPEC" in format_mpec_report({"single": [], "multi": [], "cube": cube})

@@ -120,7 +120,7 @@ def cmd_bench_mpec(args: argparse.Namespace) -> None:
         from residualsim.experiments.bench_mpec import bench_mpec_cube
 
         report["cube"] = bench_mpec_cube(resolve_data(args.data, "cube"), args.cube_tosses,
-                                         n_workers=args.workers)
+                                         n_workers=args.workers, mh_substeps=args.mh_substeps)
     print(format_mpec_report(report))
     json_line({"command": "bench mpec", **report})
 
@@ -199,7 +199,9 @@ def register(commands) -> None:
     bmp.add_argument("--particles", type=count(2), default=2000, help="particle filter size")
     bmp.add_argument("--seed", type=int, default=0)
     bmp.add_argument("--cube-tosses", type=count(0), default=0, help="also time the cube MPEC "
-                     "on the first N training tosses against MH (2 chains, 1 substep) on them")
+                     "on the first N training tosses against MH (2 chains) on them")
     bmp.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/<cube's set>)")
     bmp.add_argument("--workers", type=count(1), default=2, help="for --cube-tosses")
+    bmp.add_argument("--mh-substeps", type=count(1), default=1, help="MH's engine substeps "
+                     "for --cube-tosses (default 1; calibrate's default is the scene's, 10)")
     bmp.set_defaults(run=cmd_bench_mpec)

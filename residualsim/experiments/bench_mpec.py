@@ -18,7 +18,9 @@ step (one likelihood call evaluating ``mh_chains`` parameter sets over every tos
 :class:`~residualsim.sysid.mcmc.MetropolisHastings` does) measured over ``probe_steps``
 steps after a warm-up step (half before the MPEC, half after), projected to ``mh_steps`` (calibrate's default 1000 burn-in +
 3000 samples). Both use ``n_workers`` processes; the MPEC's time includes starting its
-workers and compiling its programs, MH's projection excludes starting its engines.
+workers and compiling its programs, MH's projection excludes starting its engines. On a
+shared machine the wall-time ratio moves with the others' load, so the CPU-time ratio (this
+process and the workers, from /proc and getrusage) is reported beside it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,8 +102,6 @@ def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chain
                     ) -> dict[str, Any]:
     """The cube MPEC against Metropolis-Hastings on the same tosses (see the module):
     MPEC seconds and estimates, MH seconds per step and projected seconds, their ratio."""
-    from pathlib import Path
-
     from residualsim.sim.scenes import EngineParams
     from residualsim.sysid.calibrate import _load_split
     from residualsim.sysid.likelihood import TrajectoryLikelihood
@@ -114,25 +115,28 @@ def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chain
                 for m, e in zip(rng.uniform(0.1, 0.4, mh_chains), rng.uniform(0, 0.5, mh_chains))]
                for _ in range(probe_steps + 1)]
 
-    def probe(steps: list) -> float:
-        """MH seconds per step over ``steps`` (after a warm-up step)."""
+    def probe(steps: list) -> tuple[float, float]:
+        """MH wall and CPU seconds per step over ``steps`` (after a warm-up step)."""
         with TrajectoryLikelihood("cube", train, mh_substeps, n_workers=n_workers) as likelihood:
             likelihood.errors(batches[0])
-            started = time.perf_counter()
+            pids = [p for p in likelihood._pool.pids() if p != os.getpid()]
+            cpu, started = time.process_time() + _cpu_seconds(pids), time.perf_counter()
             for batch in steps:
                 likelihood.errors(batch)
-            return (time.perf_counter() - started) / len(steps)
+            return ((time.perf_counter() - started) / len(steps),
+                    (time.process_time() + _cpu_seconds(pids) - cpu) / len(steps))
 
     # MH probed before and after the MPEC, half the steps each, so that a change in the
     # machine's load during the run weighs on both sides of the ratio
     load = [os.getloadavg()[0]]
-    before = probe(batches[1:1 + probe_steps // 2])
-    started = time.perf_counter()
+    before, before_cpu = probe(batches[1:1 + probe_steps // 2])
+    cpu, started = time.process_time() + _children_cpu_seconds(), time.perf_counter()
     estimate = identify_tosses(train, n_workers=n_workers)
     mpec_seconds = time.perf_counter() - started
-    after = probe(batches[1 + probe_steps // 2:])
+    mpec_cpu = time.process_time() + _children_cpu_seconds() - cpu  # its workers have ended
+    after, after_cpu = probe(batches[1 + probe_steps // 2:])
     load.append(os.getloadavg()[0])
-    per_step = (before + after) / 2
+    per_step, per_step_cpu = (before + after) / 2, (before_cpu + after_cpu) / 2
     report = estimate.report
     return {"n_tosses": len(train), "n_windows": report["n_windows"], "n_workers": n_workers,
             "mpec_seconds": mpec_seconds, "mu": estimate.mu, "restitution": estimate.restitution,
@@ -141,7 +145,29 @@ def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chain
             "mh_substeps": mh_substeps, "mh_steps": mh_steps, "mh_probe_steps": probe_steps,
             "mh_seconds_per_step": per_step, "mh_seconds_per_step_before_after": [before, after],
             "mh_projected_seconds": per_step * mh_steps, "load_average_1min": load,
-            "speedup_over_mh": per_step * mh_steps / mpec_seconds}
+            "speedup_over_mh": per_step * mh_steps / mpec_seconds,
+            "mpec_cpu_seconds": mpec_cpu, "mh_cpu_seconds_per_step": per_step_cpu,
+            "cpu_ratio": per_step_cpu * mh_steps / mpec_cpu}
+
+
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system) used so far by running processes (Linux /proc; NaN
+    elsewhere)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children_cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def format_mpec_report(report: dict) -> str:
@@ -163,5 +189,6 @@ def format_mpec_report(report: dict) -> str:
             f"{cube['mpec_seconds']:.1f} s ({cube['iterations']} IPOPT iterations, "
             f"{cube['status']}); MH {cube['mh_chains']} chains, {cube['mh_substeps']} substep(s): "
             f"{cube['mh_seconds_per_step']:.4f} s/step -> {cube['mh_projected_seconds']:.0f} s "
-            f"for {cube['mh_steps']} steps; MPEC {cube['speedup_over_mh']:.1f}x faster")
+            f"for {cube['mh_steps']} steps; MPEC {cube['speedup_over_mh']:.1f}x faster (CPU "
+            f"time: {cube['cpu_ratio']:.1f}x; load average {cube['load_average_1min'][0]:.1f})")
     return "\n".join(lines)
