@@ -64,11 +64,12 @@ The report gives the worst window's final complementarity violation (max over pa
 min(a, b)), every window's IPOPT status (a failure raises SolverError naming the window and
 the status), and the per-window estimates.
 
-Measured (first 100 tosses of the training split, 2 workers, 2 cores): μ 0.192, e 0.172 in
-17.6 s (19.5 s with loading; every window Solve_Succeeded, worst violation 9.4e-4, median
-2.4e-4; per-window μ_i quartiles 0.17/0.20/0.25, e_i 0.11/0.17/0.21). Metropolis-Hastings on
-the same tosses (2 chains, 1 substep) costs 0.076 s per step, 305 s projected for its default
-4000 steps (``bench calibration``'s probe), so 16-17x, short of 20x. PyBullet (rigid, 1
+Measured (first 100 tosses of the training split, 2 workers, 2 cores): μ 0.192, e 0.172
+(every window Solve_Succeeded, worst violation 9.4e-4, median 2.4e-4; per-window μ_i
+quartiles 0.17/0.20/0.25, e_i 0.11/0.17/0.21). Against Metropolis-Hastings on the same
+tosses in the same run (``bench mpec --cube-tosses 100``: 2 chains, 1 substep, 4000 steps
+projected) 18.4-21.5x faster in wall time over five runs on a shared machine (median 21.0x),
+19.7x in CPU time; 93x against MH at the scene's 10 substeps. PyBullet (rigid, 1
 substep) on the validation split: 0.0202 m position RMSE at the MPEC estimate, 0.0187 m at
 MH's median (μ 0.183, e 0.039), 0.0177 m for the shipped soft-contact engine. Both
 parameters share the gap (MPEC μ with MH's e: 0.0193 m; MH's μ with the MPEC e: 0.0190 m):
