@@ -152,7 +152,7 @@ def test_real_impact_figures(mcube_dir):
 
 
 def test_largest_steps_is_the_largest_feasible_step_on_a_grid():
-    from residualsim.sim.rollout import largest_steps
+    from residualsim.sim.contact import largest_steps
 
     rng = np.random.default_rng(5)
     n = 400

@@ -120,7 +120,7 @@ def guarded_correction(contacts: ImpactContacts, engine_post: np.ndarray,
     """v_e + α M⁻¹Jᵀp with the largest α in [0, 1] that keeps the kinetic energy at most
     the pre-contact one and the normal velocity of the contact point at least
     min(0, engine's). Returns (post velocities (N, 3), α (N,)); vectorised over impacts."""
-    from residualsim.sim.rollout import largest_steps
+    from residualsim.sim.contact import largest_steps
 
     delta = contacts.velocity_changes(impulses)
     mass = contacts.mass_matrix

@@ -43,6 +43,7 @@ __all__ = ["CONTACT_DISTANCE_M", "is_touching",
     "spin_features",
     "velocity_change",
     "in_friction_cone",
+    "largest_steps",
     "project_to_friction_cone",
 ]
 
@@ -229,3 +230,20 @@ def project_to_friction_cone(impulse_contact: np.ndarray, friction: float) -> np
     p[0] = new_normal
     p[1:] = tangential * (friction * new_normal / slip)
     return p
+
+
+def largest_steps(a, b, c, cap) -> np.ndarray:
+    """Largest α in [0, cap] with a α² + b α + c <= 0, elementwise over arrays (0 where only
+    α = 0 comes close). With a = ½ΔᵀMΔ, b = vᵀMΔ and c = kinetic energy now minus the
+    allowed energy, it is the longest step along a correction Δ that keeps the energy
+    within the allowance."""
+    a, b, c, cap = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, c, cap)))
+    disc = b * b - 4.0 * a * c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sqrt = np.sqrt(np.maximum(disc, 0.0))
+        root, lower = (-b + sqrt) / (2.0 * a), (-b - sqrt) / (2.0 * a)
+        linear = np.where(b <= 0.0, cap, np.minimum(cap, -c / b))
+    quadratic = np.where((disc < 0.0) | (root < 0.0) | (lower > cap), 0.0,
+                         np.minimum(cap, root))
+    alpha = np.where(a <= 1e-300, linear, quadratic)
+    return np.where((c > 0.0) & ((a <= 0.0) | (b >= 0.0)), 0.0, alpha)

@@ -19,6 +19,7 @@ import pybullet as pb
 
 from residualsim.sim.contact import ContactModel, contact_frame, contact_model, is_touching
 from residualsim.sim.scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params
+from residualsim.sim.skips import FreeFlight, RestDetector
 
 __all__ = ["Engine", "ContactEvent", "Rollout", "ContactPoint"]
 
@@ -128,6 +129,7 @@ class Engine:
         self.scene.build(cid)
         self.scene.apply_params(self._params)
         self._soft = self._params.soft_contact
+        self._flight: FreeFlight | None | bool = False  # built on first use
 
     @property
     def params(self) -> EngineParams:
@@ -190,45 +192,104 @@ class Engine:
         for _ in range(n_steps):
             pb.stepSimulation(physicsClientId=cid)
 
+    def free_flight(self, skips: bool = True) -> FreeFlight | None:
+        """The closed-form free flight of this engine's body, or None where it is not exact
+        or ``skips`` is False (see :mod:`residualsim.sim.skips`)."""
+        if not skips:
+            return None
+        if self._flight is False:
+            self._flight = FreeFlight(self) if FreeFlight.supports(self.scene) else None
+        return self._flight
+
+    def rest_detector(self, skips: bool = True) -> RestDetector | None:
+        """A fresh rest detector for one rollout, or None where rest is not read off the
+        base pose or ``skips`` is False."""
+        return RestDetector(self.dt_s) if skips and RestDetector.supports(self.scene) else None
+
+    def fly(self, flight: FreeFlight, raws: list, remaining: int) -> int:
+        """Append closed-form samples to ``raws`` (records of :meth:`Scene.read_raw`) while
+        the body is clear of the table, at most ``remaining``; leave the engine in the last
+        one's state. Returns how many were added."""
+        last = raws[-1]
+        flown = flight.fly(last[0], last[1], remaining)
+        if flown:
+            extra = tuple(last[2:])
+            raws.extend(record + extra for record in flown)
+            self.reset(self.scene.raw_to_states(raws[-1:])[0])
+        return len(flown)
+
+
     def rollout(self, initial_state: np.ndarray, n_steps: int,
-                detect_contacts: bool = True) -> Rollout:
+                detect_contacts: bool = True, skips: bool = True) -> Rollout:
         """Reset to ``initial_state`` and simulate ``n_steps`` periods.
 
         Returns the states (n_steps + 1, state_size), index 0 the initial state, and the
-        contact events found on the way.
+        contact events found on the way. ``skips``: free flight in closed form and rest
+        filled in (:mod:`residualsim.sim.skips`; exact to the tolerances stated there).
         """
         scene, cid = self.scene, self.client
+        flight = self.free_flight(skips)  # before the reset: its first build moves the body
         self.reset(initial_state)
         read, step, get_contacts = scene.read_raw, pb.stepSimulation, pb.getContactPoints
         body, static, link = scene.body, scene.static_body, scene.link
+        rest = self.rest_detector(skips)
         raws = [read()]
         contacts: list[tuple[int, tuple]] = []
-        for index in range(1, n_steps + 1):
+        index = 0
+        while index < n_steps:
+            if flight is not None and flight.clear(raws[-1][0]):
+                flown = self.fly(flight, raws, n_steps - index)
+                if flown:
+                    index += flown
+                    continue
             step(physicsClientId=cid)
-            raws.append(read())
+            raw = read()
+            raws.append(raw)
+            index += 1
+            points = ()
             if detect_contacts:
                 points = get_contacts(body, static, link, -1, physicsClientId=cid)
                 if points:
                     contacts.append((index, points))
+            if rest is not None and rest.at_rest(raw[0]):
+                raws.extend([raw] * (n_steps - index))
+                if points:
+                    contacts.extend((k, points) for k in range(index + 1, n_steps + 1))
+                break
         states = scene.raw_to_states(raws)
         events = self._events(states, contacts) if detect_contacts else ()
         return Rollout(states=states, events=events, dt_s=self.dt_s)
 
-    def rollout_poses(self, initial_state: np.ndarray, n_steps: int
+    def rollout_poses(self, initial_state: np.ndarray, n_steps: int, skips: bool = True
                       ) -> tuple[np.ndarray, np.ndarray]:
         """Reset to ``initial_state`` and simulate ``n_steps`` periods, reading poses only.
 
         The lean loop calibration runs (about 25 % cheaper than :meth:`rollout`). Returns
         positions (n_steps + 1, 3) m world and quaternions (n_steps + 1, 4) w-x-y-z body to
-        world, index 0 the initial pose.
+        world, index 0 the initial pose. ``skips`` as in :meth:`rollout`.
         """
         scene, cid = self.scene, self.client
+        flight = self.free_flight(skips)
         self.reset(initial_state)
         read, step = scene.read_pose_raw, pb.stepSimulation
+        rest = self.rest_detector(skips)
         raws = [read()]
-        for _ in range(n_steps):
+        index = 0
+        while index < n_steps:
+            if flight is not None and flight.clear(raws[-1]):
+                full = [scene.read_raw()]
+                flown = self.fly(flight, full, n_steps - index)
+                if flown:
+                    raws.extend(record[0] for record in full[1:])
+                    index += flown
+                    continue
             step(physicsClientId=cid)
-            raws.append(read())
+            raw = read()
+            raws.append(raw)
+            index += 1
+            if rest is not None and rest.at_rest(raw):
+                raws.extend([raw] * (n_steps - index))
+                break
         return scene.raw_to_poses(raws)
 
     # --- contacts -------------------------------------------------------------------------

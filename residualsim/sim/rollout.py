@@ -19,7 +19,8 @@ import numpy as np
 import pybullet as pb
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.sim.contact import ContactModel, contact_model, is_touching, spin_features
+from residualsim.sim.contact import (ContactModel, contact_model, is_touching, largest_steps,
+                                     spin_features)
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene, parse_params
@@ -237,28 +238,6 @@ class ResidualRollout:
     frames: np.ndarray
 
 
-def largest_steps(a, b, c, cap) -> np.ndarray:
-    """Largest α in [0, cap] with a α² + b α + c <= 0, elementwise over arrays (0 where only
-    α = 0 comes close). With a = ½ΔᵀMΔ, b = vᵀMΔ and c = kinetic energy now minus the
-    allowed energy, it is the longest step along a correction Δ that keeps the energy
-    within the allowance."""
-    a, b, c, cap = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, c, cap)))
-    disc = b * b - 4.0 * a * c
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sqrt = np.sqrt(np.maximum(disc, 0.0))
-        root, lower = (-b + sqrt) / (2.0 * a), (-b - sqrt) / (2.0 * a)
-        linear = np.where(b <= 0.0, cap, np.minimum(cap, -c / b))
-    quadratic = np.where((disc < 0.0) | (root < 0.0) | (lower > cap), 0.0,
-                         np.minimum(cap, root))
-    alpha = np.where(a <= 1e-300, linear, quadratic)
-    return np.where((c > 0.0) & ((a <= 0.0) | (b >= 0.0)), 0.0, alpha)
-
-
-def _largest_step(a: float, b: float, c: float, cap: float) -> float:
-    """:func:`largest_steps` for one correction (scalars)."""
-    return float(largest_steps(a, b, c, cap))
-
-
 def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
                         ) -> ContactModel:
     """The contact model of an event: at the normal-force-weighted mean of the new contact
@@ -339,7 +318,7 @@ class _EventCorrector:
         c = kinetic_now - limit
         if c > 0.0:
             self.engine_gain += 1
-        alpha = _largest_step(a, b, c, cap)
+        alpha = float(largest_steps(a, b, c, cap))
         if alpha < cap and c <= 0.0:
             self.energy_clamped += 1
         scene.set_generalized_velocity(qdot + alpha * delta)
@@ -364,7 +343,8 @@ def _far_from(point: tuple, recent: list[list[tuple]], spacing2: float) -> bool:
 def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy=None,
                      rng: np.random.Generator | None = None,
                      guard: ContactGuard = ContactGuard(),
-                     stop_after_events: int | None = None) -> ResidualRollout:
+                     stop_after_events: int | None = None, skips: bool = True
+                     ) -> ResidualRollout:
     """Algorithm 1: simulate ``n_steps`` periods from ``initial_state`` with the residual.
 
     Parameters
@@ -388,8 +368,11 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         Stop right after the step of this many contact events (its residual applied): the
         result is then shorter than ``n_steps + 1`` samples and ends at the post-event
         state (how :mod:`residualsim.belief.propagation` goes from contact event to contact event).
+    skips : bool
+        Free flight in closed form and rest filled in (:mod:`residualsim.sim.skips`).
     """
     scene, cid = engine.scene, engine.client
+    flight, rest = engine.free_flight(skips), engine.rest_detector(skips)
     engine.reset(initial_state)
     read, step, get_contacts = scene.read_raw, pb.stepSimulation, pb.getContactPoints
     body, static, link = scene.body, scene.static_body, scene.link
@@ -398,8 +381,16 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     recent: list[list[tuple]] = []  # touched points of the last MEMORY_STEPS contact steps
     events, deepest = 0, 0.0
     spacing2 = guard.new_point_distance_m ** 2
-    for _ in range(n_steps):
+    index = 0
+    while index < n_steps:
+        if flight is not None and flight.clear(raws[-1][0]):
+            flown = engine.fly(flight, raws, n_steps - index)
+            if flown:
+                index += flown
+                recent = []
+                continue
         step(physicsClientId=cid)
+        index += 1
         raw = read()
         touching = [p for p in get_contacts(body, static, link, -1, physicsClientId=cid)
                     if is_touching(p)]
@@ -417,6 +408,9 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
             recent = []
         raws.append(raw)
         if stop_after_events is not None and events >= stop_after_events:
+            break
+        if rest is not None and rest.at_rest(raw[0]):
+            raws.extend([raw] * (n_steps - index))
             break
     states = scene.raw_to_states(raws)
     positions, quat, _, _ = scene.rigid_motion(states)
