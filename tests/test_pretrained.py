@@ -54,9 +54,11 @@ def test_shipped_model_beats_its_engine_on_held_out_real_tosses(contactnets_dir)
         rmse[residual] = score_trajectories(predictions, held_out).aggregate()[
             "position_rmse_m"]
     card = json.loads((MODEL / "card.json").read_text())["held_out"]["validation"]
-    # The figures in the card are what this code computes (same data, deterministic).
-    assert rmse[True] == pytest.approx(card["residual"]["position_rmse_m"], rel=1e-9)
-    assert rmse[False] == pytest.approx(card["engine"]["position_rmse_m"], rel=1e-9)
+    # The figures in the card are what this code computes (same data, deterministic), to
+    # within the skips' effect (residualsim/sim/skips.py: at most 0.03 mm on a real toss;
+    # the card predates them): 1 µm of RMSE.
+    assert rmse[True] == pytest.approx(card["residual"]["position_rmse_m"], abs=1e-6)
+    assert rmse[False] == pytest.approx(card["engine"]["position_rmse_m"], abs=1e-6)
     assert rmse[True] < rmse[False]
     assert np.isfinite(rmse[True])
 
