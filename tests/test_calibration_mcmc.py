@@ -257,3 +257,82 @@ def test_bad_run_arguments(space, kwargs):
     sampler = MetropolisHastings(gaussian_log_likelihood, space, rng=0)
     with pytest.raises(ParameterError):
         sampler.run(**kwargs)
+
+
+# --- delayed acceptance --------------------------------------------------------------------------
+def _biased_screen(shift: float, widen: float):
+    """A first stage that is a wrong Gaussian (mean shifted, covariance scaled), with a token
+    the second stage must receive for exactly the points that passed."""
+    from residualsim.sysid.mcmc import Screen
+
+    calls = {"first": 0, "complete": 0}
+    precision = PRECISION / widen
+
+    def first(x):
+        calls["first"] += len(x)
+        d = np.asarray(x) - (MEAN + shift)
+        return -0.5 * np.einsum("ni,ij,nj->n", d, precision, d), np.asarray(x).copy()
+
+    def complete(x, token):
+        np.testing.assert_array_equal(token, x)  # the token rows follow the points
+        calls["complete"] += len(x)
+        return gaussian_log_likelihood(x)
+
+    return Screen(first, complete), calls
+
+
+@pytest.mark.parametrize("shift, widen", [(0.0, 1.0), (0.05, 0.5), (-0.03, 3.0)])
+def test_delayed_acceptance_samples_the_true_posterior_with_any_screen(space, shift, widen):
+    """However wrong the first stage, the chain samples the true Gaussian (mean, variances,
+    correlation as plain MH does), and proposals the screen rejects skip the full
+    likelihood."""
+    screen, calls = _biased_screen(shift, widen)
+    sampler = MetropolisHastings(gaussian_log_likelihood, space, n_chains=4, rng=3,
+                                 screen=screen)
+    posterior = sampler.run(3000, burn_in=500)
+    flat = posterior.flat()
+    np.testing.assert_allclose(flat.mean(axis=0), MEAN, atol=0.02)
+    cov = np.cov(flat, rowvar=False)
+    np.testing.assert_allclose(np.diag(cov), np.diag(COV), rtol=0.2)
+    corr = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
+    assert abs(corr - COV[0, 1] / np.sqrt(COV[0, 0] * COV[1, 1])) < 0.1
+    assert posterior.meta["screened"] == 4 * 3500
+    assert posterior.meta["evaluations"] < 0.8 * posterior.meta["screened"] + 128
+    assert calls["complete"] == posterior.meta["evaluations"] - 128  # 128: the Sobol start
+
+
+def test_delayed_acceptance_resumes_to_the_same_draws(space, tmp_path):
+    """Killed mid-run, a delayed-acceptance chain resumes to the draws of an uninterrupted
+    one (the first stage's value at the current points is in the checkpoint); a plain
+    chain's checkpoint is refused."""
+    screen, _ = _biased_screen(0.05, 0.5)
+    whole = MetropolisHastings(gaussian_log_likelihood, space, rng=5, screen=screen).run(
+        150, burn_in=50)
+    path = tmp_path / "da.npz"
+    killed = MetropolisHastings(gaussian_log_likelihood, space, rng=5,
+                                screen=_interrupting(screen, after=90))
+    with pytest.raises(Interrupted):
+        killed.run(150, burn_in=50, checkpoint=path, checkpoint_every=20)
+    resumed = MetropolisHastings(gaussian_log_likelihood, space, rng=5, screen=screen).run(
+        150, burn_in=50, checkpoint=path, checkpoint_every=20, resume=True)
+    np.testing.assert_array_equal(resumed.samples, whole.samples)
+    MetropolisHastings(gaussian_log_likelihood, space, rng=5).run(
+        150, burn_in=50, checkpoint=tmp_path / "plain.npz")
+    with pytest.raises(DataError, match="sampler"):
+        MetropolisHastings(gaussian_log_likelihood, space, rng=5, screen=screen).run(
+            150, burn_in=50, checkpoint=tmp_path / "plain.npz", resume=True)
+
+
+def _interrupting(screen, after: int):
+    """``screen`` whose first stage raises Interrupted after ``after`` calls."""
+    from residualsim.sysid.mcmc import Screen
+
+    count = {"n": 0}
+
+    def first(x):
+        if count["n"] >= after:
+            raise Interrupted("stopped")
+        count["n"] += 1
+        return screen.first(x)
+
+    return Screen(first, screen.complete)

@@ -22,12 +22,15 @@ def cmd_bench_engine(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_calibration(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_calibration_job, format_calibration_report
+    from residualsim.experiments.bench_calibration import (bench_calibration_job,
+                                                         format_calibration_report)
 
     report = bench_calibration_job(args.scene, args.data, n_tosses=args.tosses,
                                    substeps=args.substeps, n_chains=args.chains,
                                    steps=args.samples + args.burn_in,
-                                   probe_steps=args.probe_steps)
+                                   probe_steps=args.probe_steps,
+                                   sampler_steps=args.sampler_steps,
+                                   fraction=args.delayed_acceptance)
     print(format_calibration_report(report))
     json_line({"command": "bench calibration", **report})
 
@@ -149,6 +152,9 @@ def register(commands) -> None:
     bcal.add_argument("--burn-in", type=count(0), default=1000)
     bcal.add_argument("--probe-steps", type=count(1), default=20,
                       help="sampler steps timed per worker count")
+    bcal.add_argument("--sampler-steps", type=count(0), default=200, help="also run real "
+                      "chains this long, plain and with delayed acceptance (0: skip)")
+    bcal.add_argument("--delayed-acceptance", type=float, default=0.25, metavar="FRACTION")
     bcal.set_defaults(run=cmd_bench_calibration)
     bres = bench_commands.add_parser(
         "residual", help="residual rollout cost against the calibrated engine alone")

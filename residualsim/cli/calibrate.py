@@ -63,7 +63,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
-            initial_draws=args.initial_draws)
+            initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             print(f"validation, {label} parameters: position RMSE "
@@ -118,6 +118,9 @@ def register(commands) -> None:
     cal.add_argument("--initial-draws", type=count(0), help="initial states drawn per "
                      "pose-only recording from its fit's uncertainty (default 4; 0: the "
                      "fitted state only)")
+    cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
+                     help="MH: screen each proposal on this fraction of the recordings "
+                     "before the rest (exact; e.g. 0.25)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),

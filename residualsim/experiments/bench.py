@@ -7,11 +7,11 @@ several interleaved repeats, reported next to its baseline.
   raw PyBullet loop doing the same calls on the same world, and :meth:`Engine.step` against
   bare ``stepSimulation``, at 1 substep and at the scene's default.
 * worker speed-up: simulating a set of tosses with 1 and 2 persistent worker processes.
-* calibration: the cost of a Metropolis-Hastings step with 1 and 2 workers
-  (:func:`bench_calibration`).
+* calibration: the cost of a Metropolis-Hastings step with 1 and 2 workers, and real
+  chains with and without delayed acceptance (:mod:`.bench_calibration`).
 
 The engine and calibration benches run on any scene (the cube, a planar scene, a scene
-file or a ``.urdf``): :func:`bench_engine_job` and :func:`bench_calibration_job` are the
+file or a ``.urdf``): :func:`bench_engine_job` and :func:`.bench_calibration_job` are the
 ``bench engine`` and ``bench calibration`` commands, recordings loaded as every command
 loads them (:func:`residualsim.sim.recordings.load_recordings`).
 * residual rollouts against the calibrated engine alone (:func:`bench_residual`).
@@ -43,9 +43,8 @@ from residualsim.sim.scenes import make_scene, parse_params
 from residualsim.sim.synthesize import toss_states
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["bench_engine_overhead", "bench_workers", "bench_calibration", "bench_residual",
-           "bench_executors", "bench_identify_loop", "bench_beliefs", "bench_engine_job",
-           "bench_calibration_job", "format_engine_report", "format_calibration_report"]
+__all__ = ["bench_engine_overhead", "bench_workers", "bench_residual", "bench_executors",
+           "bench_identify_loop", "bench_beliefs", "bench_engine_job", "format_engine_report"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -168,67 +167,6 @@ def bench_workers(trajectories: Mapping[str, Trajectory], params=None,
     return report
 
 
-def bench_calibration(trajectories: Mapping[str, Trajectory], substeps: int = 1,
-                      n_chains: int = 2, steps: int = 1000 + 3000, probe_steps: int = 20,
-                      worker_counts: tuple[int, ...] = (1, 2), scene: str = "cube") -> dict:
-    """Cost of a Metropolis-Hastings calibration over ``trajectories`` (recordings of
-    ``scene``).
-
-    For each worker count, the seconds per sampler step (one likelihood call evaluating
-    ``n_chains`` parameter sets over all trajectories, as :class:`MetropolisHastings` does)
-    over ``probe_steps`` steps, and the projected time of ``steps`` steps; the speed-up of
-    the later worker counts over the first; and, in this process, the share of a likelihood
-    evaluation spent outside ``stepSimulation`` (against a loop doing only the resets and
-    ``stepSimulation`` calls of the same rollouts).
-    """
-    from residualsim.sysid.likelihood import TrajectoryLikelihood
-    from residualsim.sim.scenes import EngineParams
-
-    rng = np.random.default_rng(0)
-    batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
-                for m, e in zip(rng.uniform(0.1, 0.4, n_chains), rng.uniform(0, 0.5, n_chains))]
-               for _ in range(probe_steps)]
-    report: dict = {"scene": scene, "n_trajectories": len(trajectories), "substeps": substeps,
-                    "n_chains": n_chains, "steps": steps}
-    reference = None
-    for count in worker_counts:
-        with TrajectoryLikelihood(scene, trajectories, substeps, n_workers=count) as lik:
-            lik.errors(batches[0])  # warm-up
-            start = time.perf_counter()
-            errors = [lik.errors(batch) for batch in batches]
-            per_step = (time.perf_counter() - start) / probe_steps
-        reference = errors if reference is None else reference
-        report[f"workers_{count}"] = {
-            "seconds_per_step": per_step, "projected_minutes": per_step * steps / 60.0,
-            "identical_to_first": all(np.array_equal(a, b) for a, b in zip(reference, errors))}
-    first = report[f"workers_{worker_counts[0]}"]["seconds_per_step"]
-    for count in worker_counts[1:]:
-        report[f"speedup_{count}_over_{worker_counts[0]}"] = (
-            first / report[f"workers_{count}"]["seconds_per_step"])
-    # Share outside stepSimulation, in this process.
-    settings = recording_settings(scene, trajectories, substeps)
-    items = simulation_items(scene, trajectories)
-    with TrajectoryLikelihood(scene, trajectories, substeps, n_workers=1) as lik:
-        engine = Engine(scene, params=batches[0][0], settings=settings)
-
-        def steps_only() -> None:
-            cid = engine.client
-            for _, state, n_samples in items:
-                engine.reset(state)
-                for _ in range(n_samples - 1):
-                    pb.stepSimulation(physicsClientId=cid)
-
-        full = step = np.inf
-        for _ in range(3):  # interleaved
-            full = min(full, _best_of(lambda: lik.errors(batches[0][:1]), 1))
-            step = min(step, _best_of(steps_only, 1))
-        engine.close()
-    report["ms_per_trajectory"] = 1e3 * full / len(items)
-    report["step_only_ms_per_trajectory"] = 1e3 * step / len(items)
-    report["share_outside_step"] = 1.0 - step / full
-    return report
-
-
 def _recordings(data, scene: str) -> dict[str, Trajectory]:
     """The recordings of ``scene`` in ``data`` (``--data``, else the scene's set), loaded and
     checked as every command loads them; DataError when there are none or they do not fit."""
@@ -270,17 +208,6 @@ def bench_engine_job(scene: str = "cube", data=None, n_tosses: int = 20,
     return report
 
 
-def bench_calibration_job(scene: str = "cube", data=None, n_tosses: int = 100,
-                          **options) -> dict:
-    """``bench calibration``: :func:`bench_calibration` over the first ``n_tosses``
-    recordings of ``scene`` in ``data`` (default: the scene's set below
-    ``$RESIDUALSIM_DATA``); ``options`` go to :func:`bench_calibration`."""
-    make_scene(scene)
-    trajectories = _recordings(data, scene)
-    return bench_calibration(dict(list(trajectories.items())[:n_tosses]), scene=scene,
-                             **options)
-
-
 def format_engine_report(report: Mapping) -> str:
     """The lines ``bench engine`` prints for :func:`bench_engine_job`'s report."""
     lines = [f"scene {report['scene_name']} ({report['scene']})"]
@@ -300,23 +227,6 @@ def format_engine_report(report: Mapping) -> str:
             f"{workers['workers_2']['map_s']:.2f} s -> speed-up "
             f"{workers['speedup_2_over_1']:.2f}x (results identical: "
             f"{workers['workers_2']['identical_to_first']})")
-    return "\n".join(lines)
-
-
-def format_calibration_report(report: Mapping) -> str:
-    """The lines ``bench calibration`` prints for :func:`bench_calibration`'s report."""
-    lines = [f"{report['scene']}: {report['n_trajectories']} recordings, {report['substeps']} "
-             f"substep(s), {report['n_chains']} chains, {report['steps']} steps:"]
-    for key, row in report.items():
-        if key.startswith("workers_"):
-            lines.append(f"  {key.replace('_', ' ')}: {row['seconds_per_step']:.3f} s/step -> "
-                         f"{row['projected_minutes']:.1f} min (identical: "
-                         f"{row['identical_to_first']})")
-    lines.append(f"  speed-up 2 workers over 1: "
-                 f"{report.get('speedup_2_over_1', float('nan')):.2f}x")
-    lines.append(f"  one recording {report['ms_per_trajectory']:.2f} ms, of which "
-                 f"stepSimulation {report['step_only_ms_per_trajectory']:.2f} ms -> share "
-                 f"outside stepSimulation {report['share_outside_step']:.2f}")
     return "\n".join(lines)
 
 

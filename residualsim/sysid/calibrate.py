@@ -36,7 +36,8 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text, read_json
 from residualsim.errors import DataError, ParameterError
-from residualsim.sysid.likelihood import ImpactLikelihood, TrajectoryLikelihood
+from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
+                                         TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings, as_generator
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sim.scenes import EngineParams, make_scene
@@ -269,7 +270,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               initial: Mapping[str, float] | None = None,
               split_fractions: Sequence[float] | None = None,
               split_lists: Mapping[str, Sequence[str]] | None = None,
-              initial_draws: int | None = None) -> dict[str, Any]:
+              initial_draws: int | None = None,
+              delayed_acceptance: float | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -284,6 +286,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``initial_draws``: initial states drawn per recording whose initial state was fitted
     from poses (:class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`); default
     :data:`DEFAULT_INITIAL_DRAWS` (recordings with velocities are rolled out once).
+    ``delayed_acceptance``: MH screens each proposal on this fraction of the recordings
+    first (:class:`~residualsim.sysid.likelihood.StagedLikelihood`; the chain stays exact).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
@@ -299,8 +303,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
         draws = DEFAULT_INITIAL_DRAWS if initial_draws is None else initial_draws
-        likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers,
-                                          initial_draws=draws, seed=seed)
+        if delayed_acceptance and method == "mh":
+            likelihood = StagedLikelihood(scene, train, delayed_acceptance, seed=seed,
+                                          substeps=substeps, noise_m=noise,
+                                          n_workers=n_workers, initial_draws=draws)
+        else:
+            likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers,
+                                              initial_draws=draws, seed=seed)
     settings = likelihood.settings
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = {"scene": scene, "data": _data_fingerprint(likelihood.ids),
@@ -309,6 +318,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                    "method": method}
     if getattr(likelihood, "initial_draws", 0):
         fingerprint["initial_draws"] = likelihood.initial_draws
+    if isinstance(likelihood, StagedLikelihood):
+        fingerprint["delayed_acceptance"] = likelihood.fraction
     log.info("calibrating %s on %d %s of %s (%s split, %d substeps, %d workers)",
              ", ".join(space.names), likelihood.n_items, kind, data, split,
              settings.substeps, likelihood.n_workers)
@@ -322,8 +333,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
         result: dict[str, Any] = {}
         if method == "mh":
+            screen = (likelihood.screen(space.engine_params)
+                      if isinstance(likelihood, StagedLikelihood) else None)
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
-                                         proposal_scale=proposal_scale, adapt=adapt, rng=seed)
+                                         proposal_scale=proposal_scale, adapt=adapt, rng=seed,
+                                         screen=screen)
             every = 50 if checkpoint_every is None else checkpoint_every
             start = None if initial is None else [float(initial[n]) for n in space.names]
             if start is not None:
@@ -340,6 +354,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 log.warning("%s: %s", out, warning)
             point = posterior.median()
             result["evaluations"] = posterior.meta["evaluations"]
+            if screen is not None:
+                result["screened"] = posterior.meta["screened"]
             result["sampling_seconds"] = posterior.meta["seconds"]
             result["final_proposal_scale"] = posterior.meta["final_scale"]
             if plots:
@@ -377,6 +393,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                  "n_items": likelihood.n_items, "ids_sha256": fingerprint["data"]},
         "space": space.as_json(), "seed": seed, "noise": noise, "workers": n_workers,
         "initial_draws": getattr(likelihood, "initial_draws", 0),
+        "delayed_acceptance": getattr(likelihood, "fraction", None),
         "backend": current_backend().name,
         "validation": held_out,
         "seconds": time.perf_counter() - started,

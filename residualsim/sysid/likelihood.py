@@ -65,7 +65,7 @@ from residualsim.sim.rollout import impact_settings, recording_settings, simulat
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "ERROR_FLOOR"]
+__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR"]
 
 #: Smallest per-recording error used in the log (a 10 µm fit counts as perfect), m² or m²/s².
 ERROR_FLOOR = 1e-10
@@ -288,3 +288,84 @@ class ImpactLikelihood(_Likelihood):
                  in zip(impacts.rows, impacts.pre_state, impacts.post_state)]
         super().__init__(scene, items, impact_settings(scene, substeps), noise_mps,
                          n_workers, [str(int(r)) for r in impacts.rows])
+
+
+class StagedLikelihood:
+    """A trajectory likelihood in two stages for delayed-acceptance Metropolis-Hastings.
+
+    The recordings are split (seeded) into a screen of ``fraction`` of them and the rest,
+    each on its own workers. log L = log L_screen + log L_rest (the per-recording terms of
+    the module doc add up), and the first stage is log L_screen × n / n_screen, the screen's
+    estimate of the whole set's log-likelihood; :meth:`screen` gives the
+    :class:`~residualsim.sysid.mcmc.Screen` over natural parameter values. Otherwise it
+    answers like one :class:`TrajectoryLikelihood` over all recordings (``errors`` in the
+    order screen, rest).
+    """
+
+    def __init__(self, scene: str, trajectories: Mapping[str, Trajectory], fraction: float,
+                 seed: int = 0, **options) -> None:
+        if not 0.0 < fraction < 1.0:
+            raise ParameterError(f"delayed-acceptance fraction must lie in (0, 1), got "
+                                 f"{fraction}")
+        ids = list(trajectories)
+        if len(ids) < 2:
+            raise DataError("delayed acceptance needs at least 2 recordings")
+        count = min(len(ids) - 1, max(1, round(fraction * len(ids))))
+        order = np.random.default_rng([seed, 1]).permutation(len(ids))
+        chosen = set(order[:count].tolist())
+        first = {k: trajectories[k] for i, k in enumerate(ids) if i in chosen}
+        rest = {k: trajectories[k] for i, k in enumerate(ids) if i not in chosen}
+        self.first = TrajectoryLikelihood(scene, first, seed=seed, **options)
+        self.rest = TrajectoryLikelihood(scene, rest, seed=seed, **options)
+        self.fraction = count / len(ids)
+        self.ids = self.first.ids + self.rest.ids
+        self.n_items = len(self.ids)
+        self.settings, self.noise = self.first.settings, self.first.noise
+        self.dims = self.first.dims
+        self.n_workers = self.first.n_workers
+        self.initial_draws = max(self.first.initial_draws, self.rest.initial_draws)
+
+    def __call__(self, batch: Sequence[EngineParams]) -> np.ndarray:
+        batch = list(batch)
+        return self.first(batch) + self.rest(batch)
+
+    def errors(self, batch: Sequence[EngineParams]) -> np.ndarray:
+        batch = list(batch)
+        return np.concatenate([self.first.errors(batch), self.rest.errors(batch)], axis=1)
+
+    def noise_estimate(self, errors: np.ndarray) -> float:
+        return float(np.sqrt(np.sum(errors) / (self.n_items * self.dims)))
+
+    def screen(self, to_params):
+        """The two stages over natural values x (n, d); ``to_params`` maps a row of x to
+        EngineParams."""
+        from residualsim.sysid.mcmc import Screen
+
+        weight = self.n_items / self.first.n_items
+
+        def first(x: np.ndarray):
+            values = self.first([to_params(row) for row in x])
+            return values * weight, values
+
+        def complete(x: np.ndarray, values: np.ndarray) -> np.ndarray:
+            return values + self.rest([to_params(row) for row in x])
+
+        return Screen(first, complete)
+
+    @property
+    def n_rollouts(self) -> int:
+        return self.first.n_rollouts + self.rest.n_rollouts
+
+    @property
+    def restarts(self) -> int:
+        return self.first.restarts + self.rest.restarts
+
+    def close(self) -> None:
+        self.first.close()
+        self.rest.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

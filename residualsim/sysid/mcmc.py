@@ -11,6 +11,13 @@ the step size s follows a Robbins-Monro rule towards ``target_acceptance`` and t
 the chains' within-chain covariance, *during burn-in only*; after burn-in the kernel is fixed,
 so the kept draws come from a valid Metropolis-Hastings chain.
 
+**Delayed acceptance** (Christen & Fox 2005; ``screen=``): a proposal y first faces a cheap
+approximation π̃ (e.g. the likelihood of a subset of the recordings, scaled to the whole
+set), accepted with min(1, π̃(y)/π̃(x)); only a proposal that passes is evaluated in full and
+accepted with min(1, π(y) π̃(x) / (π(x) π̃(y))). The kernel satisfies detailed balance for
+π itself, whatever π̃ is, so the chain stays exact; proposals that the screen rejects cost
+only the screen.
+
 The log-likelihood of the current state is stored, never re-evaluated (a stochastic
 likelihood would then still be pseudo-marginal). The generator state is saved in every
 checkpoint, so a resumed run continues the same stream and ends with the same draws as an
@@ -35,7 +42,8 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sysid.posterior import Posterior
 
-__all__ = ["MetropolisHastings", "CHECKPOINT_FORMAT", "as_generator", "check_fingerprint"]
+__all__ = ["MetropolisHastings", "Screen", "CHECKPOINT_FORMAT", "as_generator",
+           "check_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,19 @@ CHECKPOINT_FORMAT = "residualsim.mh-checkpoint/1"
 
 #: log-likelihood of natural parameter values (n, d) -> (n,).
 LogLikelihood = Callable[[np.ndarray], np.ndarray]
+
+
+class Screen:
+    """The two stages of a delayed-acceptance likelihood (see the module docstring).
+
+    ``first(x) -> (approximate log L (n,), token)`` is the cheap stage; ``complete(x,
+    token) -> log L (n,)`` finishes the evaluation of the same points (the token carries
+    what the first stage computed, e.g. the subset's log-likelihood, so nothing is done
+    twice). Both take natural parameter values (n, d)."""
+
+    def __init__(self, first: Callable[[np.ndarray], tuple[np.ndarray, Any]],
+                 complete: Callable[[np.ndarray, Any], np.ndarray]) -> None:
+        self.first, self.complete = first, complete
 
 
 def check_fingerprint(path: Path, saved: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
@@ -79,6 +100,8 @@ class _Chains:
         self.history_lp = np.empty((n_chains, 0))
         self.accepted = np.empty((n_chains, 0), dtype=bool)
         self.n_evaluations = 0
+        self.n_screened = 0  # delayed acceptance: proposals that met the first stage only
+        self.log_screen = np.zeros(n_chains)  # the first stage's value at the current point
         self.seconds = 0.0
 
     @property
@@ -118,12 +141,16 @@ class MetropolisHastings:
         plateau may never find the basin.
     rng : int, numpy Generator or None
         Seed; the same seed gives the same draws.
+    screen : Screen or None
+        Delayed acceptance (see the module docstring); ``log_likelihood`` then still serves
+        the starting points.
     """
 
     def __init__(self, log_likelihood: LogLikelihood, space: ParamSpace, n_chains: int = 2,
                  proposal_scale: float = 0.05, adapt: bool = True,
                  target_acceptance: float = 0.3, init_draws: int = 32,
-                 rng: int | np.random.Generator | None = None) -> None:
+                 rng: int | np.random.Generator | None = None,
+                 screen: Screen | None = None) -> None:
         if int(n_chains) != n_chains or n_chains < 1:
             raise ParameterError(f"n_chains must be an integer >= 1, got {n_chains}")
         if not (math.isfinite(proposal_scale) and 0 < proposal_scale <= 1):
@@ -141,12 +168,16 @@ class MetropolisHastings:
         self.target_acceptance = float(target_acceptance)
         self.init_draws = int(init_draws)
         self.rng = as_generator(rng)
+        self.screen = screen
 
     def options(self) -> dict[str, Any]:
         """The sampler options, JSON-safe (part of a checkpoint's fingerprint)."""
-        return {"n_chains": self.n_chains, "proposal_scale": self.proposal_scale,
-                "adapt": self.adapt, "target_acceptance": self.target_acceptance,
-                "init_draws": self.init_draws}
+        options = {"n_chains": self.n_chains, "proposal_scale": self.proposal_scale,
+                   "adapt": self.adapt, "target_acceptance": self.target_acceptance,
+                   "init_draws": self.init_draws}
+        if self.screen is not None:
+            options["delayed_acceptance"] = True
+        return options
 
     # --- one step -----------------------------------------------------------------------------
     def _evaluate(self, chains: _Chains | None, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +214,36 @@ class MetropolisHastings:
             z, log_like, log_prior = candidates[best], log_like[best], log_prior[best]
         chains = _Chains(z, log_like, log_prior, self.proposal_scale)
         chains.n_evaluations = len(z) if initial is not None else len(candidates)
+        if self.screen is not None:
+            chains.log_screen = np.asarray(self.screen.first(self.space.from_unit(z))[0],
+                                           dtype=np.float64).reshape(-1)
         return chains
+
+    def _screened(self, chains: _Chains, proposal: np.ndarray, log_u: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Delayed acceptance of ``proposal``: (accept, log L, log prior, first stage)."""
+        n = len(proposal)
+        log_u2 = np.log(self.rng.random(n))
+        log_prior = self.space.log_prior(proposal)
+        first, log_like = np.full(n, -np.inf), np.full(n, -np.inf)
+        inside = np.flatnonzero(np.isfinite(log_prior))
+        if len(inside):
+            values, token = self.screen.first(self.space.from_unit(proposal[inside]))
+            first[inside] = np.nan_to_num(np.asarray(values, np.float64), nan=-np.inf)
+        with np.errstate(invalid="ignore"):
+            passed = log_u < (first + log_prior) - (chains.log_screen + chains.log_prior)
+        chains.n_screened += len(inside)
+        keep = np.flatnonzero(passed[inside])
+        if len(keep):
+            values = self.screen.complete(self.space.from_unit(proposal[inside[keep]]),
+                                          _take(token, keep))
+            log_like[inside[keep]] = np.nan_to_num(np.asarray(values, np.float64),
+                                                   nan=-np.inf)
+            chains.n_evaluations += len(keep)
+        with np.errstate(invalid="ignore"):
+            second = (log_like - chains.log_like) - (first - chains.log_screen)
+            accept = passed & (log_u2 < second)
+        return accept, log_like, log_prior, first
 
     def _step(self, chains: _Chains, burn_in: int) -> np.ndarray:
         n, d = chains.z.shape
@@ -191,9 +251,13 @@ class MetropolisHastings:
         log_u = np.log(self.rng.random(n))
         factor = np.linalg.cholesky(chains.shape)
         proposal = self.space.reflect(chains.z + chains.scale * noise @ factor.T)
-        log_like, log_prior = self._evaluate(chains, proposal)
-        with np.errstate(invalid="ignore"):
-            accept = log_u < (log_like + log_prior) - (chains.log_like + chains.log_prior)
+        if self.screen is None:
+            log_like, log_prior = self._evaluate(chains, proposal)
+            with np.errstate(invalid="ignore"):
+                accept = log_u < (log_like + log_prior) - (chains.log_like + chains.log_prior)
+        else:
+            accept, log_like, log_prior, first = self._screened(chains, proposal, log_u)
+            chains.log_screen = np.where(accept, first, chains.log_screen)
         chains.z = np.where(accept[:, None], proposal, chains.z)
         chains.log_like = np.where(accept, log_like, chains.log_like)
         chains.log_prior = np.where(accept, log_prior, chains.log_prior)
@@ -278,6 +342,8 @@ class MetropolisHastings:
                 "burn_in_acceptance": float(chains.accepted[:, :burn_in].mean())
                 if burn_in else None,
                 "evaluations": chains.n_evaluations, "seconds": chains.seconds}
+        if self.screen is not None:
+            info["screened"] = chains.n_screened
         return Posterior(space=self.space, samples=self.space.from_unit(chains.history_z[:, kept]),
                          log_likelihood=chains.history_ll[:, kept],
                          log_prior=chains.history_lp[:, kept],
@@ -290,10 +356,12 @@ class MetropolisHastings:
                   "scale": chains.scale, "shape": chains.shape.tolist(),
                   "rng": {"bit_generator": type(self.rng.bit_generator).__name__,
                           "state": self.rng.bit_generator.state},
-                  "n_evaluations": chains.n_evaluations, "seconds": chains.seconds}
+                  "n_evaluations": chains.n_evaluations, "n_screened": chains.n_screened,
+                  "seconds": chains.seconds}
         with atomic_open(path) as handle:
             np.savez(handle, header=np.array(json.dumps(header)), z=chains.z,
                      log_like=chains.log_like, log_prior=chains.log_prior,
+                     log_screen=chains.log_screen,
                      history_z=chains.history_z, history_ll=chains.history_ll,
                      history_lp=chains.history_lp, accepted=chains.accepted)
 
@@ -315,5 +383,15 @@ class MetropolisHastings:
         chains.history_z, chains.history_ll = arrays["history_z"], arrays["history_ll"]
         chains.history_lp, chains.accepted = arrays["history_lp"], arrays["accepted"]
         chains.n_evaluations, chains.seconds = header["n_evaluations"], header["seconds"]
+        chains.n_screened = header.get("n_screened", 0)
+        if "log_screen" in arrays:
+            chains.log_screen = arrays["log_screen"]
         self.rng.bit_generator.state = header["rng"]["state"]
         return chains
+
+
+def _take(token: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a first-stage token: an array, or a tuple / list of arrays."""
+    if isinstance(token, (tuple, list)):
+        return type(token)(_take(t, rows) for t in token)
+    return np.asarray(token)[rows]
