@@ -19,7 +19,7 @@ import pybullet as pb
 
 from residualsim.sim.contact import ContactModel, contact_frame, contact_model, is_touching
 from residualsim.sim.scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params
-from residualsim.sim.skips import FreeFlight, RestDetector
+from residualsim.sim.skips import CHECK_EVERY, FreeFlight, RestDetector
 
 __all__ = ["Engine", "ContactEvent", "Rollout", "ContactPoint"]
 
@@ -235,27 +235,27 @@ class Engine:
         rest = self.rest_detector(skips)
         raws = [read()]
         contacts: list[tuple[int, tuple]] = []
-        index = 0
+        index, points = 0, ()
         while index < n_steps:
-            if flight is not None and flight.clear(raws[-1][0]):
-                flown = self.fly(flight, raws, n_steps - index)
-                if flown:
-                    index += flown
-                    continue
+            if index % CHECK_EVERY == 0:
+                if flight is not None and flight.clear(raws[-1][0]):
+                    flown = self.fly(flight, raws, n_steps - index)
+                    if flown:
+                        index += flown
+                        continue
+                if rest is not None and index >= CHECK_EVERY and rest.at_rest(
+                        raws[-1][0], raws[-2][0], raws[-1 - CHECK_EVERY][0]):
+                    raws.extend([raws[-1]] * (n_steps - index))
+                    if points:
+                        contacts.extend((k, points) for k in range(index + 1, n_steps + 1))
+                    break
             step(physicsClientId=cid)
-            raw = read()
-            raws.append(raw)
+            raws.append(read())
             index += 1
-            points = ()
             if detect_contacts:
                 points = get_contacts(body, static, link, -1, physicsClientId=cid)
                 if points:
                     contacts.append((index, points))
-            if rest is not None and rest.at_rest(raw[0]):
-                raws.extend([raw] * (n_steps - index))
-                if points:
-                    contacts.extend((k, points) for k in range(index + 1, n_steps + 1))
-                break
         states = scene.raw_to_states(raws)
         events = self._events(states, contacts) if detect_contacts else ()
         return Rollout(states=states, events=events, dt_s=self.dt_s)
@@ -276,20 +276,21 @@ class Engine:
         raws = [read()]
         index = 0
         while index < n_steps:
-            if flight is not None and flight.clear(raws[-1]):
-                full = [scene.read_raw()]
-                flown = self.fly(flight, full, n_steps - index)
-                if flown:
-                    raws.extend(record[0] for record in full[1:])
-                    index += flown
-                    continue
+            if index % CHECK_EVERY == 0:
+                if flight is not None and flight.clear(raws[-1]):
+                    full = [scene.read_raw()]
+                    flown = self.fly(flight, full, n_steps - index)
+                    if flown:
+                        raws.extend(record[0] for record in full[1:])
+                        index += flown
+                        continue
+                if rest is not None and index >= CHECK_EVERY and rest.at_rest(
+                        raws[-1], raws[-2], raws[-1 - CHECK_EVERY]):
+                    raws.extend([raws[-1]] * (n_steps - index))
+                    break
             step(physicsClientId=cid)
-            raw = read()
-            raws.append(raw)
+            raws.append(read())
             index += 1
-            if rest is not None and rest.at_rest(raw):
-                raws.extend([raw] * (n_steps - index))
-                break
         return scene.raw_to_poses(raws)
 
     # --- contacts -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pybullet as pb
 from residualsim.data.trajectory import Trajectory
 from residualsim.sim.contact import (ContactModel, contact_model, is_touching, largest_steps,
                                      spin_features)
+from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene, parse_params
@@ -383,12 +384,17 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     spacing2 = guard.new_point_distance_m ** 2
     index = 0
     while index < n_steps:
-        if flight is not None and flight.clear(raws[-1][0]):
-            flown = engine.fly(flight, raws, n_steps - index)
-            if flown:
-                index += flown
-                recent = []
-                continue
+        if index % CHECK_EVERY == 0:
+            if flight is not None and flight.clear(raws[-1][0]):
+                flown = engine.fly(flight, raws, n_steps - index)
+                if flown:
+                    index += flown
+                    recent = []
+                    continue
+            if rest is not None and index >= CHECK_EVERY and rest.at_rest(
+                    raws[-1][0], raws[-2][0], raws[-1 - CHECK_EVERY][0]):
+                raws.extend([raws[-1]] * (n_steps - index))
+                break
         step(physicsClientId=cid)
         index += 1
         raw = read()
@@ -408,9 +414,6 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
             recent = []
         raws.append(raw)
         if stop_after_events is not None and events >= stop_after_events:
-            break
-        if rest is not None and rest.at_rest(raw[0]):
-            raws.extend([raw] * (n_steps - index))
             break
     states = scene.raw_to_states(raws)
     positions, quat, _, _ = scene.rigid_motion(states)
