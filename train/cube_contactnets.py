@@ -10,7 +10,12 @@ The pipeline, each stage resumable (re-run the same command after an interruptio
 3. predict the validation and test splits with the model and with its engine alone, score
    them, and write ``MODEL_CARD.md`` and ``card.json`` into the model directory.
 
-The test split is used once, at the end, for the card; nothing is tuned on it.
+The test split is used once, at the end, for the card; nothing is tuned on it. With
+``--no-test`` the run stops after scoring the validation split (``validation.json`` in the
+model directory; the training checkpoint is kept), for comparing settings without reading
+the test split: re-run the same command without ``--no-test`` (with ``--resume``) for the
+card of the one chosen. The substep count is the calibration's (``--substeps`` runs the
+calibration at that count when none is given).
 
     python train/cube_contactnets.py --data ../shared/data/contactnets-cube \\
         --out data/pretrained/cube-contactnets --workers 2
@@ -34,7 +39,7 @@ from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
 from residualsim.evaluation.metrics import score_trajectories
 from residualsim.residual.policy import ResidualModel
-from residualsim.sim.rollout import predict_trajectories
+from residualsim.sim.rollout import ContactGuard, predict_trajectories
 from residualsim.residual.train import TrainingConfig, run_training
 
 SIDE_M = 0.1048
@@ -59,7 +64,7 @@ def _stochastic(model: ResidualModel, trajectories: dict, workers: int, samples:
 
 
 def _card(out: Path, command: str, calibration: Path, calibration_summary: dict,
-          figures: dict, held_out: dict, config: TrainingConfig) -> str:
+          figures: dict, held_out: dict, config: TrainingConfig, name: str) -> str:
     val, test = held_out["validation"], held_out["test"]
 
     def row(name: str, split: dict) -> str:
@@ -73,7 +78,8 @@ def _card(out: Path, command: str, calibration: Path, calibration_summary: dict,
                        for k, v in calibration_summary["params"].items())
     stochastic = held_out.get("stochastic_validation", {})
     target = "mean prediction" if config.samples == 0 else f"{config.samples} samples"
-    return f"""# Model card: cube-contactnets residual contact model
+    tolerance = config.guard.penetration_tolerance_m
+    return f"""# Model card: {name} residual contact model
 
 **What**: a residual mixture-density contact model (residualsim {figures.get('version', '')})
 for a 0.1048 m cube tossed onto a table, on top of PyBullet calibrated on the same data.
@@ -92,7 +98,8 @@ sample, parameters fitted on the training split by `residualsim calibrate --meth
 
 **Training**: nevergrad {config.optimizer}, budget {config.budget}, batches of
 {config.batch_size}, σ = {config.sigma}, seed {config.seed}, loss = mean per-toss pose RMSE
-(position and rotation × radius of gyration) of the {target};
+(position and rotation × radius of gyration) of the {target}; contact guard's
+penetration tolerance {1000 * tolerance:g} mm per step;
 {figures['evaluations']} evaluations (best at {figures['chosen_evaluation']}), stopped early:
 {figures['stopped_early']}; training {figures['seconds'] / 60:.1f} min on 2 cores
 (calibration {calibration_summary.get('seconds', float('nan')) / 60:.1f} min).
@@ -121,7 +128,7 @@ deepest penetration {1000 * stochastic.get('max_penetration_m', float('nan')):.2
 
 ## Use
 
-    residualsim predict --model data/pretrained/cube-contactnets --data DIR --out pred.npz
+    residualsim predict --model data/pretrained/{name} --data DIR --out pred.npz
     residualsim score --pred pred.npz --data DIR
 
 ## Limits
@@ -153,6 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--substeps", type=int, help="engine substeps of the calibration run "
+                        "when --calibration is not given (default 10); training always uses "
+                        "the calibration's")
+    parser.add_argument("--penetration-tolerance", type=float,
+                        default=ContactGuard().penetration_tolerance_m,
+                        help="contact guard's penetration tolerance per step, m (default "
+                        "%(default)s; the shipped 10-substep model used 0)")
+    parser.add_argument("--no-test", action="store_true",
+                        help="score the validation split only (validation.json), keep the "
+                        "checkpoint, write no card: the test split is not read")
+    parser.add_argument("--name", help="model name in the card (default: --out's last part)")
     args = parser.parse_args(argv)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     data, out = Path(args.data), Path(args.out)
@@ -160,16 +178,21 @@ def main(argv: list[str] | None = None) -> int:
     calibration = Path(args.calibration) if args.calibration else Path(f"{out}-calibration")
     if not (calibration / "summary.json").exists():
         calibrate("cube", data, list(CALIBRATED), calibration, method="nevergrad",
-                  bounds=CALIBRATION_BOUNDS, substeps=10, budget=args.calibration_budget,
+                  bounds=CALIBRATION_BOUNDS, substeps=args.substeps or 10,
+                  budget=args.calibration_budget,
                   n_workers=args.workers, seed=args.seed, resume=args.resume or
                   (calibration / "nevergrad-checkpoint.npz").exists(), plots=False,
                   progress=True)
     calibration_summary = json.loads((calibration / "summary.json").read_text())
+    if args.substeps and args.substeps != calibration_summary["settings"]["substeps"]:
+        parser.error(f"{calibration} was calibrated at "
+                     f"{calibration_summary['settings']['substeps']} substeps, not {args.substeps}")
 
     config = TrainingConfig(budget=args.budget, samples=args.samples, hidden=tuple(args.hidden),
                             n_components=args.components, sigma=args.sigma,
                             optimizer=args.optimizer,
-                            patience=args.patience, seed=args.seed)
+                            patience=args.patience, seed=args.seed,
+                            guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance))
     start = time.perf_counter()
     figures = run_training("cube", data, out, calibration=calibration, config=config,
                            max_trajectories=args.max_tosses,
@@ -180,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     model = ResidualModel.load(out)
     trajectories = load_trajectories(data)
     parts = split_ids(list(trajectories))
+    if args.no_test:  # the test split is not read
+        validation = {k: trajectories[k] for k in parts["validation"]}
+        figures["n_train"] = model.info["n_train"]
+        scored = {"figures": figures, "substeps": model.substeps,
+                  "calibration_seconds": calibration_summary.get("seconds"),
+                  "validation": {"n": len(validation),
+                                 **_evaluate(model, validation, args.workers)}}
+        atomic_write_text(out / "validation.json", json.dumps(scored, indent=2))
+        print(json.dumps({"validation": scored["validation"]["improvement"]}))
+        return 0
     held_out: dict = {"data": str(data), "stochastic_samples": args.stochastic_samples}
     for split in ("validation", "test"):
         subset = {k: trajectories[k] for k in parts[split]}
@@ -195,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "held_out": held_out}, indent=2))
     atomic_write_text(out / "MODEL_CARD.md", _card(out, command, calibration,
                                                    calibration_summary, figures, held_out,
-                                                   config))
+                                                   config, args.name or out.name))
     (out / "checkpoint.npz").unlink(missing_ok=True)  # training history: not shipped
     print(json.dumps({"validation": held_out["validation"]["improvement"],
                       "test": held_out["test"]["improvement"]}))
