@@ -88,7 +88,8 @@ class FreeFlight:
     def supports(scene) -> bool:
         """Whether the closed form is exact for ``scene``: a single rigid body in 3D with
         isotropic inertia, under gravity along -z."""
-        if scene.planar or getattr(scene, "n_joints", 0):
+        if getattr(scene, "planar", True) or getattr(scene, "n_joints", 0) \
+                or getattr(scene, "inertia_body", None) is None:
             return False
         inertia = np.linalg.eigvalsh(np.asarray(scene.inertia_body, dtype=np.float64))
         gravity = np.asarray(scene.settings.gravity_mps2, dtype=np.float64)
@@ -156,7 +157,7 @@ class RestDetector:
     def supports(scene) -> bool:
         """Rest is read off the base pose: single rigid bodies in 3D only (a resting base
         may carry a swinging link)."""
-        return not scene.planar and not getattr(scene, "n_joints", 0)
+        return not getattr(scene, "planar", True) and not getattr(scene, "n_joints", 0)
 
     def __init__(self, dt_s: float) -> None:
         self.step_m = REST_SPEED_MPS * dt_s
