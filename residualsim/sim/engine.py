@@ -219,6 +219,30 @@ class Engine:
         return len(flown)
 
 
+    def skip_ahead(self, flight: FreeFlight | None, rest: RestDetector | None, raws: list,
+                   remaining: int, poses_only: bool = False) -> tuple[int, bool]:
+        """At a check sample of a rollout loop (every ``CHECK_EVERY``): extend ``raws``
+        (records of :meth:`Scene.read_raw`, or of :meth:`Scene.read_pose_raw` with
+        ``poses_only``) by a closed-form flight, or fill them to the end when the body is
+        at rest. Returns (samples added, at rest)."""
+        def pose(record):
+            return record if poses_only else record[0]
+
+        if flight is not None and flight.clear(pose(raws[-1])):
+            if poses_only:
+                full = [self.scene.read_raw()]
+                added = self.fly(flight, full, remaining)
+                raws.extend(record[0] for record in full[1:])
+            else:
+                added = self.fly(flight, raws, remaining)
+            if added:
+                return added, False
+        if rest is not None and len(raws) > CHECK_EVERY and rest.at_rest(
+                pose(raws[-1]), pose(raws[-2]), pose(raws[-1 - CHECK_EVERY])):
+            raws.extend([raws[-1]] * remaining)
+            return remaining, True
+        return 0, False
+
     def rollout(self, initial_state: np.ndarray, n_steps: int,
                 detect_contacts: bool = True, skips: bool = True) -> Rollout:
         """Reset to ``initial_state`` and simulate ``n_steps`` periods.
@@ -238,17 +262,14 @@ class Engine:
         index, points = 0, ()
         while index < n_steps:
             if index % CHECK_EVERY == 0:
-                if flight is not None and flight.clear(raws[-1][0]):
-                    flown = self.fly(flight, raws, n_steps - index)
-                    if flown:
-                        index += flown
-                        continue
-                if rest is not None and index >= CHECK_EVERY and rest.at_rest(
-                        raws[-1][0], raws[-2][0], raws[-1 - CHECK_EVERY][0]):
-                    raws.extend([raws[-1]] * (n_steps - index))
-                    if points:
-                        contacts.extend((k, points) for k in range(index + 1, n_steps + 1))
+                added, resting = self.skip_ahead(flight, rest, raws, n_steps - index)
+                if resting and points:
+                    contacts.extend((k, points) for k in range(index + 1, n_steps + 1))
+                if resting:
                     break
+                if added:
+                    index += added
+                    continue
             step(physicsClientId=cid)
             raws.append(read())
             index += 1
@@ -277,17 +298,13 @@ class Engine:
         index = 0
         while index < n_steps:
             if index % CHECK_EVERY == 0:
-                if flight is not None and flight.clear(raws[-1]):
-                    full = [scene.read_raw()]
-                    flown = self.fly(flight, full, n_steps - index)
-                    if flown:
-                        raws.extend(record[0] for record in full[1:])
-                        index += flown
-                        continue
-                if rest is not None and index >= CHECK_EVERY and rest.at_rest(
-                        raws[-1], raws[-2], raws[-1 - CHECK_EVERY]):
-                    raws.extend([raws[-1]] * (n_steps - index))
+                added, resting = self.skip_ahead(flight, rest, raws, n_steps - index,
+                                                 poses_only=True)
+                if resting:
                     break
+                if added:
+                    index += added
+                    continue
             step(physicsClientId=cid)
             raws.append(read())
             index += 1

@@ -385,16 +385,13 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     index = 0
     while index < n_steps:
         if index % CHECK_EVERY == 0:
-            if flight is not None and flight.clear(raws[-1][0]):
-                flown = engine.fly(flight, raws, n_steps - index)
-                if flown:
-                    index += flown
-                    recent = []
-                    continue
-            if rest is not None and index >= CHECK_EVERY and rest.at_rest(
-                    raws[-1][0], raws[-2][0], raws[-1 - CHECK_EVERY][0]):
-                raws.extend([raws[-1]] * (n_steps - index))
+            added, resting = engine.skip_ahead(flight, rest, raws, n_steps - index)
+            if resting:
                 break
+            if added:
+                index += added
+                recent = []
+                continue
         step(physicsClientId=cid)
         index += 1
         raw = read()
