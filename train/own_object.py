@@ -11,7 +11,8 @@ For each object (``assets/examples/ell.toml``, a free L-shaped rigid body, and
 3. for the hinge, ``train`` a small residual and ``predict`` stochastic samples of the
    validation tosses (every contact event's features are the paper's 9 numbers).
 
-Run from the repository root (about 10 minutes on 2 cores)::
+Run from the repository root (about 25 minutes on 2 idle cores; calibration averages each
+pose-only recording over 4 initial-state draws, see train/README.md §14)::
 
     python train/own_object.py --out runs/own-object [--workers 2]
 
