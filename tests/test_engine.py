@@ -194,3 +194,28 @@ def test_a_bounce_inside_one_step_is_still_an_event():
     # Normal impulse m (1 + e) v_n, up to gravity's share within the step.
     assert event.impulse_contact[0] == pytest.approx(0.0364 * 1.5 * 2.6, rel=0.03)
     engine.close()
+
+
+@pytest.mark.parametrize("scene_name", ["cube", "planar-ellipse"])
+def test_energy_of_one_state_equals_the_batched_energy(scene_name):
+    """Scene.energy has a single-state branch (the contact guard's, once per event) and a
+    batched one; they agree, and one state gives a float."""
+    scene = make_scene(scene_name)
+    rng = np.random.default_rng(3)
+    states = rng.normal(size=(20, scene.state_size))
+    if scene_name == "cube":
+        states[:, 3:7] *= rng.uniform(0.5, 2.0, (20, 1))  # unnormalised quaternions too
+    batched = scene.energy(states)
+    single = [scene.energy(state) for state in states]
+    assert all(isinstance(value, float) for value in single)
+    np.testing.assert_allclose(single, batched, rtol=1e-12, atol=1e-12)
+
+
+def test_rotation_of_one_quaternion_equals_the_batched_rotation():
+    from residualsim.sim.scenes.base import quat_wxyz_to_matrix
+
+    quats = np.random.default_rng(4).normal(size=(50, 4))
+    batched = quat_wxyz_to_matrix(quats)
+    np.testing.assert_allclose([quat_wxyz_to_matrix(q) for q in quats], batched, atol=1e-15)
+    identity = np.broadcast_to(np.eye(3), (50, 3, 3))
+    np.testing.assert_allclose(batched @ batched.transpose(0, 2, 1), identity, atol=1e-12)

@@ -170,6 +170,10 @@ def test_largest_steps_is_the_largest_feasible_step_on_a_grid():
         if len(inside) and inside[0] == 0.0:
             assert alpha[i] >= inside.max() - 1e-4
     assert (alpha > 0).any() and (alpha == 0).any()
+    # four scalars (the rollout's case) take a float branch: the same answers
+    scalar = [largest_steps(*map(float, row)) for row in zip(a, b, c, cap)]
+    assert all(isinstance(value, float) for value in scalar)
+    np.testing.assert_array_equal(scalar, alpha)
 
 
 def test_spin_feature_is_mirror_invariant_and_appended():

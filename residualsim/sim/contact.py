@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 __all__ = ["CONTACT_DISTANCE_M", "is_touching", 
@@ -236,7 +238,9 @@ def largest_steps(a, b, c, cap) -> np.ndarray:
     """Largest α in [0, cap] with a α² + b α + c <= 0, elementwise over arrays (0 where only
     α = 0 comes close). With a = ½ΔᵀMΔ, b = vᵀMΔ and c = kinetic energy now minus the
     allowed energy, it is the longest step along a correction Δ that keeps the energy
-    within the allowance."""
+    within the allowance. Four scalars give a float (the rollout's case, once per event)."""
+    if all(np.ndim(v) == 0 for v in (a, b, c, cap)):
+        return _largest_step(float(a), float(b), float(c), float(cap))
     a, b, c, cap = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, c, cap)))
     disc = b * b - 4.0 * a * c
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -247,3 +251,17 @@ def largest_steps(a, b, c, cap) -> np.ndarray:
                          np.minimum(cap, root))
     alpha = np.where(a <= 1e-300, linear, quadratic)
     return np.where((c > 0.0) & ((a <= 0.0) | (b >= 0.0)), 0.0, alpha)
+
+
+def _largest_step(a: float, b: float, c: float, cap: float) -> float:
+    """:func:`largest_steps` of scalars, branch by branch in Python floats."""
+    if c > 0.0 and (a <= 0.0 or b >= 0.0):
+        return 0.0
+    if a <= 1e-300:
+        return cap if b <= 0.0 else min(cap, -c / b)
+    disc = b * b - 4.0 * a * c
+    sqrt = math.sqrt(max(disc, 0.0))
+    root, lower = (-b + sqrt) / (2.0 * a), (-b - sqrt) / (2.0 * a)
+    if disc < 0.0 or root < 0.0 or lower > cap:
+        return 0.0
+    return min(cap, root)
