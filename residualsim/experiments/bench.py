@@ -424,7 +424,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     The floor any PyBullet propagation pays: the same particles through the bare engine
     loop (step and read the pose, nothing else) at the model's substeps and at each of
     ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
-    meaningful at other substep counts: the model was calibrated at its own.
+    meaningful at other substep counts: the model was calibrated at its own. Every pool
+    runs one short rollout before the clocks start, so no row pays for starting workers.
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
@@ -442,6 +443,11 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
         bare_pools = {n: stack.enter_context(engine_workers(
             model.scene, slots, len(slots), dataclasses.replace(model.settings(), substeps=n)))
             for n in bare_counts}
+        first = scene.state_from_trajectory(next(iter(trajectories.values())), 0)
+        for simulator in (residual, engine):  # start the workers before any clock runs
+            simulator.rollout(first, model.dt_s, samples=len(slots))
+        for pool in bare_pools.values():
+            pool.map(_bare_tasks, _BareRequest(len(slots), first[None], 1, model.params))
         for traj_id, traj in trajectories.items():
             state = scene.state_from_trajectory(traj, 0)
             belief = GaussianMixtureBelief.gaussian(state, default_initial_std(model),
