@@ -126,6 +126,29 @@ def test_training_lowers_the_held_out_error_without_resimulating(tmp_path):
     np.testing.assert_array_equal(again.get_flat(), policy.get_flat())  # replayed exactly
 
 
+def test_supervised_fit_learns_the_hidden_residual_and_starts_training():
+    from residualsim.residual.impact import fit_impact_residual_supervised
+
+    contacts, engine, recorded = _with_hidden_residual(5)
+    train, validation = np.arange(300), np.arange(300, 400)
+    policy, figures = fit_impact_residual_supervised(
+        contacts, engine, recorded, train, validation, friction=5.0, hidden=(6,),
+        epochs=400, validate_every=50)
+    engine_rmse = impact_rmse(engine[validation], recorded[validation], K)
+    assert figures["validation_rmse_mps"] < 0.8 * engine_rmse
+    again, _ = fit_impact_residual_supervised(
+        contacts, engine, recorded, train, validation, friction=5.0, hidden=(6,),
+        epochs=400, validate_every=50)
+    np.testing.assert_array_equal(again.get_flat(), policy.get_flat())  # seeded
+    start = policy.get_flat()
+    refined, cma = train_impact_residual(contacts, engine, recorded, train, validation,
+                                         friction=5.0, budget=16, validate_every=8,
+                                         start=policy)
+    assert refined is policy and refined.hidden == (6,)
+    assert cma["validation_rmse_mps"] <= figures["validation_rmse_mps"] + 1e-6
+    assert not np.array_equal(start, np.zeros_like(start))
+
+
 def test_real_impact_figures(mcube_dir):
     from residualsim.data import load_impacts
     from residualsim.data.splits import split_ids

@@ -31,6 +31,7 @@ All velocities are (dx m/s, dy m/s, dθ rad/s) in the corrected convention of
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from residualsim.errors import ParameterError
 
 __all__ = ["ImpactContacts", "impact_contacts", "best_impulses", "guarded_correction",
            "impact_rmse", "GPImpactResidual", "policy_post_velocity", "train_impact_residual",
+           "fit_impact_residual_supervised",
            "predict_impacts", "impact_table", "handedness_consistent_models"]
 
 
@@ -215,13 +217,15 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
                           sigma: float = 0.1, hidden: tuple[int, ...] = (6,),
                           n_components: int = 2, batch_size: int = 8, seed: int = 0,
                           validate_every: int = 200, patience: int = 20,
-                          checkpoint=None, resume: bool = False, progress: bool = False
-                          ) -> tuple[Any, dict[str, Any]]:
+                          checkpoint=None, resume: bool = False, progress: bool = False,
+                          start: Any = None) -> tuple[Any, dict[str, Any]]:
     """Algorithm 2 on impacts: nevergrad (CMA) over the policy's flat parameters, loss = RMSE
     of (dx, dy, k dθ) of the mean prediction on the ``train`` impacts (indices), the
     candidate kept by validation RMSE checked every ``validate_every`` evaluations, stopping
     after ``patience`` checks without improvement. Feature scaling and the impulse unit come
-    from the training impacts' best-impulse residuals p* − p_e. Returns (ResidualPolicy,
+    from the training impacts' best-impulse residuals p* − p_e. ``start``: a policy to start
+    from (its scaling, size and weights) instead of 'no correction'; it competes with CMA's
+    candidates on validation (``chosen_evaluation`` -1: kept). Returns (ResidualPolicy,
     figures)."""
     import time
 
@@ -233,9 +237,13 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
     fit, check = _subset(contacts, train), _subset(contacts, validation)
     targets = best_impulses(fit, recorded_post[train], friction) - \
         fit.impulses_of(engine_post[train] - fit.pre_velocity)
-    policy = ResidualPolicy.for_scene(True, spin=contacts.spin, n_components=n_components,
-                                      hidden=hidden, seed=seed
-                                      ).fit_scaling(fit.features, targets)
+    if start is not None:  # e.g. fit_impact_residual_supervised's policy: CMA refines it
+        policy = start
+        hidden, n_components = policy.hidden, policy.n_components
+    else:
+        policy = ResidualPolicy.for_scene(True, spin=contacts.spin, n_components=n_components,
+                                          hidden=hidden, seed=seed
+                                          ).fit_scaling(fit.features, targets)
 
     def rmse(theta: np.ndarray, part: ImpactContacts, index: np.ndarray) -> float:
         policy.set_flat(theta)
@@ -252,7 +260,7 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
         state["next_check"] = result.evaluations + validate_every
         best = result.best_index
         value = rmse(result.candidates[best], check, validation)
-        chosen = state.get("chosen")
+        chosen = state.get("chosen", kept_start)
         if chosen is None or value < chosen["validation_rmse_mps"] - 1e-9:
             state["chosen"], state["stale"] = {"index": best, "validation_rmse_mps": value}, 0
         else:
@@ -260,25 +268,85 @@ def train_impact_residual(contacts: ImpactContacts, engine_post: np.ndarray,
         return state["stale"] >= patience
 
     init = policy.get_flat()
+    # A given start competes too (index -1): CMA's first candidates are perturbations of it.
+    kept_start = None if start is None else {"index": -1, "validation_rmse_mps":
+                                             rmse(init, check, validation)}
     fingerprint = {"train": np.asarray(train).tolist(), "validation":
                    np.asarray(validation).tolist(), "friction": friction, "hidden": list(hidden),
                    "n_components": n_components, "sigma": sigma, "seed": seed,
-                   "spin": contacts.spin}
+                   "spin": contacts.spin, "start": None if start is None else
+                   hashlib.sha256(np.asarray(init, dtype=np.float64).tobytes()).hexdigest()}
     result = minimize(loss, init, budget=budget, sigma=sigma, batch_size=batch_size,
                       seed=seed, checkpoint=checkpoint, resume=resume,
                       fingerprint=fingerprint, after_batch=after_batch, progress=progress,
                       desc="train impacts")
-    chosen = result.state.get("chosen") or {"index": result.best_index, "validation_rmse_mps":
-                                            rmse(result.best, check, validation)}
-    theta = result.candidates[chosen["index"]]
+    chosen = result.state.get("chosen", kept_start) or {
+        "index": result.best_index, "validation_rmse_mps": rmse(result.best, check, validation)}
+    theta = init if chosen["index"] < 0 else result.candidates[chosen["index"]]
+    train_rmse = rmse(theta, fit, train) if chosen["index"] < 0 else \
+        float(result.losses[chosen["index"]])
     policy.set_flat(theta)
-    figures = {"train_rmse_mps": float(result.losses[chosen["index"]]),
+    figures = {"train_rmse_mps": train_rmse,
                "validation_rmse_mps": float(chosen["validation_rmse_mps"]),
                "engine_validation_rmse_mps": impact_rmse(engine_post[validation],
                                                          recorded_post[validation], k),
                "evaluations": result.evaluations, "chosen_evaluation": int(chosen["index"]),
                "stopped_early": result.stopped_early, "n_parameters": policy.n_parameters,
                "seconds": time.perf_counter() - started}
+    return policy, figures
+
+
+def fit_impact_residual_supervised(contacts: ImpactContacts, engine_post: np.ndarray,
+                                   recorded_post: np.ndarray, train: np.ndarray,
+                                   validation: np.ndarray, friction: float, *,
+                                   hidden: tuple[int, ...] = (10,), n_components: int = 2,
+                                   epochs: int = 3000, learning_rate: float = 3e-3,
+                                   weight_decay: float = 1e-4, validate_every: int = 25,
+                                   seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """Supervised fit where the target exists: maximise the mixture's likelihood of each
+    training impact's best-impulse residual p* − p_e (N s, contact frame; the target the
+    GP regresses) with Adam, full batch, ``weight_decay`` on every weight. Every
+    ``validate_every`` epochs the mean prediction's RMSE of (dx, dy, k dθ) on the
+    ``validation`` impacts is checked and the best weights are kept. Deterministic for a
+    seed (CPU). Returns (ResidualPolicy, figures), the policy usable alone or as the start of
+    :func:`train_impact_residual` (``start=``)."""
+    import time
+
+    import torch
+
+    from residualsim.residual.policy import ResidualPolicy
+
+    started = time.perf_counter()
+    k = contacts.radius_of_gyration_m
+    fit, check = _subset(contacts, train), _subset(contacts, validation)
+    targets = best_impulses(fit, recorded_post[train], friction) - \
+        fit.impulses_of(engine_post[train] - fit.pre_velocity)
+    policy = ResidualPolicy.for_scene(True, spin=contacts.spin, n_components=n_components,
+                                      hidden=hidden, seed=seed
+                                      ).fit_scaling(fit.features, targets)
+    value = torch.tensor(targets, dtype=torch.float32)
+    history, best = [], (np.inf, policy.get_flat(), 0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimiser = torch.optim.Adam(policy.network.parameters(), lr=learning_rate,
+                                     weight_decay=weight_decay)
+        for epoch in range(1, epochs + 1):
+            optimiser.zero_grad()
+            loss = -policy.distribution(fit.features).log_prob(value).mean()
+            loss.backward()
+            optimiser.step()
+            if epoch % validate_every == 0 or epoch == epochs:
+                post = policy_post_velocity(policy.numpy(), check, engine_post[validation])
+                rmse = impact_rmse(post, recorded_post[validation], k)
+                history.append((epoch, loss.item(), rmse))
+                if rmse < best[0] - 1e-12:
+                    best = (rmse, policy.get_flat(), epoch)
+    policy.set_flat(best[1])
+    train_post = policy_post_velocity(policy.numpy(), fit, engine_post[train])
+    figures = {"train_rmse_mps": impact_rmse(train_post, recorded_post[train], k),
+               "validation_rmse_mps": best[0], "chosen_epoch": best[2], "epochs": epochs,
+               "final_nll": history[-1][1], "history": history,
+               "n_parameters": policy.n_parameters, "seconds": time.perf_counter() - started}
     return policy, figures
 
 
