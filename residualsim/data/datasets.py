@@ -41,6 +41,7 @@ __all__ = [
     "detect_format",
     "load_trajectories",
     "first_contact_index",
+    "rest_index",
     "describe",
     "format_description",
 ]
@@ -268,6 +269,16 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
 REST_SPEED_MPS, REST_SPIN_RADPS = 0.02, 0.2
 
 
+def rest_index(traj: Trajectory, first_contact: int) -> int:
+    """First sample of a cube recording's rest: the one after its last sample moving faster
+    than ``REST_SPEED_MPS`` (m/s) or spinning faster than ``REST_SPIN_RADPS`` (rad/s), not
+    before ``first_contact`` and at most the last sample."""
+    moving = np.flatnonzero(
+        (np.linalg.norm(traj.linear_velocity_mps, axis=1) > REST_SPEED_MPS)
+        | (np.linalg.norm(traj.angular_velocity_world_radps, axis=1) > REST_SPIN_RADPS))
+    return min(max(moving[-1] + 1 if moving.size else 0, first_contact), traj.n_samples - 1)
+
+
 def _phase_seconds(traj: Trajectory, first_contact: int | None) -> np.ndarray:
     """Seconds of a cube recording in free flight (before its first contact), at rest (from
     the sample after its last one moving faster than ``REST_SPEED_MPS`` or
@@ -275,10 +286,7 @@ def _phase_seconds(traj: Trajectory, first_contact: int | None) -> np.ndarray:
     times = traj.times_s - traj.times_s[0]
     if first_contact is None:
         return np.array([times[-1], 0.0, 0.0])
-    moving = np.flatnonzero(
-        (np.linalg.norm(traj.linear_velocity_mps, axis=1) > REST_SPEED_MPS)
-        | (np.linalg.norm(traj.angular_velocity_world_radps, axis=1) > REST_SPIN_RADPS))
-    rest_from = min(max(moving[-1] + 1 if moving.size else 0, first_contact), len(times) - 1)
+    rest_from = rest_index(traj, first_contact)
     flight, rest = times[first_contact], times[-1] - times[rest_from]
     return np.array([flight, times[-1] - flight - rest, rest])
 

@@ -1,0 +1,96 @@
+"""Where the cube's rotation error comes from: flight, first impact, sliding, rest (issue 25).
+
+    python train/rotation_phases.py --data $RESIDUALSIM_DATA/contactnets-cube \\
+        [--model data/pretrained/cube-contactnets] [--split validation] [--out FILE.json]
+
+Predicts the split's tosses with the model's mean (residual) and its engine alone, and
+splits the score's rotation error (per toss the mean over all samples of the geodesic angle
+between predicted and recorded orientation, degrees; then the mean over tosses) into the
+recording's phases:
+
+* flight: the samples before the first contact (lowest corner within 5 mm of the table,
+  :func:`residualsim.data.datasets.first_contact_index`);
+* first impact: the ``--impact-samples`` samples from the first contact on (default 10, 68 ms);
+* sliding and tumbling: from there to the start of rest;
+* rest: from :func:`residualsim.data.datasets.rest_index` on (speed under 2 cm/s, spin under
+  0.2 rad/s to the end).
+
+Each phase's share is its samples' summed angle over the toss's sample count, so the
+shares add up to the score. It also prints the angle at the phase boundaries (end of
+flight, after the first impact, at rest) and the share of the tosses that carry half of the
+error. The test split is not read unless asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+from residualsim.atomic import atomic_write_text
+from residualsim.data import load_trajectories
+from residualsim.data.datasets import first_contact_index, rest_index
+from residualsim.data.splits import split_ids
+from residualsim.residual.policy import ResidualModel
+from residualsim.sim.rollout import predict_trajectories
+from residualsim.sim.rotations import geodesic_angle
+
+PHASES = ("flight", "first impact", "sliding and tumbling", "rest")
+
+
+def phase_table(predictions, trajectories: dict, impact_samples: int) -> dict:
+    """Per-phase shares (deg) of the mean rotation error, boundary angles and per-toss
+    errors for one prediction set."""
+    shares, boundaries, per_toss = [], [], []
+    for traj_id, traj in trajectories.items():
+        angles = np.degrees(geodesic_angle(
+            np.asarray(predictions[traj_id].quaternion[0], float), traj.quat_wxyz))
+        first = first_contact_index(traj, float(traj.metadata.get("half_width_m", 0.0524)))
+        first = traj.n_samples - 1 if first is None else first
+        rest = rest_index(traj, first)
+        impact_end = min(first + impact_samples, rest)
+        edges = (0, first, impact_end, rest, traj.n_samples)
+        shares.append([angles[a:b].sum() / traj.n_samples for a, b in zip(edges, edges[1:])])
+        boundaries.append([angles[first], angles[impact_end], angles[rest], angles[-1]])
+        per_toss.append(angles.mean())
+    shares, boundaries, per_toss = map(np.array, (shares, boundaries, per_toss))
+    ordered = np.sort(per_toss)[::-1]
+    half = int(np.searchsorted(np.cumsum(ordered), ordered.sum() / 2)) + 1
+    return {"rotation_error_deg": float(per_toss.mean()),
+            "share_deg": dict(zip(PHASES, shares.mean(axis=0).round(3).tolist())),
+            "angle_at_deg": dict(zip(("first contact", "after the first impact",
+                                      "start of rest", "last sample"),
+                                     boundaries.mean(axis=0).round(2).tolist())),
+            "angle_at_median_deg": dict(zip(("first contact", "after the first impact",
+                                             "start of rest", "last sample"),
+                                            np.median(boundaries, axis=0).round(2).tolist())),
+            "tosses_with_half_the_error": f"{half} of {len(per_toss)}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=os.path.join(os.environ.get("RESIDUALSIM_DATA", ""),
+                                                       "contactnets-cube"))
+    parser.add_argument("--model", default="data/pretrained/cube-contactnets")
+    parser.add_argument("--split", default="validation", choices=("train", "validation", "test"))
+    parser.add_argument("--impact-samples", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    model = ResidualModel.load(args.model)
+    everything = load_trajectories(args.data)
+    trajectories = {k: everything[k] for k in split_ids(list(everything))[args.split]}
+    report = {"split": args.split, "n": len(trajectories), "model": args.model}
+    for label, residual in (("engine", False), ("residual", True)):
+        predictions, _ = predict_trajectories(model, trajectories, n_workers=args.workers,
+                                              residual=residual)
+        report[label] = phase_table(predictions, trajectories, args.impact_samples)
+    if args.out:
+        atomic_write_text(args.out, json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
