@@ -157,3 +157,35 @@ def test_calibrated_method_fits_the_engine_on_the_training_subset(tmp_path):
     assert calibrated < 0.7 * engine
     with pytest.raises(ParameterError, match="calibration_budget"):
         CurveConfig(calibration_budget=0)
+
+
+def test_joint_fit_moves_the_engine_and_never_validates_worse_than_its_start(tmp_path):
+    """train_joint: one search over the six engine parameters and the MDN's weights. On
+    synthetic tosses (friction 0.18, restitution 0.3) it starts at the centre of the
+    calibration box, keeps the best validation loss (never worse than the start), returns
+    parameters inside the box, and is seeded."""
+    from residualsim.residual.joint import train_joint
+    from residualsim.residual.train import TrainingConfig
+    from residualsim.sysid.calibrate import CUBE_CALIBRATED, CUBE_CALIBRATION_BOUNDS
+    from residualsim.sysid.paramspace import ParamSpace
+
+    tosses = load_trajectories(BUNDLED)
+    ids = list(tosses)
+    train = {k: tosses[k] for k in ids[:3]}
+    validation = {k: tosses[k] for k in ids[5:7]}
+    space = ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
+    config = TrainingConfig(budget=96, hidden=(4,), validate_every=16, patience=5)
+    model, figures = train_joint("cube", train, validation, space, substeps=2, config=config)
+    assert figures["validation_rmse_m"] <= figures["start_validation_rmse_m"] + 1e-12
+    assert figures["evaluations"] == 96 and figures["chosen_evaluation"] >= 1
+    unit = space.to_unit(np.array([getattr(model.params, n) for n in space.names]))
+    assert ((unit >= 0.0) & (unit <= 1.0)).all() and not np.allclose(unit, 0.5)
+    again, _ = train_joint("cube", train, validation, space, substeps=2, config=config)
+    assert again.params == model.params
+    np.testing.assert_array_equal(again.policy.get_flat(), model.policy.get_flat())
+    split = {"train": ids[:3], "validation": ids[5:7], "test": ids[7:8]}
+    curve = CurveConfig(sizes=(3,), repeats=1, methods=("joint",), calibration_budget=16,
+                        mdn_budget=8, mdn_hidden=(4,))
+    rows = run_learning_curve(tosses, split, EngineParams(), 2, tmp_path, curve,
+                              log=lambda line: None)
+    assert [r["method"] for r in rows] == ["joint"] and np.isfinite(rows[0]["heldout_rmse_m"])

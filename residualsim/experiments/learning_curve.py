@@ -17,6 +17,10 @@ trained on those N tosses and scored on the held-out tosses:
   (:data:`~residualsim.sysid.calibrate.CUBE_CALIBRATED`) fitted by nevergrad CMA on the N
   training tosses alone (``calibration_budget`` evaluations), at the curve's substeps. It
   answers the other question a researcher with N tosses has: calibrate, or learn a residual?
+* ``joint``: both at once (:func:`residualsim.residual.joint.train_joint`): one nevergrad
+  search over the same engine parameters and the MDN's weights on the N tosses, from the
+  calibration's start and no correction, ``calibration_budget + mdn_budget`` evaluations,
+  early stopping on the validation split.
 
 A method that cannot be fitted on a training set (no contact event to learn from) makes no
 correction: its row holds the engine's score and a ``fallback`` note.
@@ -52,7 +56,7 @@ __all__ = ["CurveConfig", "SIZES", "METHODS", "DEFAULT_METHODS", "training_subse
 
 #: Training-set sizes of the issue (tosses); sizes above the training split are capped to it.
 SIZES = (1, 2, 5, 10, 25, 50, 100, 200, 300)
-METHODS = ("engine", "mdn", "gp", "sian", "calibrated")
+METHODS = ("engine", "mdn", "gp", "sian", "calibrated", "joint")
 #: What a curve runs unless told otherwise (``calibrated`` costs a calibration per fit).
 DEFAULT_METHODS = ("engine", "mdn", "gp", "sian")
 
@@ -178,12 +182,10 @@ def _sian_positions(train, validation, heldout, params, substeps, config, scratc
 
 def _calibrated_positions(train, validation, heldout, params, substeps, config, scratch
                           ) -> dict:
-    from residualsim.sysid.calibrate import CUBE_CALIBRATED, CUBE_CALIBRATION_BOUNDS, point_estimate
+    from residualsim.sysid.calibrate import point_estimate
     from residualsim.sysid.likelihood import TrajectoryLikelihood
-    from residualsim.sysid.paramspace import ParamSpace
 
-    space = (ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
-             if config.scene == "cube" else ParamSpace(["lateral_friction", "restitution"]))
+    space = _calibration_space(config)
     with TrajectoryLikelihood(config.scene, train, substeps, None,
                               config.workers) as likelihood:
         found = point_estimate(
@@ -193,9 +195,33 @@ def _calibrated_positions(train, validation, heldout, params, substeps, config, 
     return _engine_positions(heldout, calibrated, substeps, config)
 
 
+def _joint_positions(train, validation, heldout, params, substeps, config, scratch) -> dict:
+    from residualsim.residual.joint import train_joint
+    from residualsim.residual.train import TrainingConfig
+    from residualsim.sim.rollout import predict_trajectories
+
+    training = TrainingConfig(budget=config.calibration_budget + config.mdn_budget,
+                              hidden=config.mdn_hidden, seed=config.seed, guard=config.guard)
+    model, _ = train_joint(config.scene, train, validation, _calibration_space(config),
+                           substeps=substeps, config=training, n_workers=config.workers)
+    predictions, _ = predict_trajectories(model, heldout, n_workers=config.workers)
+    return {k: np.asarray(predictions[k].position[0]) for k in heldout}
+
+
+def _calibration_space(config: CurveConfig):
+    """The parameters ``calibrated`` and ``joint`` fit: the cube's six, or friction and
+    restitution for another object."""
+    from residualsim.sysid.calibrate import CUBE_CALIBRATED, CUBE_CALIBRATION_BOUNDS
+    from residualsim.sysid.paramspace import ParamSpace
+
+    return (ParamSpace(CUBE_CALIBRATED, bounds=CUBE_CALIBRATION_BOUNDS)
+            if config.scene == "cube" else ParamSpace(["lateral_friction", "restitution"]))
+
+
 _FITTERS: dict[str, Callable[..., dict]] = {"mdn": _mdn_positions, "gp": _gp_positions,
                                             "sian": _sian_positions,
-                                            "calibrated": _calibrated_positions}
+                                            "calibrated": _calibrated_positions,
+                                            "joint": _joint_positions}
 
 
 def run_learning_curve(trajectories: Mapping[str, Trajectory], split: Mapping[str, list[str]],
