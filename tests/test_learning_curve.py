@@ -184,8 +184,9 @@ def test_joint_fit_moves_the_engine_and_never_validates_worse_than_its_start(tmp
     assert again.params == model.params
     np.testing.assert_array_equal(again.policy.get_flat(), model.policy.get_flat())
     split = {"train": ids[:3], "validation": ids[5:7], "test": ids[7:8]}
-    curve = CurveConfig(sizes=(3,), repeats=1, methods=("joint",), calibration_budget=16,
-                        mdn_budget=8, mdn_hidden=(4,))
+    curve = CurveConfig(sizes=(3,), repeats=1, methods=("joint", "calibrated+mdn"),
+                        calibration_budget=16, mdn_budget=8, mdn_hidden=(4,))
     rows = run_learning_curve(tosses, split, EngineParams(), 2, tmp_path, curve,
                               log=lambda line: None)
-    assert [r["method"] for r in rows] == ["joint"] and np.isfinite(rows[0]["heldout_rmse_m"])
+    assert [r["method"] for r in rows] == ["joint", "calibrated+mdn"]
+    assert all(np.isfinite(r["heldout_rmse_m"]) and "fallback" not in r for r in rows)

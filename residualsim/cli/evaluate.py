@@ -101,7 +101,8 @@ def register(commands) -> None:
     ev.add_argument("--methods", nargs="+", choices=METHODS,
                     help=f"methods to fit (default: {' '.join(DEFAULT_METHODS)} on the cube, "
                          "engine mdn on another object; 'calibrated' fits the engine's "
-                         "parameters on each training subset instead, 'joint' both at once)")
+                         "parameters on each training subset instead, 'calibrated+mdn' and "
+                         "'joint' both, in two stages or at once)")
     ev.add_argument("--budget", type=count(1), default=96,
                     help="cube: nevergrad evaluations per MDN fit")
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",

@@ -17,6 +17,7 @@ trained on those N tosses and scored on the held-out tosses:
   (:data:`~residualsim.sysid.calibrate.CUBE_CALIBRATED`) fitted by nevergrad CMA on the N
   training tosses alone (``calibration_budget`` evaluations), at the curve's substeps. It
   answers the other question a researcher with N tosses has: calibrate, or learn a residual?
+* ``calibrated+mdn``: both in two stages: ``calibrated``'s engine, then ``mdn`` on it.
 * ``joint``: both at once (:func:`residualsim.residual.joint.train_joint`): one nevergrad
   search over the same engine parameters and the MDN's weights on the N tosses, from the
   calibration's start and no correction, ``calibration_budget + mdn_budget`` evaluations,
@@ -56,7 +57,7 @@ __all__ = ["CurveConfig", "SIZES", "METHODS", "DEFAULT_METHODS", "training_subse
 
 #: Training-set sizes of the issue (tosses); sizes above the training split are capped to it.
 SIZES = (1, 2, 5, 10, 25, 50, 100, 200, 300)
-METHODS = ("engine", "mdn", "gp", "sian", "calibrated", "joint")
+METHODS = ("engine", "mdn", "gp", "sian", "calibrated", "calibrated+mdn", "joint")
 #: What a curve runs unless told otherwise (``calibrated`` costs a calibration per fit).
 DEFAULT_METHODS = ("engine", "mdn", "gp", "sian")
 
@@ -182,6 +183,21 @@ def _sian_positions(train, validation, heldout, params, substeps, config, scratc
 
 def _calibrated_positions(train, validation, heldout, params, substeps, config, scratch
                           ) -> dict:
+    return _engine_positions(heldout, _calibrate_on(train, substeps, config), substeps, config)
+
+
+def _calibrated_mdn_positions(train, validation, heldout, params, substeps, config, scratch
+                              ) -> dict:
+    calibrated = _calibrate_on(train, substeps, config)
+    try:
+        return _mdn_positions(train, validation, heldout, calibrated, substeps, config,
+                              scratch)
+    except DataError:  # no contact event to learn from: the calibrated engine alone
+        return _engine_positions(heldout, calibrated, substeps, config)
+
+
+def _calibrate_on(train, substeps, config) -> EngineParams:
+    """The engine parameters nevergrad finds on the training tosses alone."""
     from residualsim.sysid.calibrate import point_estimate
     from residualsim.sysid.likelihood import TrajectoryLikelihood
 
@@ -191,8 +207,7 @@ def _calibrated_positions(train, validation, heldout, params, substeps, config, 
         found = point_estimate(
             lambda x: -likelihood([space.engine_params(row) for row in x]) / len(train),
             space, budget=config.calibration_budget, batch_size=4, rng=config.seed)
-    calibrated = space.engine_params(found["x"])
-    return _engine_positions(heldout, calibrated, substeps, config)
+    return space.engine_params(found["x"])
 
 
 def _joint_positions(train, validation, heldout, params, substeps, config, scratch) -> dict:
@@ -221,6 +236,7 @@ def _calibration_space(config: CurveConfig):
 _FITTERS: dict[str, Callable[..., dict]] = {"mdn": _mdn_positions, "gp": _gp_positions,
                                             "sian": _sian_positions,
                                             "calibrated": _calibrated_positions,
+                                            "calibrated+mdn": _calibrated_mdn_positions,
                                             "joint": _joint_positions}
 
 
