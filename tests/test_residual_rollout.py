@@ -249,6 +249,28 @@ def test_residual_never_adds_energy_across_an_event(engine, layout, starts, aggr
     assert np.isfinite(counts["pushed"]) and counts["pushed"] <= allowed + 1e-9
 
 
+def test_every_contact_step_corrects_after_each_step_in_contact(engine, layout, starts,
+                                                               aggressive):
+    """Algorithm 1 as written: an event after every step that ends touching the table; a
+    zero policy leaves the engine's motion alone, an aggressive one stays within the
+    energy limit at every step."""
+    every = ContactGuard(every_contact_step=True)
+    fresh = ResidualPolicy().numpy()
+    for s0, n in list(starts.values())[:4]:
+        events_only = residual_rollout(engine, s0, n)
+        run = residual_rollout(engine, s0, n, fresh, guard=every)
+        np.testing.assert_array_equal(run.states, events_only.states)
+        touching_steps = 0
+        engine.reset(s0)
+        for _ in range(n):
+            engine.step()
+            touching_steps += bool(engine.contact_points())
+        assert run.n_events == touching_steps > events_only.n_events
+    worst, rise, counts = _worst_event_energy_gain(engine, layout, starts, aggressive.numpy(),
+                                                   every)
+    assert worst <= every.energy_tolerance_j + 1e-9 and counts["events"] > 0
+
+
 def test_the_energy_check_detects_a_disabled_limit(engine, layout, starts, aggressive):
     """Control: without the energy limit the same policy does add energy at events."""
     worst, rise, _ = _worst_event_energy_gain(engine, layout, starts, aggressive.numpy(),

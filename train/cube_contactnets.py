@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=ContactGuard().penetration_tolerance_m,
                         help="contact guard's penetration tolerance per step, m (default "
                         "%(default)s; the shipped 10-substep model used 0)")
+    parser.add_argument("--every-contact-step", action="store_true",
+                        help="apply the residual after every step in contact (the paper's "
+                        "Algorithm 1 as written), not only at contact events")
     parser.add_argument("--no-test", action="store_true",
                         help="score the validation split only (validation.json), keep the "
                         "checkpoint, write no card: the test split is not read")
@@ -192,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                             n_components=args.components, sigma=args.sigma,
                             optimizer=args.optimizer,
                             patience=args.patience, seed=args.seed,
-                            guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance))
+                            guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance,
+                                              every_contact_step=args.every_contact_step))
     start = time.perf_counter()
     figures = run_training("cube", data, out, calibration=calibration, config=config,
                            max_trajectories=args.max_tosses,

@@ -202,12 +202,18 @@ class ContactGuard:
       resting on several points (any tangential kick tilts some point down).
 
     α < 1 counts as a clamp (reported per rollout).
+
+    ``every_contact_step``: the paper's Algorithm 1 as written: the residual is applied after
+    every step that ends in contact, not only at contact events (new points, approaching);
+    the contact model is then at the touching points (the new ones when there are) and
+    every such step counts as an event.
     """
 
     new_point_distance_m: float = 0.02
     min_approach_mps: float = 0.02
     energy_tolerance_j: float = 1e-9
     penetration_tolerance_m: float = 0.001
+    every_contact_step: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +287,8 @@ class _EventCorrector:
         engine, scene = self.engine, self.engine.scene
         model = event_contact_model(engine, pre_state, points)
         mass = model.mass_matrix
-        if model.velocity[0] > -self.guard.min_approach_mps:
+        if model.velocity[0] > -self.guard.min_approach_mps and \
+                not self.guard.every_contact_step:
             return False
         features = model.features
         if getattr(self.policy, "spin", False):
@@ -382,6 +389,7 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     recent: list[list[tuple]] = []  # touched points of the last MEMORY_STEPS contact steps
     events, deepest = 0, 0.0
     spacing2 = guard.new_point_distance_m ** 2
+    every_step = guard.every_contact_step
     index = 0
     while index < n_steps:
         if index % CHECK_EVERY == 0:
@@ -400,8 +408,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         if touching:
             deepest = max(deepest, -min(p[8] for p in touching))
             fresh = [p for p in touching if _far_from(p[6], recent, spacing2)]
-            if fresh:
-                if correct(scene.raw_to_states([raws[-1]])[0], fresh, touching):
+            if fresh or every_step:
+                if correct(scene.raw_to_states([raws[-1]])[0], fresh or touching, touching):
                     events += 1
                     if policy is not None:
                         raw = read()
