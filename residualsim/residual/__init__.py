@@ -6,6 +6,7 @@
   error.
 * :mod:`~residualsim.residual.state_noise`: initial-state noise of recordings.
 * :mod:`~residualsim.residual.impact`: the single-impact residual (planar impacts).
+* :mod:`~residualsim.residual.joint`: engine parameters and residual fitted together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ _EXPORTS = {
     'GPImpactResidual': 'residualsim.residual.impact',
     'policy_post_velocity': 'residualsim.residual.impact',
     'train_impact_residual': 'residualsim.residual.impact',
+    'fit_impact_residual_supervised': 'residualsim.residual.impact',
+    'train_joint': 'residualsim.residual.joint',
     'predict_impacts': 'residualsim.residual.impact',
     'impact_table': 'residualsim.residual.impact',
     'handedness_consistent_models': 'residualsim.residual.impact',

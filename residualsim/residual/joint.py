@@ -23,7 +23,7 @@ import numpy as np
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError
 from residualsim.residual.policy import ResidualModel, ResidualPolicy
-from residualsim.residual.train import TrainingConfig, TrajectoryLoss, _event_features
+from residualsim.residual.train import TrainingConfig, TrajectoryLoss, engine_event_features
 from residualsim.sim.contact import unpack_features
 from residualsim.sim.pool import engine_workers
 from residualsim.sim.rollout import interleave, recording_settings, trajectory_items
@@ -41,8 +41,9 @@ def train_joint(scene: str, train: Mapping[str, Trajectory],
 
     The policy's feature scaling comes from the engine's events at the start point (the
     centre of ``space``). Returns the model (engine parameters and policy; not saved) and
-    its figures: training loss, validation position RMSE (m) and rotation RMS (deg) of the
-    chosen candidate and of the start, the chosen engine parameters, evaluations.
+    its figures: validation position RMSE (m) and rotation RMS (deg) of the chosen candidate,
+    the start's validation position RMSE, the chosen engine parameters, evaluations
+    (``chosen_evaluation`` 0: the start was kept).
     """
     from residualsim.sysid.optimize import minimize
 
@@ -63,7 +64,7 @@ def train_joint(scene: str, train: Mapping[str, Trajectory],
 
     with engine_workers(scene, items, n_workers, settings) as workers:
         start_params = space.engine_params(space.from_unit(np.full(d, 0.5)))
-        features = _event_features(workers, start_params, config.guard)
+        features = engine_event_features(workers, start_params, config.guard)
         if len(features) < 2:
             raise DataError("the engine found fewer than 2 contact events on the training "
                             "recordings: nothing to learn from")

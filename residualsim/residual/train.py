@@ -45,7 +45,8 @@ from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.parallel import ShardedWorkers, current_backend
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["TrainingConfig", "TrajectoryLoss", "train_residual", "run_training", "params_sha256"]
+__all__ = ["TrainingConfig", "TrajectoryLoss", "train_residual", "run_training", "params_sha256",
+           "engine_event_features"]
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,8 @@ class TrajectoryLoss:
                 "rotation_rms_deg": float(np.degrees(np.sqrt(table[..., 1])).mean())}
 
 
-def _event_features(workers: ShardedWorkers, params: EngineParams, guard: ContactGuard
-                    ) -> np.ndarray:
+def engine_event_features(workers: ShardedWorkers, params: EngineParams,
+                          guard: ContactGuard) -> np.ndarray:
     """Contact features (E, n_features) of the engine's own events on the training items."""
     request = RolloutRequest(params=params, policies=(None,), guard=guard, split="train")
     rows = [r for r in workers.map(_event_features_one, request) if r is not None]
@@ -211,7 +212,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     policy = ResidualPolicy.for_scene(layout.planar, n_components=config.n_components,
                                       hidden=config.hidden, seed=config.seed)
     with engine_workers(scene, items, n_workers, settings) as workers:
-        features = _event_features(workers, params, config.guard)
+        features = engine_event_features(workers, params, config.guard)
         if len(features) < 2:
             raise DataError("the engine found fewer than 2 contact events on the training "
                             "recordings: nothing to learn from")
