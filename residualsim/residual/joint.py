@@ -6,7 +6,7 @@ engine's parameters. :func:`train_joint` runs one nevergrad search over the conc
 coordinates (folded back into [0, 1] by reflection), θ the policy's weights, with the loss of
 :mod:`residualsim.residual.train` (per-recording pose RMSE of the mean prediction, metres).
 It starts where calibration starts (z = 0.5) with no correction (θ from
-:class:`~residualsim.residual.policy.ResidualPolicy`'s zero head); every ``validate_every``
+:func:`~residualsim.residual.train.scaled_policy`); every ``validate_every``
 evaluations the best candidate is scored on the validation split and the best validation loss
 is the result (early stopping after ``patience`` checks without improvement). Each candidate
 has its own engine parameters, so each is one call to the workers.
@@ -22,11 +22,11 @@ import numpy as np
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError
-from residualsim.residual.policy import ResidualModel, ResidualPolicy
-from residualsim.residual.train import TrainingConfig, TrajectoryLoss, engine_event_features
-from residualsim.sim.contact import unpack_features
+from residualsim.residual.policy import ResidualModel
+from residualsim.residual.train import (TrainingConfig, TrajectoryLoss, keep_if_better,
+                                        scaled_policy, split_items)
 from residualsim.sim.pool import engine_workers
-from residualsim.sim.rollout import interleave, recording_settings, trajectory_items
+from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
 from residualsim.sysid.paramspace import ParamSpace
 
@@ -52,24 +52,16 @@ def train_joint(scene: str, train: Mapping[str, Trajectory],
         raise DataError("joint fitting needs training and validation recordings")
     layout = make_scene(scene)
     settings = recording_settings(scene, {**train, **validation}, substeps)
-    items = interleave(trajectory_items(scene, train, "train"),
-                       trajectory_items(scene, validation, "validation", start=len(train)))
-    policy = ResidualPolicy.for_scene(layout.planar, n_components=config.n_components,
-                                      hidden=config.hidden, seed=config.seed)
     d = space.ndim
 
     def split(vector: np.ndarray):
         z = space.reflect(np.asarray(vector[:d]))
         return space.engine_params(space.from_unit(z)), np.asarray(vector[d:])
 
-    with engine_workers(scene, items, n_workers, settings) as workers:
+    with engine_workers(scene, split_items(scene, train, validation), n_workers,
+                        settings) as workers:
         start_params = space.engine_params(space.from_unit(np.full(d, 0.5)))
-        features = engine_event_features(workers, start_params, config.guard)
-        if len(features) < 2:
-            raise DataError("the engine found fewer than 2 contact events on the training "
-                            "recordings: nothing to learn from")
-        inertia, velocity = unpack_features(features)
-        policy.fit_scaling(features, np.einsum("nij,nj->ni", inertia, velocity))
+        policy = scaled_policy(workers, scene, start_params, config)
         init = np.concatenate([np.full(d, 0.5), policy.get_flat()])
 
         def loss_of(vector: np.ndarray) -> TrajectoryLoss:
@@ -91,12 +83,7 @@ def train_joint(scene: str, train: Mapping[str, Trajectory],
             state["next_check"] = result.evaluations + config.validate_every
             figures = {**validate(result.candidates[result.best_index]),
                        "index": result.best_index}
-            chosen = state.get("chosen")
-            if chosen is None or figures["loss"] < chosen["loss"] - 1e-9:
-                state["chosen"], state["stale"] = figures, 0
-            else:
-                state["stale"] = state.get("stale", 0) + 1
-            return state["stale"] >= config.patience
+            return keep_if_better(state, figures, config.patience)
 
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,

@@ -46,7 +46,7 @@ from residualsim.parallel import ShardedWorkers, current_backend
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["TrainingConfig", "TrajectoryLoss", "train_residual", "run_training", "params_sha256",
-           "engine_event_features"]
+           "engine_event_features", "split_items", "scaled_policy", "keep_if_better"]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,42 @@ class TrajectoryLoss:
                 "rotation_rms_deg": float(np.degrees(np.sqrt(table[..., 1])).mean())}
 
 
+def keep_if_better(state: dict, figures: dict, patience: int) -> bool:
+    """Early stopping on validation: keep ``figures`` as ``state["chosen"]`` when its
+    ``"loss"`` beats the chosen one's, else count a stale check; True (stop) after
+    ``patience`` stale checks in a row."""
+    chosen = state.get("chosen")
+    if chosen is None or figures["loss"] < chosen["loss"] - 1e-9:
+        state["chosen"], state["stale"] = figures, 0
+    else:
+        state["stale"] = state.get("stale", 0) + 1
+    return state["stale"] >= patience
+
+
+def split_items(scene: str, train: Mapping[str, Trajectory],
+                validation: Mapping[str, Trajectory]) -> list[tuple]:
+    """Work items of the training and validation recordings, tagged with their split and
+    interleaved so that every worker's shard holds both in proportion."""
+    return interleave(trajectory_items(scene, train, "train"),
+                      trajectory_items(scene, validation, "validation", start=len(train)))
+
+
+def scaled_policy(workers: ShardedWorkers, scene: str, params: EngineParams,
+                  config: TrainingConfig) -> ResidualPolicy:
+    """A new policy (``config``'s size and seed, 'no correction') whose feature scaling and
+    impulse unit come from the engine's own events on the training items (engine impulses
+    M_c v_c). Raises DataError with fewer than 2 events."""
+    policy = ResidualPolicy.for_scene(make_scene(scene).planar,
+                                      n_components=config.n_components,
+                                      hidden=config.hidden, seed=config.seed)
+    features = engine_event_features(workers, params, config.guard)
+    if len(features) < 2:
+        raise DataError("the engine found fewer than 2 contact events on the training "
+                        "recordings: nothing to learn from")
+    inertia, velocity = unpack_features(features)
+    return policy.fit_scaling(features, np.einsum("nij,nj->ni", inertia, velocity))
+
+
 def engine_event_features(workers: ShardedWorkers, params: EngineParams,
                           guard: ContactGuard) -> np.ndarray:
     """Contact features (E, n_features) of the engine's own events on the training items."""
@@ -207,17 +243,9 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     out.mkdir(parents=True, exist_ok=True)
     layout = make_scene(scene)
     settings = recording_settings(scene, {**train, **validation}, substeps)
-    items = interleave(trajectory_items(scene, train, "train"),
-                       trajectory_items(scene, validation, "validation", start=len(train)))
-    policy = ResidualPolicy.for_scene(layout.planar, n_components=config.n_components,
-                                      hidden=config.hidden, seed=config.seed)
-    with engine_workers(scene, items, n_workers, settings) as workers:
-        features = engine_event_features(workers, params, config.guard)
-        if len(features) < 2:
-            raise DataError("the engine found fewer than 2 contact events on the training "
-                            "recordings: nothing to learn from")
-        inertia, velocity = unpack_features(features)
-        policy.fit_scaling(features, np.einsum("nij,nj->ni", inertia, velocity))
+    with engine_workers(scene, split_items(scene, train, validation), n_workers,
+                        settings) as workers:
+        policy = scaled_policy(workers, scene, params, config)
         init = policy.get_flat()
         loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config)
         engine_figures = loss.validation(None)
@@ -242,12 +270,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
             figures.update(index=best, evaluations=result.evaluations,
                            train_loss=float(result.losses[best]))
             checks.append(figures)
-            chosen = state.get("chosen")
-            if chosen is None or figures["loss"] < chosen["loss"] - 1e-9:
-                state["chosen"], state["stale"] = figures, 0
-            else:
-                state["stale"] = state.get("stale", 0) + 1
-            return state["stale"] >= config.patience
+            return keep_if_better(state, figures, config.patience)
 
         fingerprint = {"scene": scene, "train": sorted(train), "validation": sorted(validation),
                        "params": params.as_json(), "substeps": substeps,
