@@ -14,6 +14,8 @@ scores on validation and test (RMSE of (dx, dy, k dθ), m/s, mean prediction):
   validation RMSE;
 * ``supervised + CMA``: that policy as the start of the shipped training
   (:func:`~residualsim.residual.impact.train_impact_residual`, ``--cma-budget``);
+* with ``--scratch-seeds 0 1 2``: the shipped recipe from scratch at the same budget, one
+  row per seed (how much the CMA seed alone moves the figures);
 * floors, not predictors: the best single impulse per impact inside the calibrated friction
   cone and with no cone at all (guarded like the residual: no energy gain, no push into the
   floor). No impulse residual of the 6 features can beat the guarded floor.
@@ -87,6 +89,9 @@ def main() -> None:
     parser.add_argument("--weight-decay", type=float, default=1e-4)
     parser.add_argument("--cma-budget", type=int, default=40000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scratch-seeds", type=int, nargs="*", default=[],
+                        help="also train the shipped recipe from scratch (hidden 10) for "
+                        "these seeds at --cma-budget evaluations: the seeds' spread")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     out = Path(args.out)
@@ -135,6 +140,12 @@ def main() -> None:
         contacts, engine, recorded, index["train"], index["validation"], friction,
         budget=args.cma_budget, seed=args.seed, start=policy, progress=True)
     rows["supervised MDN, then CMA on the trajectory loss"] = with_policy(refined.numpy())
+    for seed in args.scratch_seeds:
+        scratch, _ = train_impact_residual(
+            contacts, engine, recorded, index["train"], index["validation"], friction,
+            budget=args.cma_budget, hidden=(10,), seed=seed)
+        rows[f"CMA from scratch, {args.cma_budget} evaluations, seed {seed}"] = \
+            with_policy(scratch.numpy())
     results = {"rows": rows, "split": {k: len(v) for k, v in index.items()},
                "supervised": {k: v for k, v in supervised.items() if k != "history"},
                "supervised_history": supervised["history"], "cma": cma,
