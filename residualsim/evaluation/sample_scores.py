@@ -66,6 +66,18 @@ COVARIANCE_EPS_REL = 1e-6
 _CHUNK_ELEMENTS = 1 << 22
 
 
+def _ensembles(samples, truth) -> tuple[np.ndarray, np.ndarray]:
+    """``samples`` (B, S, D) and ``truth`` (B, D) as float64 arrays; ValueError otherwise."""
+    samples = np.asarray(samples, dtype=np.float64)
+    truth = np.asarray(truth, dtype=np.float64)
+    if samples.ndim != 3 or truth.shape != (samples.shape[0], samples.shape[2]):
+        raise ValueError(
+            f"expected samples of shape (B, S, D) and truth of shape (B, D), got "
+            f"{samples.shape} and {truth.shape}"
+        )
+    return samples, truth
+
+
 def energy_score(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Energy score of each of B ensembles against its observation.
 
@@ -84,13 +96,7 @@ def energy_score(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
         The energy scores, in the units of the points; 0 only for an exact deterministic
         prediction.
     """
-    samples = np.asarray(samples, dtype=np.float64)
-    truth = np.asarray(truth, dtype=np.float64)
-    if samples.ndim != 3 or truth.shape != (samples.shape[0], samples.shape[2]):
-        raise ValueError(
-            f"expected samples of shape (B, S, D) and truth of shape (B, D), got "
-            f"{samples.shape} and {truth.shape}"
-        )
+    samples, truth = _ensembles(samples, truth)
     n_batch, n_samples, _ = samples.shape
     accuracy = np.linalg.norm(samples - truth[:, None, :], axis=-1).mean(axis=1)
     if n_samples == 1:
@@ -164,14 +170,8 @@ def region_membership(
     -------
     ndarray of bool, shape (len(levels), B)
     """
-    samples = np.asarray(samples, dtype=np.float64)
-    truth = np.asarray(truth, dtype=np.float64)
+    samples, truth = _ensembles(samples, truth)
     levels = np.asarray(list(levels), dtype=np.float64)
-    if samples.ndim != 3 or truth.shape != (samples.shape[0], samples.shape[2]):
-        raise ValueError(
-            f"expected samples of shape (B, S, D) and truth of shape (B, D), got "
-            f"{samples.shape} and {truth.shape}"
-        )
     if samples.shape[1] < 2:
         raise ValueError(f"sample regions need S >= 2 samples, got {samples.shape[1]}")
     if ((levels <= 0) | (levels > 1)).any():
@@ -204,13 +204,7 @@ def crps_ensemble(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """
     import scoringrules
 
-    samples = np.asarray(samples, dtype=np.float64)
-    truth = np.asarray(truth, dtype=np.float64)
-    if samples.ndim != 3 or truth.shape != (samples.shape[0], samples.shape[2]):
-        raise ValueError(
-            f"expected samples of shape (B, S, D) and truth of shape (B, D), got "
-            f"{samples.shape} and {truth.shape}"
-        )
+    samples, truth = _ensembles(samples, truth)
     if samples.shape[0] == 0:
         return np.zeros(truth.shape)
     crps = scoringrules.crps_ensemble(truth, samples, m_axis=1, estimator="qd",
