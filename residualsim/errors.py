@@ -7,6 +7,10 @@ callers that do not know about residualsim.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 __all__ = [
     "ResidualSimError",
     "DataError",
@@ -14,6 +18,7 @@ __all__ = [
     "SceneError",
     "PredictionError",
     "SolverError",
+    "run_script",
 ]
 
 
@@ -52,3 +57,15 @@ class SolverError(ResidualSimError, RuntimeError):
         super().__init__(message)
         self.status = status
         self.solves = list(solves or [])
+
+
+def run_script(main: Callable[[], int | None]) -> None:
+    """Run a script's ``main`` and exit with its status; a :class:`ResidualSimError` (bad
+    data, parameters, scene) becomes one line on stderr naming the script and exit status 2,
+    as the ``residualsim`` command does, instead of a traceback."""
+    try:
+        status = main()
+    except ResidualSimError as exc:
+        print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(status or 0)

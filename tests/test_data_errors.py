@@ -335,3 +335,20 @@ def test_detect_format_refuses_unknown(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(DataError, match=r"notes\.txt: not a \.pt or \.npz file"):
         detect_format(tmp_path / "notes.txt")
+
+
+def test_a_training_script_reports_bad_data_in_one_line_with_exit_2(tmp_path):
+    """train/ scripts end through residualsim.errors.run_script: a bad --data path is one
+    line naming the script and the path, exit status 2, no traceback, nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "train" / "planar_supervised.py"
+    missing, out = tmp_path / "missing", tmp_path / "out"
+    run = subprocess.run([sys.executable, str(script), "--data", str(missing), "--out",
+                          str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if "pybullet build time" not in line]
+    assert lines == [f"planar_supervised.py: error: {missing}: no such directory"]
+    assert "Traceback" not in run.stderr and not out.exists()

@@ -23,6 +23,7 @@ from residualsim.sysid.calibrate import (CUBE_CALIBRATED, CUBE_CALIBRATION_BOUND
                                          DEFAULT_INITIAL_DRAWS, _load_split)
 from residualsim.sysid.likelihood import TrajectoryLikelihood
 from residualsim.sysid.paramspace import ParamSpace
+from residualsim.errors import run_script
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

@@ -17,6 +17,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from residualsim.errors import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,4 +64,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

@@ -41,6 +41,7 @@ from residualsim.evaluation.metrics import score_trajectories
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import ContactGuard, predict_trajectories
 from residualsim.residual.train import TrainingConfig, run_training
+from residualsim.errors import run_script
 
 SIDE_M = 0.1048
 
@@ -240,4 +241,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -22,6 +22,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import geodesic_angle
+from residualsim.errors import run_script
 
 WIDTH_M = 0.1048
 
@@ -55,4 +56,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

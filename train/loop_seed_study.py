@@ -24,6 +24,7 @@ from residualsim.atomic import atomic_write_text
 from residualsim.data.joint_recording import load_joint_recording
 from residualsim.sysid.loop_stiffness import KAPPA_BOUNDS, identify_stiffness
 from residualsim.sim.synthesize import synthesize_arm_loop
+from residualsim.errors import run_script
 
 
 def main() -> None:
@@ -73,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -25,6 +25,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from residualsim.errors import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 OBJECTS = {"ell": ROOT / "assets" / "examples" / "ell.toml",
@@ -105,4 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

@@ -28,6 +28,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.impact import impact_contacts, impact_table, train_impact_residual
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import ContactGuard, simulate_impacts
+from residualsim.errors import run_script
 
 
 def main() -> None:
@@ -139,4 +140,4 @@ impulse model, not a predictor.
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

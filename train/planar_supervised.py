@@ -44,6 +44,7 @@ from residualsim.residual.impact import (best_impulses, fit_impact_residual_supe
                                          policy_post_velocity, train_impact_residual)
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import simulate_impacts
+from residualsim.errors import run_script
 
 
 def _mirrored(impacts):
@@ -95,7 +96,6 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     impacts = load_impacts(args.data, convention="corrected")
     model = ResidualModel.load(args.model)
@@ -151,6 +151,7 @@ def main() -> None:
                "supervised_history": supervised["history"], "cma": cma,
                "mirror_feature_gap": mirror_gap, "seconds": time.perf_counter() - started,
                "args": vars(args)}
+    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
     print(f"mirrored impacts' features differ by at most {mirror_gap:.2e}")
     print(f"| approach | train | validation | test |\n|---|---|---|---|")
@@ -160,4 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

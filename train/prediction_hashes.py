@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from residualsim.errors import run_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,4 +92,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -43,6 +43,7 @@ from residualsim.sim.rollout import recording_settings, residual_rollout
 from residualsim.sim.scenes import make_scene
 from residualsim.residual.state_noise import free_flight_velocities
 from residualsim.sim.pool import engine_workers
+from residualsim.errors import run_script
 
 
 class FirstEventImpulse:
@@ -197,4 +198,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -38,6 +38,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import geodesic_angle
+from residualsim.errors import run_script
 
 PHASES = ("flight", "first impact", "sliding and tumbling", "rest")
 
@@ -132,4 +133,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pybullet as pb
+from residualsim.errors import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,4 +86,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
