@@ -173,8 +173,8 @@ def split_items(scene: str, train: Mapping[str, Trajectory],
 def scaled_policy(workers: ShardedWorkers, scene: str, params: EngineParams,
                   config: TrainingConfig) -> ResidualPolicy:
     """A new policy (``config``'s size and seed, 'no correction') whose feature scaling and
-    impulse unit come from the engine's own events on the training items (engine impulses
-    M_c v_c). Raises DataError with fewer than 2 events."""
+    impulse unit come from the engine's own events on the training items (impulses M_c v_c,
+    N s, contact frame). Raises DataError with fewer than 2 events."""
     policy = ResidualPolicy.for_scene(make_scene(scene).planar,
                                       n_components=config.n_components,
                                       hidden=config.hidden, seed=config.seed)
@@ -188,7 +188,9 @@ def scaled_policy(workers: ShardedWorkers, scene: str, params: EngineParams,
 
 def engine_event_features(workers: ShardedWorkers, params: EngineParams,
                           guard: ContactGuard) -> np.ndarray:
-    """Contact features (E, n_features) of the engine's own events on the training items."""
+    """Contact features (E, n_features) of the engine's own events on the training items:
+    per event M_c (kg, upper triangle) and v_c (m/s), contact frame (normal first), as
+    :func:`residualsim.sim.contact.contact_features` packs them."""
     request = RolloutRequest(params=params, policies=(None,), guard=guard, split="train")
     rows = [r for r in workers.map(_event_features_one, request) if r is not None]
     return np.concatenate(rows) if rows else np.empty((0, 0))
