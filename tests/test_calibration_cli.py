@@ -159,6 +159,7 @@ def test_resume_needs_the_flag_and_then_gives_the_same_answer(calibrated, copied
 @pytest.mark.slow
 @pytest.mark.parametrize(("change", "differs"),
                          [(["--seed", "1"], "seed"), (["--substeps", "2"], "substeps"),
+                          (["--rotation-weight", "4"], "rotation_weight"),
                           (["--chains", "3"], "sampler"), (["--burn-in", "100"], "burn_in")])
 def test_checkpoint_of_another_run_is_refused(copied_run, synth_dir, capsys, change, differs):
     args = list(MH_ARGS)
@@ -213,9 +214,10 @@ def test_nevergrad_point_estimate(synth_dir, tmp_path, capsys):
         (["--scene", "planar-ellipse"], "cannot replay 3D recordings"),
         (["--method", "nevergrad", "--optimizer", "NoSuchOptimizer"],
          "unknown nevergrad optimizer"),
+        (["--rotation-weight", "-1"], "rotation_weight must be a number > 0"),
     ],
     ids=["unknown-name", "reversed-bounds", "bounds-syntax", "bounds-range", "bad-prior",
-         "planar-scene-on-cube-tosses", "bad-optimizer"],
+         "planar-scene-on-cube-tosses", "bad-optimizer", "negative-rotation-weight"],
 )
 def test_bad_input_exits_2_with_a_clear_message(synth_dir, tmp_path, capsys, extra, message):
     code, out, err = _run(capsys, "calibrate", "--data", synth_dir, "--quiet", "--samples",

@@ -58,6 +58,25 @@ def test_one_and_two_workers_agree_bitwise(tosses, errors_one_worker):
     assert log_like[0] == pytest.approx(-0.5 * 4 * math.log(ERROR_FLOOR))
 
 
+def test_rotation_weight_scales_the_angle_term_only(tosses, errors_one_worker):
+    """e_i(w) = position part + w × rotation part: three weights are exactly collinear."""
+    errors = {}
+    for weight in (3.0, 5.0):
+        with TrajectoryLikelihood("cube", tosses, substeps=1, rotation_weight=weight) as lik:
+            assert lik.rotation_weight == weight
+            errors[weight] = lik.errors(OTHERS)
+    rotation = (errors[3.0] - errors_one_worker[1:]) / 2.0
+    position = errors_one_worker[1:] - rotation
+    assert np.all(rotation > 1e-9) and np.all(position > 1e-9)
+    np.testing.assert_allclose(errors[5.0], position + 5.0 * rotation, rtol=1e-9)
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, math.nan, math.inf])
+def test_bad_rotation_weight_is_refused(tosses, weight):
+    with pytest.raises(ParameterError, match="rotation_weight"):
+        TrajectoryLikelihood("cube", tosses, substeps=1, rotation_weight=weight)
+
+
 def test_substeps_matter(tosses):
     """Parameters are only 'true' at the substep count the tosses were made with."""
     with TrajectoryLikelihood("cube", tosses, substeps=4) as likelihood:

@@ -63,7 +63,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             budget=args.budget, optimizer=args.optimizer, checkpoint_every=args.checkpoint_every,
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
-            initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance)
+            initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
+            rotation_weight=args.rotation_weight)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             print(f"validation, {label} parameters: position RMSE "
@@ -121,6 +122,9 @@ def register(commands) -> None:
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25)")
+    cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W",
+                     help="trajectories: weight of the squared rotation angle (times r_g^2) "
+                     "against the squared position error (default 1)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),

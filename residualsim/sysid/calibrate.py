@@ -271,7 +271,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               split_fractions: Sequence[float] | None = None,
               split_lists: Mapping[str, Sequence[str]] | None = None,
               initial_draws: int | None = None,
-              delayed_acceptance: float | None = None) -> dict[str, Any]:
+              delayed_acceptance: float | None = None,
+              rotation_weight: float = 1.0) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -288,6 +289,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     :data:`DEFAULT_INITIAL_DRAWS` (recordings with velocities are rolled out once).
     ``delayed_acceptance``: MH screens each proposal on this fraction of the recordings
     first (:class:`~residualsim.sysid.likelihood.StagedLikelihood`; the chain stays exact).
+    ``rotation_weight``: weight w of the squared rotation angle against the squared position
+    error in each recording's error (trajectories only; see
+    :mod:`residualsim.sysid.likelihood`).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
@@ -300,16 +304,20 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     kind, train, validation = _load_split(scene, data, split, max_items,
                                           fractions=split_fractions, lists=split_lists)
     if kind == "impacts":
+        if rotation_weight != 1.0:
+            raise ParameterError("rotation_weight applies to trajectories, not impacts")
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
         draws = DEFAULT_INITIAL_DRAWS if initial_draws is None else initial_draws
         if delayed_acceptance and method == "mh":
             likelihood = StagedLikelihood(scene, train, delayed_acceptance, seed=seed,
                                           substeps=substeps, noise_m=noise,
-                                          n_workers=n_workers, initial_draws=draws)
+                                          n_workers=n_workers, initial_draws=draws,
+                                          rotation_weight=rotation_weight)
         else:
             likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers,
-                                              initial_draws=draws, seed=seed)
+                                              initial_draws=draws, seed=seed,
+                                              rotation_weight=rotation_weight)
     settings = likelihood.settings
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = {"scene": scene, "data": _data_fingerprint(likelihood.ids),
@@ -320,6 +328,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         fingerprint["initial_draws"] = likelihood.initial_draws
     if isinstance(likelihood, StagedLikelihood):
         fingerprint["delayed_acceptance"] = likelihood.fraction
+    if rotation_weight != 1.0:
+        fingerprint["rotation_weight"] = float(rotation_weight)
     log.info("calibrating %s on %d %s of %s (%s split, %d substeps, %d workers)",
              ", ".join(space.names), likelihood.n_items, kind, data, split,
              settings.substeps, likelihood.n_workers)
@@ -394,6 +404,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "space": space.as_json(), "seed": seed, "noise": noise, "workers": n_workers,
         "initial_draws": getattr(likelihood, "initial_draws", 0),
         "delayed_acceptance": getattr(likelihood, "fraction", None),
+        "rotation_weight": float(rotation_weight),
         "backend": current_backend().name,
         "validation": held_out,
         "seconds": time.perf_counter() - started,

@@ -16,7 +16,9 @@ tolerance: metres, or m/s for impacts),
 
     log L(θ) = −Σ_i e_i(θ) / (2σ²)
 
-(the residual-learning paper's likelihood from the mean squared error). Estimated (the
+(the residual-learning paper's likelihood from the mean squared error). ``rotation_weight``
+w (default 1) multiplies the angle term, r_g² → w·r_g², for a calibration that should
+favour the rotation over the position (train/README.md §18). Estimated (the
 default), each recording i gets its own unknown scale σ_i, integrated out under the
 scale-free prior p(σ_i) ∝ 1/σ_i, which gives
 
@@ -224,15 +226,22 @@ class TrajectoryLikelihood(_Likelihood):
         state only); see the module doc.
     seed : int
         Seed of those draws (recording i uses the stream ``[seed, i]``).
+    rotation_weight : float
+        w > 0 multiplying the squared-angle term of e_i (r_g² → w·r_g²); joint errors keep
+        their own scale.
     """
 
     _function = staticmethod(trajectory_errors)
 
     def __init__(self, scene: str, trajectories: Mapping[str, Trajectory],
                  substeps: int | None = None, noise_m: float | None = None,
-                 n_workers: int = 1, initial_draws: int = 0, seed: int = 0) -> None:
+                 n_workers: int = 1, initial_draws: int = 0, seed: int = 0,
+                 rotation_weight: float = 1.0) -> None:
         if int(initial_draws) != initial_draws or initial_draws < 0:
             raise ParameterError(f"initial_draws must be an integer >= 0, got {initial_draws}")
+        if not (math.isfinite(rotation_weight) and rotation_weight > 0):
+            raise ParameterError(f"rotation_weight must be a number > 0, got {rotation_weight}")
+        self.rotation_weight = float(rotation_weight)
         layout = make_scene(scene)
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
@@ -254,7 +263,7 @@ class TrajectoryLikelihood(_Likelihood):
                 starts = initial_state_draws(layout, traj, int(initial_draws),
                                              np.random.default_rng([seed, index]))
             for start in starts:
-                item = (start, positions[1:], quat[1:], radius)
+                item = (start, positions[1:], quat[1:], radius * math.sqrt(rotation_weight))
                 if n_joints:
                     item += (layout.joint_positions(states)[1:], scale)
                 items.append(item)
