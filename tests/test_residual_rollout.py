@@ -456,3 +456,43 @@ def test_a_spin_policy_sees_the_contact_features_and_the_spin_at_each_event(engi
     omega_norm = np.linalg.norm(spin) / radius
     assert np.isclose(omega_norm, np.linalg.norm(spin_features(np.eye(3), s0[10:13], 1.0)),
                       rtol=1e-6)  # a cube (isotropic inertia) keeps ω in free flight
+
+
+def test_a_contact_mode_policy_reads_the_touching_count_after_the_spin(engine, starts):
+    """With ``contact_mode``, each event's features end with the number of points touching
+    after its step, which every rollout records (engine alone too)."""
+    policy = ResidualPolicy.for_scene(False, spin=True, contact_mode=True, hidden=(4,),
+                                      seed=1).numpy()
+    assert policy.contact_mode and len(policy.feature_mean) == 13
+    seen = []
+
+    class Recorder:
+        spin = contact_mode = True
+
+        def mean(self, features):
+            seen.append(np.array(features))
+            return policy.mean(features)
+
+    s0, n = next(iter(starts.values()))
+    run = residual_rollout(engine, s0, n, Recorder())
+    assert run.n_events >= 1 and run.features.shape == (run.n_events, 13)
+    np.testing.assert_array_equal(np.array(seen), run.features)
+    np.testing.assert_array_equal(run.features[:, 12], run.touching_counts)
+    assert set(run.touching_counts.tolist()) <= {1, 2, 3, 4} and run.touching_counts.min() >= 1
+    alone = residual_rollout(engine, s0, n)
+    assert alone.features.shape[1] == 9 and len(alone.touching_counts) == alone.n_events
+    assert alone.touching_counts[0] == run.touching_counts[0]
+
+
+def test_a_contact_mode_policy_round_trips_and_needs_its_width(tmp_path):
+    policy = ResidualPolicy.for_scene(False, contact_mode=True, hidden=(4,), seed=3)
+    assert policy.n_features == 10 and not policy.spin
+    policy.set_flat(np.random.default_rng(0).normal(size=policy.n_parameters))
+    policy.save(tmp_path)
+    back = ResidualPolicy.load(tmp_path)
+    assert back.contact_mode and back.n_features == 10
+    x = np.random.default_rng(1).normal(size=(5, 10))
+    np.testing.assert_allclose(back.numpy().mean(x), policy.numpy().mean(x))
+    from residualsim.errors import ParameterError
+    with pytest.raises(ParameterError, match="contact mode"):
+        ResidualPolicy(n_features=9, n_outputs=3, contact_mode=True)

@@ -393,3 +393,23 @@ def test_train_refuses_substeps_other_than_the_calibrations(tmp_path):
     assert code == 2
     assert "calibrated at 1 substeps, not --substeps 10" in err
     assert not (tmp_path / "m" / "model.json").exists()
+
+
+def test_a_contact_mode_model_trains_scales_its_mode_input_and_loads(tosses, tmp_path):
+    """``TrainingConfig(contact_mode=True)``: the policy's 10th input is the touching count,
+    scaled by the engine's own events (a mean between 1 and 4 points), and the saved model
+    loads and predicts with it."""
+    from residualsim.residual.train import TrainingConfig, train_residual
+
+    split = split_ids(list(tosses))
+    train = {k: tosses[k] for k in split["train"]}
+    validation = {k: tosses[k] for k in split["validation"]}
+    model, _ = train_residual(
+        "cube", train, validation, tmp_path, params=EngineParams(), substeps=10,
+        config=TrainingConfig(budget=8, batch_size=8, validate_every=8, hidden=(4,),
+                              contact_mode=True))
+    policy = ResidualModel.load(tmp_path).policy
+    assert policy.contact_mode and policy.n_features == 10
+    assert 1.0 <= policy.feature_mean[-1] <= 4.0 and policy.feature_std[-1] > 0
+    predictions, stats = predict_trajectories(ResidualModel.load(tmp_path), validation)
+    assert stats["events"] >= 1 and set(predictions) == set(validation)

@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every-contact-step", action="store_true",
                         help="apply the residual after every step in contact (the paper's "
                         "Algorithm 1 as written), not only at contact events")
+    parser.add_argument("--contact-mode", action="store_true",
+                        help="the policy also reads the contact mode: the number of points "
+                        "touching after each event's step")
     parser.add_argument("--no-test", action="store_true",
                         help="score the validation split only (validation.json), keep the "
                         "checkpoint, write no card: the test split is not read")
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                             n_components=args.components, sigma=args.sigma,
                             optimizer=args.optimizer,
                             patience=args.patience, seed=args.seed,
+                            contact_mode=args.contact_mode,
                             guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance,
                                               every_contact_step=args.every_contact_step))
     start = time.perf_counter()

@@ -4,7 +4,9 @@ Input: the invariant contact features x = (upper triangle of M_c, v_c) of
 :mod:`residualsim.sim.contact` (9 numbers in 3D, 5 in the plane; kg and m/s), standardised with
 the training set's mean and spread; with ``spin=True`` the body's spin in the contact frame
 (:func:`residualsim.sim.contact.spin_features`: 3 more numbers in 3D, 1 in the plane, m/s) is
-appended to x. Output: a mixture of K Gaussians with diagonal scales
+appended to x, and with ``contact_mode=True`` then the contact mode, the number of points
+touching the ground after the event's step (1 a corner, 2 an edge, 3 or more a face; whether
+the contact slides is already in v_c's tangential part). Output: a mixture of K Gaussians with diagonal scales
 over the residual impulse in the contact frame (normal, tangent 1[, tangent 2]), in units
 of ``impulse_scale_ns`` (N s), so the network works on numbers of order one:
 
@@ -36,13 +38,19 @@ from residualsim.atomic import atomic_open, atomic_write_text, read_json
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["ResidualPolicy", "ResidualModel", "NumpyPolicy", "MixtureDensityNetwork",
-           "LOG_SCALE_BOUNDS"]
+           "LOG_SCALE_BOUNDS", "feature_width"]
 
 #: Bounds of the log standard deviation of each component, in units of the impulse scale.
 LOG_SCALE_BOUNDS = (-7.0, 1.0)
 #: Initial component standard deviation (units of the impulse scale).
 INITIAL_SCALE = 0.05
 _FORMAT = "residualsim.policy/1"
+
+
+def feature_width(planar: bool, spin: bool = False, contact_mode: bool = False) -> int:
+    """Number of policy inputs: the contact features (5 planar, 9 in 3D), the spin features
+    (1 or 3) with ``spin``, the contact mode (1) with ``contact_mode``."""
+    return (5 + spin if planar else 9 + 3 * spin) + contact_mode
 
 
 class MixtureDensityNetwork(torch.nn.Module):
@@ -78,8 +86,8 @@ class NumpyPolicy:
 
     ``layers`` are (W (out, in), b (out,)) pairs of the tanh body followed by the head.
     ``spread`` multiplies the components' scales when sampling (see
-    :attr:`ResidualModel.spread`); the mean is unaffected. ``spin``: the features end with
-    the spin features (see :class:`ResidualPolicy`).
+    :attr:`ResidualModel.spread`); the mean is unaffected. ``spin``, ``contact_mode``: the
+    features end with the spin features, then the contact mode (see :class:`ResidualPolicy`).
     """
 
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -90,6 +98,7 @@ class NumpyPolicy:
     n_outputs: int
     spread: float = 1.0
     spin: bool = False
+    contact_mode: bool = False
 
     def components(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Mixture of one contact (features (n,)) or of N contacts (features (N, n)):
@@ -133,7 +142,8 @@ class ResidualPolicy:
     Parameters
     ----------
     n_features : int
-        9 for 3D contacts, 5 for planar ones (plus 3 or 1 with ``spin``).
+        9 for 3D contacts, 5 for planar ones (plus 3 or 1 with ``spin``, plus 1 with
+        ``contact_mode``).
     n_outputs : int
         Impulse components: 3 in 3D (normal, tangent 1, tangent 2), 2 in the plane.
     n_components : int
@@ -143,11 +153,15 @@ class ResidualPolicy:
     seed : int
         Seed of the initial weights.
     spin : bool
-        The last features are the spin features (the rollout appends them at events).
+        The features after the contact features are the spin features (the rollout appends
+        them at events).
+    contact_mode : bool
+        The last feature is the number of points touching after the event's step.
     """
 
     def __init__(self, n_features: int = 9, n_outputs: int = 3, n_components: int = 2,
-                 hidden: Sequence[int] = (16,), seed: int = 0, spin: bool = False) -> None:
+                 hidden: Sequence[int] = (16,), seed: int = 0, spin: bool = False,
+                 contact_mode: bool = False) -> None:
         for name, value, low in (("n_features", n_features, 1), ("n_outputs", n_outputs, 1),
                                  ("n_components", n_components, 1)):
             if int(value) != value or value < low:
@@ -157,11 +171,13 @@ class ResidualPolicy:
             raise ParameterError(f"hidden widths must be >= 1, got {hidden}")
         self.n_features, self.n_outputs = int(n_features), int(n_outputs)
         self.n_components, self.hidden, self.seed = int(n_components), hidden, int(seed)
-        self.spin = bool(spin)
-        spin_width = {2: 6, 3: 12}.get(self.n_outputs)
-        if self.spin and self.n_features != spin_width:
-            raise ParameterError(f"a spin policy with {n_outputs} outputs has {spin_width} "
-                                 f"features (contact features plus spin), got {n_features}")
+        self.spin, self.contact_mode = bool(spin), bool(contact_mode)
+        if self.spin or self.contact_mode:
+            width = feature_width(self.n_outputs == 2, self.spin, self.contact_mode)
+            if self.n_outputs not in (2, 3) or self.n_features != width:
+                raise ParameterError(
+                    f"a policy with {n_outputs} outputs, spin {self.spin} and contact mode "
+                    f"{self.contact_mode} has {width} features, got {n_features}")
         generator = torch.Generator().manual_seed(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
@@ -173,11 +189,12 @@ class ResidualPolicy:
         self.impulse_scale_ns = 1.0
 
     @classmethod
-    def for_scene(cls, planar: bool, spin: bool = False, **kwargs: Any) -> ResidualPolicy:
+    def for_scene(cls, planar: bool, spin: bool = False, contact_mode: bool = False,
+                  **kwargs: Any) -> ResidualPolicy:
         """A policy sized for 3D (9 features, 3 outputs) or planar (5, 2) contacts, plus the
-        spin features (3 or 1) with ``spin``."""
-        n_features = (5 + spin) if planar else (9 + 3 * spin)
-        return cls(n_features=n_features, n_outputs=2 if planar else 3, spin=spin, **kwargs)
+        spin features (3 or 1) with ``spin`` and the contact mode (1) with ``contact_mode``."""
+        return cls(n_features=feature_width(planar, spin, contact_mode),
+                   n_outputs=2 if planar else 3, spin=spin, contact_mode=contact_mode, **kwargs)
 
     def _zero_output(self) -> None:
         """Start from 'no correction': zero head weights, equal weights, σ = INITIAL_SCALE."""
@@ -278,14 +295,16 @@ class ResidualPolicy:
                            feature_std=self.feature_std.copy(),
                            impulse_scale_ns=float(self.impulse_scale_ns),
                            n_components=self.n_components, n_outputs=self.n_outputs,
-                           spread=float(spread), spin=self.spin)
+                           spread=float(spread), spin=self.spin,
+                           contact_mode=self.contact_mode)
 
     # --- persistence ---------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """Architecture and normalisation as strict JSON."""
         return {"format": _FORMAT, "n_features": self.n_features, "n_outputs": self.n_outputs,
                 "n_components": self.n_components, "hidden": list(self.hidden),
-                "seed": self.seed, "spin": self.spin, "n_parameters": self.n_parameters,
+                "seed": self.seed, "spin": self.spin,
+                "contact_mode": self.contact_mode, "n_parameters": self.n_parameters,
                 "feature_mean": self.feature_mean.tolist(),
                 "feature_std": self.feature_std.tolist(),
                 "impulse_scale_ns": self.impulse_scale_ns}
@@ -308,7 +327,8 @@ class ResidualPolicy:
                             f"{_FORMAT!r})")
         try:
             policy = cls(config["n_features"], config["n_outputs"], config["n_components"],
-                         config["hidden"], config.get("seed", 0), bool(config.get("spin", False)))
+                         config["hidden"], config.get("seed", 0), bool(config.get("spin", False)),
+                         bool(config.get("contact_mode", False)))
             policy.feature_mean = np.asarray(config["feature_mean"], dtype=np.float64)
             policy.feature_std = np.asarray(config["feature_std"], dtype=np.float64)
             policy.impulse_scale_ns = float(config["impulse_scale_ns"])
@@ -436,7 +456,7 @@ class ResidualModel:
             raise DataError(f"{path}: malformed model description ({exc})") from None
         policy = ResidualPolicy.load(directory)
         planar = make_scene(scene).planar
-        if policy.n_features != (5 if planar else 9) + policy.spin * (1 if planar else 3):
+        if policy.n_features != feature_width(planar, policy.spin, policy.contact_mode):
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,

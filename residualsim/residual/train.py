@@ -59,7 +59,9 @@ class TrainingConfig:
     the mean prediction); ``hidden``/``n_components`` the network; ``sigma`` nevergrad's
     initial mutation scale on θ; ``batch_size`` candidates evaluated together;
     ``rotation_weight`` w in the loss; ``validate_every`` evaluations between validation
-    checks and ``patience`` checks without improvement before stopping.
+    checks and ``patience`` checks without improvement before stopping; ``contact_mode``
+    the policy also reads the number of touching points at each event
+    (:class:`~residualsim.residual.policy.ResidualPolicy`).
     """
 
     budget: int = 800
@@ -74,6 +76,7 @@ class TrainingConfig:
     patience: int = 6
     seed: int = 0
     guard: ContactGuard = field(default_factory=ContactGuard)
+    contact_mode: bool = False
 
     def __post_init__(self) -> None:
         for name in ("budget", "batch_size", "validate_every", "patience", "n_components"):
@@ -176,30 +179,39 @@ def scaled_policy(workers: ShardedWorkers, scene: str, params: EngineParams,
     impulse unit come from the engine's own events on the training items (impulses M_c v_c,
     N s, contact frame). Raises DataError with fewer than 2 events."""
     policy = ResidualPolicy.for_scene(make_scene(scene).planar,
+                                      contact_mode=config.contact_mode,
                                       n_components=config.n_components,
                                       hidden=config.hidden, seed=config.seed)
-    features = engine_event_features(workers, params, config.guard)
+    features = engine_event_features(workers, params, config.guard, config.contact_mode)
     if len(features) < 2:
         raise DataError("the engine found fewer than 2 contact events on the training "
                         "recordings: nothing to learn from")
-    inertia, velocity = unpack_features(features)
+    inertia, velocity = unpack_features(features[:, :-1] if config.contact_mode else features)
     return policy.fit_scaling(features, np.einsum("nij,nj->ni", inertia, velocity))
 
 
 def engine_event_features(workers: ShardedWorkers, params: EngineParams,
-                          guard: ContactGuard) -> np.ndarray:
+                          guard: ContactGuard, contact_mode: bool = False) -> np.ndarray:
     """Contact features (E, n_features) of the engine's own events on the training items:
     per event M_c (kg, upper triangle) and v_c (m/s), contact frame (normal first), as
-    :func:`residualsim.sim.contact.contact_features` packs them."""
+    :func:`residualsim.sim.contact.contact_features` packs them; with ``contact_mode``
+    followed by the number of points touching after the event's step."""
     request = RolloutRequest(params=params, policies=(None,), guard=guard, split="train")
     rows = [r for r in workers.map(_event_features_one, request) if r is not None]
-    return np.concatenate(rows) if rows else np.empty((0, 0))
+    if not rows:
+        return np.empty((0, 0))
+    features = np.concatenate([r[0] for r in rows])
+    if contact_mode:
+        features = np.column_stack([features, np.concatenate([r[1] for r in rows])])
+    return features
 
 
-def _event_features_one(engine, item: tuple, request: RolloutRequest) -> np.ndarray | None:
-    """Worker function: the features of the engine's events on one recording."""
+def _event_features_one(engine, item: tuple, request: RolloutRequest
+                        ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Worker function: the features and touching counts of the engine's events on one
+    recording."""
     runs = item_rollouts(engine, item, request)
-    return None if runs is None else runs[0][0].features
+    return None if runs is None else (runs[0][0].features, runs[0][0].touching_counts)
 
 
 def train_residual(scene: str, train: Mapping[str, Trajectory],

@@ -229,7 +229,9 @@ class ResidualRollout:
     ``max_penetration_m`` the deepest penetration seen after any step (>= 0);
     ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals, in the
     contact frames ``frames`` (E, k, 3) (rows n, t1[, t2]: world-frame unit vectors, so the
-    world-frame impulse is ``frames[e].T @ impulses[e]``).
+    world-frame impulse is ``frames[e].T @ impulses[e]``); ``touching_counts`` (E,) the
+    number of points touching the ground after each event's step (the contact mode: 1 a
+    corner, 2 an edge, 3 or more a face).
     """
 
     positions_m: np.ndarray
@@ -243,6 +245,7 @@ class ResidualRollout:
     features: np.ndarray
     impulses: np.ndarray
     frames: np.ndarray
+    touching_counts: np.ndarray
 
 
 def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
@@ -278,6 +281,7 @@ class _EventCorrector:
         self.features: list[np.ndarray] = []
         self.impulses: list[np.ndarray] = []
         self.frames: list[np.ndarray] = []
+        self.touching_counts: list[int] = []
         self.energy_clamped = self.normal_clamped = self.engine_gain = 0
 
     def __call__(self, pre_state: np.ndarray, points: list[tuple], touching: list[tuple]
@@ -295,6 +299,9 @@ class _EventCorrector:
             omega = scene.rigid_motion(pre_state[None])[3][0]
             features = np.concatenate([features, spin_features(
                 model.frame, omega, scene.radius_of_gyration_m)])
+        if getattr(self.policy, "contact_mode", False):
+            features = np.append(features, float(len(touching)))
+        self.touching_counts.append(len(touching))
         self.features.append(features)
         self.frames.append(model.frame)
         if self.policy is None:  # engine alone: count and describe the event only
@@ -425,13 +432,15 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     width, n_features = (2, 5) if scene.planar else (3, 9)
     if getattr(policy, "spin", False):
         n_features += 1 if scene.planar else 3
+    n_features += bool(getattr(policy, "contact_mode", False))
     return ResidualRollout(
         positions_m=positions, quat_wxyz=quat, states=states, n_events=events,
         n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,
         n_engine_energy_gain=correct.engine_gain, max_penetration_m=float(deepest),
         features=np.array(correct.features).reshape(-1, n_features),
         impulses=np.array(correct.impulses).reshape(-1, width),
-        frames=np.array(correct.frames).reshape(-1, width, 3))
+        frames=np.array(correct.frames).reshape(-1, width, 3),
+        touching_counts=np.array(correct.touching_counts, dtype=np.int64))
 
 
 # --- batches of residual rollouts over worker processes -------------------------------------------
