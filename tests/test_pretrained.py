@@ -154,6 +154,31 @@ def test_fit_spread_by_coverage_picks_the_best_calibrated_regions(tmp_path, caps
     assert model.info["spread_fit"]["criterion"] == "coverage"
 
 
+def test_fit_spread_by_reliability_picks_the_curve_closest_to_the_diagonal(tmp_path, capsys):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    header = json.loads((model_dir / "model.json").read_text())
+    header["state_noise"] = None
+    (model_dir / "model.json").write_text(json.dumps(header))
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
+                 "--tosses", "4", "--samples", "8", "--grid", "0,10,200",
+                 "--criterion", "reliability"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    for row in rows:
+        curve = row["reliability_xy"]
+        assert list(curve) == [f"{level / 10:.1f}" for level in range(1, 10)]
+        assert row["reliability_xy_max_deviation"] == pytest.approx(
+            max(abs(value - float(level)) for level, value in curve.items()))
+    # spread 0 covers nothing: its worst level is 90 % (off by 0.9)
+    assert rows[0]["reliability_xy_max_deviation"] == pytest.approx(0.9)
+    best = min(rows, key=lambda r: (r["reliability_xy_max_deviation"], r["energy_score_m"]))
+    model = ResidualModel.load(model_dir)
+    assert model.spread == best["spread"] != 0.0
+    assert model.info["spread_fit"]["criterion"] == "reliability"
+
+
 def test_fit_spread_unseen_uses_only_tosses_the_model_was_not_trained_on(tmp_path, capsys):
     import shutil
 

@@ -149,10 +149,13 @@ def register(commands) -> None:
     fs.add_argument("--grid", type=float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
                     help="spreads to try (default 1,1.5,2,3,4)")
     fs.add_argument("--seed", type=int, default=0)
-    fs.add_argument("--criterion", choices=("energy", "coverage"), default="energy",
+    fs.add_argument("--criterion", choices=("energy", "coverage", "reliability"),
+                    default="energy",
                     help="energy: lowest energy score (default); coverage: 50 %% and 90 %% "
                          "sample regions closest to their nominal coverage on the table "
-                         "plane, |c50 - 0.5| + |c90 - 0.9|")
+                         "plane, |c50 - 0.5| + |c90 - 0.9|; reliability: the final x-y "
+                         "reliability curve (10 %%-90 %%) closest to the diagonal at its "
+                         "worst level")
     fs.add_argument("--state-noise", action="store_true",
                     help="first estimate the noise of the recorded initial velocities from "
                          "the free flight before the first contact (whole training split) "

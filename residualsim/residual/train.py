@@ -419,7 +419,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
 #: Spreads tried by :func:`fit_spread` (factors on the mixture's scales).
 SPREAD_GRID = (1.0, 2.0, 4.0, 8.0, 16.0)
 #: How :func:`fit_spread` picks a spread from the grid.
-SPREAD_CRITERIA = ("energy", "coverage")
+SPREAD_CRITERIA = ("energy", "coverage", "reliability")
 
 
 def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: int = 32,
@@ -440,7 +440,10 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
     * ``"coverage"``: the smallest miscalibration of the sample regions on the table plane,
       |c50 - 0.5| + |c90 - 0.9| with c50, c90 the fractions of recorded final x-y positions
       inside the 50 % and 90 % sample regions (what a planner relying on the regions needs;
-      ties go to the lower energy score).
+      ties go to the lower energy score);
+    * ``"reliability"``: the smallest largest distance of the final x-y reliability curve
+      (coverage of the 10 %, ..., 90 % regions) from the diagonal, the check of every level
+      rather than two (ties go to the lower energy score).
 
     Returns (spread, one row per factor: spread, energy score m, coverages, miscalibration,
     RMSE m).
@@ -491,6 +494,9 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
                      "coverage_xy_90": score["coverage_xy_90"],
                      "miscalibration_xy": abs(score["coverage_xy_50"] - 0.5)
                      + abs(score["coverage_xy_90"] - 0.9),
+                     "reliability_xy": score["reliability_final_xy"],
+                     "reliability_xy_max_deviation":
+                         score["reliability_max_deviation"]["final_xy"],
                      "position_rmse_m": score["position_rmse_m"]})
         log.info("spread %g: energy score %.4f m, x-y coverage %.3f / %.3f", spread,
                  score["energy_score_m"], score["coverage_xy_50"], score["coverage_xy_90"])
@@ -500,6 +506,9 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
                 {"fingerprint": fingerprint, "rows": list(done.values())}))
     if criterion == "coverage":
         best = min(rows, key=lambda row: (round(row["miscalibration_xy"], 9),
+                                          row["energy_score_m"]))
+    elif criterion == "reliability":
+        best = min(rows, key=lambda row: (round(row["reliability_xy_max_deviation"], 9),
                                           row["energy_score_m"]))
     else:
         best = min(rows, key=lambda row: row["energy_score_m"])
