@@ -286,12 +286,15 @@ def test_sampling_is_seeded():
 
 # --- residual_rollout(stop_after_events=...) --------------------------------------------------
 def test_rollout_stops_right_after_the_first_event(model):
+    """A seeded stochastic rollout (the shipped mean correction is zero), stopped after its
+    first event, is the start of the full one."""
     state = _toss()
-    policy = model.policy.numpy()
+    policy = model.sampling_policy()
     with Engine(model.scene, model.params, model.settings()) as engine:
-        full = residual_rollout(engine, state, 148, policy, None, model.guard)
-        part = residual_rollout(engine, state, 148, policy, None, model.guard,
-                                stop_after_events=1)
+        full = residual_rollout(engine, state, 148, policy, np.random.default_rng(5),
+                                model.guard)
+        part = residual_rollout(engine, state, 148, policy, np.random.default_rng(5),
+                                model.guard, stop_after_events=1)
     assert full.n_events >= 2 and len(full.states) == 149
     assert part.n_events == 1
     assert 2 <= len(part.states) < len(full.states)
@@ -325,8 +328,11 @@ def test_accepted_particles_are_post_event_states(steps):
         assert (step.elapsed_s > 0).all()
         np.testing.assert_allclose(step.elapsed_s / dt, np.round(step.elapsed_s / dt),
                                    atol=1e-6)
-    # from 0.3 m at -1 m/s the cube needs about 0.14 s to reach the table
-    assert (steps[0].elapsed_s > 0.1).all() and (steps[0].elapsed_s < 0.2).all()
+    # from 0.3 m at -1 m/s the cube needs about 0.14 s to reach the table; a bounce that
+    # begins and ends inside one recorded sample (6.8 ms) is no event (contacts are read at
+    # the samples), so a few particles' first event is a later touch (4 of 32: 0.20-0.25 s)
+    assert (steps[0].elapsed_s > 0.1).all() and (steps[0].elapsed_s < 0.3).all()
+    assert np.mean(steps[0].elapsed_s < 0.15) >= 0.75
 
 
 def test_accepted_particles_gained_no_energy(steps, initial):

@@ -6,7 +6,8 @@ learned correction: at each contact event it computes the contact features x = (
 draws p_res from the policy (or takes its mean) and adds M⁻¹Jᵀp_res to the velocity the
 engine resolved, within physical limits (:class:`ContactGuard`). Batches are spread over
 worker processes; results come back in the order given, identical for any number of
-workers.
+workers. (Past 600 lines on purpose: the rollout loop, its event corrector and the worker
+functions that run it share private helpers and are read together.)
 """
 
 from __future__ import annotations
@@ -188,7 +189,9 @@ class ContactGuard:
     point farther than ``new_point_distance_m`` from every point it touched after the
     previous step (a first touch after flight, or a new corner or edge coming down while
     tumbling), with the contact point approaching faster than ``min_approach_mps`` before
-    the step. Sustained contact (sliding, resting) is not an event.
+    the step. Sustained contact (sliding, resting) is not an event. Contacts are read after
+    each step (one recorded sample): a bounce that begins and ends inside a step leaves no
+    touching point and is no event (train/README.md §18 measures how often).
 
     The residual is applied as a velocity correction q_dot += α M⁻¹Jᵀp_res after the engine
     resolved the step, with the largest α in [0, 1] such that
