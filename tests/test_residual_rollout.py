@@ -429,22 +429,28 @@ def test_zero_penetration_tolerance_never_pushes_a_touching_point_down(engine, l
     assert np.isfinite(counts["pushed"]) and counts["pushed"] <= 1e-9
 
 
-def test_a_spin_policy_sees_the_contact_features_and_the_spin_at_each_event(engine, starts):
-    """With ``spin``, each event's features end with r_g C ω of the pre-step state."""
-    from residualsim.sim.contact import spin_features
-
-    policy = ResidualPolicy.for_scene(False, spin=True, hidden=(4,), seed=1).numpy()
+def _recorded_rollout(engine, state, n_steps, policy):
+    """A mean rollout of ``policy`` (a NumpyPolicy) that also returns the features it was
+    asked about, in order."""
     seen = []
 
     class Recorder:
-        spin = True
+        spin, contact_mode = policy.spin, policy.contact_mode
 
         def mean(self, features):
             seen.append(np.array(features))
             return policy.mean(features)
 
+    return residual_rollout(engine, state, n_steps, Recorder()), seen
+
+
+def test_a_spin_policy_sees_the_contact_features_and_the_spin_at_each_event(engine, starts):
+    """With ``spin``, each event's features end with r_g C ω of the pre-step state."""
+    from residualsim.sim.contact import spin_features
+
+    policy = ResidualPolicy.for_scene(False, spin=True, hidden=(4,), seed=1).numpy()
     s0, n = next(iter(starts.values()))
-    run = residual_rollout(engine, s0, n, Recorder())
+    run, seen = _recorded_rollout(engine, s0, n, policy)
     assert run.n_events >= 1 and run.features.shape == (run.n_events, 12)
     np.testing.assert_array_equal(np.array(seen), run.features)
     alone = residual_rollout(engine, s0, n)
@@ -464,17 +470,8 @@ def test_a_contact_mode_policy_reads_the_touching_count_after_the_spin(engine, s
     policy = ResidualPolicy.for_scene(False, spin=True, contact_mode=True, hidden=(4,),
                                       seed=1).numpy()
     assert policy.contact_mode and len(policy.feature_mean) == 13
-    seen = []
-
-    class Recorder:
-        spin = contact_mode = True
-
-        def mean(self, features):
-            seen.append(np.array(features))
-            return policy.mean(features)
-
     s0, n = next(iter(starts.values()))
-    run = residual_rollout(engine, s0, n, Recorder())
+    run, seen = _recorded_rollout(engine, s0, n, policy)
     assert run.n_events >= 1 and run.features.shape == (run.n_events, 13)
     np.testing.assert_array_equal(np.array(seen), run.features)
     np.testing.assert_array_equal(run.features[:, 12], run.touching_counts)
@@ -496,3 +493,32 @@ def test_a_contact_mode_policy_round_trips_and_needs_its_width(tmp_path):
     from residualsim.errors import ParameterError
     with pytest.raises(ParameterError, match="contact mode"):
         ResidualPolicy(n_features=9, n_outputs=3, contact_mode=True)
+
+
+def test_a_bounce_inside_one_step_is_an_event_only_with_hidden_impact_detection():
+    """A stiff, bouncy cube (the re-shipped calibration, 10 substeps at 148 Hz) whose corner
+    hits and leaves the table inside one recorded step: no touching point after that step,
+    so no event by default; with ``hidden_impact_mps`` the velocity jump makes it one, at the
+    closest corner, with the engine-alone trajectory unchanged."""
+    params = parse_params("lateral_friction=0.185,restitution=0.3119,spinning_friction=9.4e-05,"
+                          "rolling_friction=0.00179,contact_stiffness=196485,"
+                          "contact_damping=653")
+    state = np.array([-0.000472, -0.001005, 0.2993, 0.999923, -0.007366, 0.006022, 0.007953,
+                      0.474877, -0.023634, -1.03537, -0.192771, 2.378733, -0.228456])
+    state[3:7] /= np.linalg.norm(state[3:7])
+    settings = make_scene("cube").settings
+    with Engine("cube", params, dataclasses.replace(settings, dt_s=1 / 148, substeps=10)) as e:
+        plain = residual_rollout(e, state, 60, None, None, ContactGuard(), stop_after_events=1)
+        seen = residual_rollout(e, state, 60, None, None,
+                                ContactGuard(hidden_impact_mps=0.3), stop_after_events=1)
+        full_plain = residual_rollout(e, state, 60, None, None, ContactGuard())
+        full_seen = residual_rollout(e, state, 60, None, None,
+                                     ContactGuard(hidden_impact_mps=0.3))
+    # the corner reaches the table about 0.14 s in (step 21); by default the first event is
+    # a later touch, with the option it is that impact
+    assert len(seen.states) - 1 < 25 < len(plain.states) - 1
+    assert seen.features.shape == (1, 9) and np.isfinite(seen.features).all()
+    np.testing.assert_allclose(seen.frames[0, 0], [0.0, 0.0, 1.0], atol=1e-6)  # table normal
+    assert seen.features[0, 6] < -0.02  # the corner was approaching before the step
+    assert full_seen.n_events > full_plain.n_events
+    np.testing.assert_array_equal(full_seen.states, full_plain.states)  # engine alone

@@ -171,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every-contact-step", action="store_true",
                         help="apply the residual after every step in contact (the paper's "
                         "Algorithm 1 as written), not only at contact events")
+    parser.add_argument("--hidden-impacts", type=float, metavar="MPS",
+                        help="also treat a step that ends touching nothing as an event when "
+                        "the body's velocity jumped by more than MPS beyond gravity "
+                        "(ContactGuard.hidden_impact_mps; default off)")
     parser.add_argument("--contact-mode", action="store_true",
                         help="the policy also reads the contact mode: the number of points "
                         "touching after each event's step")
@@ -201,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                             patience=args.patience, seed=args.seed,
                             contact_mode=args.contact_mode,
                             guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance,
-                                              every_contact_step=args.every_contact_step))
+                                              every_contact_step=args.every_contact_step,
+                                              hidden_impact_mps=args.hidden_impacts))
     start = time.perf_counter()
     figures = run_training("cube", data, out, calibration=calibration, config=config,
                            max_trajectories=args.max_tosses,

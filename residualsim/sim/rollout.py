@@ -191,7 +191,11 @@ class ContactGuard:
     tumbling), with the contact point approaching faster than ``min_approach_mps`` before
     the step. Sustained contact (sliding, resting) is not an event. Contacts are read after
     each step (one recorded sample): a bounce that begins and ends inside a step leaves no
-    touching point and is no event (train/README.md §18 measures how often).
+    touching point and is no event (train/README.md §18 measures how often) unless
+    ``hidden_impact_mps`` is set: then a step that ends touching nothing but whose body
+    velocity changed by more than that (m/s, world frame) beyond gravity's change is an
+    event too, at the static body's closest points (``getClosestPoints`` within
+    ``new_point_distance_m``; those within 1 mm of the closest).
 
     The residual is applied as a velocity correction q_dot += α M⁻¹Jᵀp_res after the engine
     resolved the step, with the largest α in [0, 1] such that
@@ -217,6 +221,7 @@ class ContactGuard:
     energy_tolerance_j: float = 1e-9
     penetration_tolerance_m: float = 0.001
     every_contact_step: bool = False
+    hidden_impact_mps: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,6 +405,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     events, deepest = 0, 0.0
     spacing2 = guard.new_point_distance_m ** 2
     every_step = guard.every_contact_step
+    hidden = guard.hidden_impact_mps
+    gravity_step = np.asarray(scene.settings.gravity_mps2) * engine.dt_s
     index = 0
     while index < n_steps:
         if index % CHECK_EVERY == 0:
@@ -425,8 +432,20 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
                         raw = read()
             recent.append([p[6] for p in touching])
             del recent[:-_MEMORY_STEPS]
-        elif recent:
+        else:
             recent = []
+            if hidden is not None:
+                pre = scene.raw_to_states([raws[-1], raw])
+                velocity = scene.rigid_motion(pre)[2]
+                if np.linalg.norm(velocity[1] - velocity[0] - gravity_step) > hidden:
+                    near = pb.getClosestPoints(body, static, guard.new_point_distance_m,
+                                               link, -1, physicsClientId=cid)
+                    closest = min((p[8] for p in near), default=0.0)
+                    near = [p for p in near if p[8] <= closest + 1e-3]  # the nearest corner(s)
+                    if near and correct(pre[0], near, near):
+                        events += 1
+                        if policy is not None:
+                            raw = read()
         raws.append(raw)
         if stop_after_events is not None and events >= stop_after_events:
             break
