@@ -248,11 +248,14 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
 
 
 def _change(value: float, reference: float) -> str:
-    """``"72 % lower"`` / ``"6 % higher"``: ``value`` relative to ``reference``."""
+    """``"72 % lower than"`` / ``"6 % higher than"`` / ``"the same as"`` (within 0.5 %):
+    ``value`` relative to ``reference``."""
     if not (math.isfinite(value) and math.isfinite(reference) and reference > 0):
         return "n/a"
     change = 100.0 * (value / reference - 1.0)
-    return f"{abs(change):.0f} % {'lower' if change < 0 else 'higher'}"
+    if abs(change) < 0.5:
+        return "the same as"
+    return f"{abs(change):.0f} % {'lower' if change < 0 else 'higher'} than"
 
 
 def _pct(value: float | None) -> str:
@@ -293,8 +296,8 @@ def format_demo(result: DemoResult) -> str:
                      f"{'n/a' if sides is None else f'{100 * sides:.1f} %':>11}"
                      f"{row['rotation_error_deg']:>12.1f} deg{row['final_error_m']:>10.4f} m")
     default, calibrated, residual = (result.engines[k]["position_rmse_m"] for k, _ in ENGINES)
-    lines.append(f"position RMSE: calibrated engine {_change(calibrated, default)} than "
-                 f"PyBullet defaults; residual {_change(residual, calibrated)} than the "
+    lines.append(f"position RMSE: calibrated engine {_change(calibrated, default)} "
+                 f"PyBullet defaults; residual {_change(residual, calibrated)} the "
                  "calibrated engine")
     s = result.stochastic
     lines += [
