@@ -522,3 +522,11 @@ def test_a_bounce_inside_one_step_is_an_event_only_with_hidden_impact_detection(
     assert seen.features[0, 6] < -0.02  # the corner was approaching before the step
     assert full_seen.n_events > full_plain.n_events
     np.testing.assert_array_equal(full_seen.states, full_plain.states)  # engine alone
+
+
+@pytest.mark.parametrize("speed", [0.0, -0.3, float("nan"), float("inf")])
+def test_a_bad_hidden_impact_threshold_is_refused(speed):
+    from residualsim.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="hidden_impact_mps"):
+        ContactGuard(hidden_impact_mps=speed)

@@ -24,7 +24,7 @@ from residualsim.sim.contact import (ContactModel, contact_model, is_touching, l
                                      spin_features)
 from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
-from residualsim.errors import DataError
+from residualsim.errors import DataError, ParameterError
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene, parse_params
 from residualsim.parallel import ShardedWorkers
 from residualsim.sim.pool import engine_workers
@@ -222,6 +222,11 @@ class ContactGuard:
     penetration_tolerance_m: float = 0.001
     every_contact_step: bool = False
     hidden_impact_mps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.hidden_impact_mps is not None and not 0 < self.hidden_impact_mps < np.inf:
+            raise ParameterError(f"hidden_impact_mps must be None or a number > 0, got "
+                                 f"{self.hidden_impact_mps!r}")
 
 
 @dataclasses.dataclass(frozen=True)
