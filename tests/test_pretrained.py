@@ -202,6 +202,22 @@ def test_fit_spread_unseen_uses_only_tosses_the_model_was_not_trained_on(tmp_pat
     assert "nothing is left for --unseen" in capsys.readouterr().err
 
 
+def test_fit_spread_with_validation_pools_the_validation_tosses(tmp_path, capsys):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(MODEL, model_dir)
+    parts = split_ids(list(load_trajectories(SAMPLES)))
+    assert parts["validation"]
+    assert main(["fit-spread", "--model", str(model_dir), "--in-place", "--data", str(SAMPLES),
+                 "--tosses", "2", "--with-validation", "--samples", "2", "--grid", "1"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["tosses"] == min(2, len(parts["train"])) + len(parts["validation"])
+    fit = ResidualModel.load(model_dir).info["spread_fit"]
+    assert fit["validation_tosses"] == len(parts["validation"])
+    assert fit["training_tosses"] == line["tosses"] - len(parts["validation"])
+
+
 def test_predict_refuses_a_model_of_the_other_kind_of_data(tmp_path, capsys, mcube_dir):
     assert main(["predict", "--model", str(MODEL), "--data", str(mcube_dir),
                  "--out", str(tmp_path / "p.npz")]) == 2

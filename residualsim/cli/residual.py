@@ -73,7 +73,8 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
     figures = fit_spread_job(args.model, args.data, out=args.out, tosses=args.tosses, unseen=args.unseen,
                              samples=args.samples, grid=args.grid, seed=args.seed,
                              n_workers=args.workers, criterion=args.criterion,
-                             state_noise=args.state_noise)
+                             state_noise=args.state_noise,
+                             with_validation=args.with_validation)
     json_line({"command": "fit-spread", **figures})
 
 
@@ -145,6 +146,8 @@ def register(commands) -> None:
                     help="only training-split tosses the model was not trained on (its "
                          "mean fits its own training tosses better, which would make the "
                          "spread too narrow)")
+    fs.add_argument("--with-validation", action="store_true",
+                    help="score the validation split's tosses too, pooled with those")
     fs.add_argument("--samples", type=count(2), default=32)
     fs.add_argument("--grid", type=float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
                     help="spreads to try (default 1,1.5,2,3,4)")

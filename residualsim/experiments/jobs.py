@@ -391,9 +391,9 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
             "seconds": time.perf_counter() - start}
 
 
-def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses: int,
+def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses: int | None,
                      unseen: bool = False):
-    """The model in ``model_dir`` and the first ``n_tosses`` recordings of ``split``; with
+    """The model in ``model_dir`` and the first ``n_tosses`` (None: all) recordings of ``split``; with
     ``unseen``, only those the model was not trained on (``info["train_ids"]``)."""
     from residualsim.residual.policy import ResidualModel
 
@@ -438,16 +438,22 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
                    unseen: bool = False, samples: int = 32,
                    grid: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0), seed: int = 0,
                    n_workers: int = 1, criterion: str = "energy",
-                   state_noise: bool = False) -> dict:
+                   state_noise: bool = False, with_validation: bool = False) -> dict:
     """Set a model's sampling spread from its training tosses (energy score or coverage),
     optionally after estimating the initial-state noise; writes the model to ``out`` (a new
     model directory; its ``info.derived_from`` names ``model_dir``) or, with ``out=None``,
     rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that the spread
     changed after it was written) and returns the figures. Finished grid points are
-    checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun."""
+    checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun.
+    ``with_validation``: the validation split's tosses join the training tosses, and the
+    criterion is computed over both (the spread is then a choice made on validation too)."""
     from residualsim.residual.train import fit_spread
 
     model, recordings = model_and_tosses(model_dir, data, "train", tosses, unseen=unseen)
+    n_validation = 0
+    if with_validation:
+        _, held = model_and_tosses(model_dir, data, "validation", None)
+        recordings, n_validation = {**recordings, **held}, len(held)
     start = time.perf_counter()
     target = Path(out if out is not None else model_dir)
     if state_noise:
@@ -455,7 +461,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
     checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)
-    info = dict(model.info, spread_fit={"training_tosses": len(recordings),
+    info = dict(model.info, spread_fit={"training_tosses": len(recordings) - n_validation,
+                                        "validation_tosses": n_validation,
                                         "unseen_by_training": unseen,
                                         "criterion": criterion,
                                         "state_noise_fitted": state_noise,
