@@ -393,8 +393,9 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
 
 def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses: int | None,
                      unseen: bool = False):
-    """The model in ``model_dir`` and the first ``n_tosses`` (None: all) recordings of ``split``; with
-    ``unseen``, only those the model was not trained on (``info["train_ids"]``)."""
+    """The model in ``model_dir`` and the first ``n_tosses`` (None: all) recordings of
+    ``split``; with ``unseen``, only those the model was not trained on
+    (``info["train_ids"]``)."""
     from residualsim.residual.policy import ResidualModel
 
     model = ResidualModel.load(model_dir)
