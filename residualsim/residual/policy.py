@@ -7,8 +7,9 @@ the training set's mean and spread; with ``spin=True`` the body's spin in the co
 appended to x, and with ``contact_mode=True`` then the contact mode, the number of points
 touching the ground after the event's step (1 a corner, 2 an edge, 3 or more a face; whether
 the contact slides is already in v_c's tangential part). Output: a mixture of K Gaussians
-with diagonal scales over the residual impulse in the contact frame (normal, tangent 1[, tangent 2]), in units
-of ``impulse_scale_ns`` (N s), so the network works on numbers of order one:
+with diagonal scales over the residual impulse in the contact frame (normal, tangent 1[,
+tangent 2]), in units of ``impulse_scale_ns`` (N s), so the network works on numbers of
+order one:
 
     p_res = impulse_scale_ns · y,   y ~ Σ_k w_k N(μ_k, diag(σ_k²)).
 
