@@ -215,9 +215,11 @@ def test_nevergrad_point_estimate(synth_dir, tmp_path, capsys):
         (["--method", "nevergrad", "--optimizer", "NoSuchOptimizer"],
          "unknown nevergrad optimizer"),
         (["--rotation-weight", "-1"], "rotation_weight must be a number > 0"),
+        (["--rotation-weight", "4", "--method", "mpec"], "--rotation-weight applies to"),
     ],
     ids=["unknown-name", "reversed-bounds", "bounds-syntax", "bounds-range", "bad-prior",
-         "planar-scene-on-cube-tosses", "bad-optimizer", "negative-rotation-weight"],
+         "planar-scene-on-cube-tosses", "bad-optimizer", "negative-rotation-weight",
+         "rotation-weight-with-mpec"],
 )
 def test_bad_input_exits_2_with_a_clear_message(synth_dir, tmp_path, capsys, extra, message):
     code, out, err = _run(capsys, "calibrate", "--data", synth_dir, "--quiet", "--samples",

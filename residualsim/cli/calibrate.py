@@ -30,6 +30,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.calibrate import calibrate
 
     check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
+    if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
+        raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
+                             "trajectories of a free body")
     if args.scene == "arm-loop":
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec"):

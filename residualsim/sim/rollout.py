@@ -34,7 +34,7 @@ __all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simu
            "impact_settings", "ContactGuard", "ResidualRollout", "residual_rollout",
            "RolloutRequest", "trajectory_items", "item_rollouts", "interleave",
            "residual_errors", "predict_trajectories",
-           "residual_trajectories"]
+           "residual_trajectories", "velocity_jump"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,6 +354,16 @@ class _EventCorrector:
         return True
 
 
+def velocity_jump(engine: Engine, raw_before, raw_after) -> float:
+    """How much the body's linear velocity (m/s, world frame) changed over one step beyond
+    gravity's change: ‖v_after − v_before − g dt‖, from two raw scene readings. Large with
+    no touching point after the step: an impact that began and ended inside the step."""
+    scene = engine.scene
+    velocity = scene.rigid_motion(scene.raw_to_states([raw_before, raw_after]))[2]
+    gravity_step = np.asarray(scene.settings.gravity_mps2) * engine.dt_s
+    return float(np.linalg.norm(velocity[1] - velocity[0] - gravity_step))
+
+
 #: A touched point is new when it is far from every point touched in this many previous steps
 #: (contact points flicker while a body rests or slides).
 _MEMORY_STEPS = 5
@@ -411,7 +421,6 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     spacing2 = guard.new_point_distance_m ** 2
     every_step = guard.every_contact_step
     hidden = guard.hidden_impact_mps
-    gravity_step = np.asarray(scene.settings.gravity_mps2) * engine.dt_s
     index = 0
     while index < n_steps:
         if index % CHECK_EVERY == 0:
@@ -439,18 +448,16 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
             del recent[:-_MEMORY_STEPS]
         else:
             recent = []
-            if hidden is not None:
-                pre = scene.raw_to_states([raws[-1], raw])
-                velocity = scene.rigid_motion(pre)[2]
-                if np.linalg.norm(velocity[1] - velocity[0] - gravity_step) > hidden:
-                    near = pb.getClosestPoints(body, static, guard.new_point_distance_m,
-                                               link, -1, physicsClientId=cid)
-                    closest = min((p[8] for p in near), default=0.0)
-                    near = [p for p in near if p[8] <= closest + 1e-3]  # the nearest corner(s)
-                    if near and correct(pre[0], near, near):
-                        events += 1
-                        if policy is not None:
-                            raw = read()
+            if hidden is not None and velocity_jump(engine, raws[-1], raw) > hidden:
+                pre = scene.raw_to_states([raws[-1]])
+                near = pb.getClosestPoints(body, static, guard.new_point_distance_m,
+                                           link, -1, physicsClientId=cid)
+                closest = min((p[8] for p in near), default=0.0)
+                near = [p for p in near if p[8] <= closest + 1e-3]  # the nearest corner(s)
+                if near and correct(pre[0], near, near):
+                    events += 1
+                    if policy is not None:
+                        raw = read()
         raws.append(raw)
         if stop_after_events is not None and events >= stop_after_events:
             break
