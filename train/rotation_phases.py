@@ -1,12 +1,13 @@
-"""Where the cube's rotation error comes from: flight, first impact, sliding, rest (issue 25).
+"""Where the cube's rotation and position errors come from: flight, first impact, sliding, rest.
 
     python train/rotation_phases.py --data $RESIDUALSIM_DATA/contactnets-cube \\
         [--model data/pretrained/cube-contactnets] [--split validation] [--out FILE.json]
 
 Predicts the split's tosses with the model's mean (residual) and its engine alone, and
 splits the score's rotation error (per toss the mean over all samples of the geodesic angle
-between predicted and recorded orientation, degrees; then the mean over tosses) into the
-recording's phases:
+between predicted and recorded orientation, degrees; then the mean over tosses), and the
+published comparisons' position error (the same mean of ‖Δp‖, world frame, in % of the
+cube's width), into the recording's phases (issue 25):
 
 * flight: the samples before the first contact (lowest corner within 5 mm of the table,
   :func:`residualsim.data.datasets.first_contact_index`);
@@ -15,11 +16,11 @@ recording's phases:
 * rest: from :func:`residualsim.data.datasets.rest_index` on (speed under 2 cm/s, spin under
   0.2 rad/s to the end).
 
-Each phase's share is its samples' summed angle over the toss's sample count, so the
-shares add up to the score. It also prints the angle at the phase boundaries (end of
+Each phase's share is its samples' summed error over the toss's sample count, so the
+shares add up to the score. It also prints the errors at the phase boundaries (end of
 flight, after the first impact, at rest) and the share of the tosses that carry half of the
 error, and the engine restarted from the recorded state right after the first impact
-(``after_first_impact``): how much rotation error the later phases make on their own. The
+(``after_first_impact``): how much error the later phases make on their own. The
 test split is not read unless asked for.
 """
 
@@ -44,41 +45,48 @@ PHASES = ("flight", "first impact", "sliding and tumbling", "rest")
 
 
 def phase_table(predictions, trajectories: dict, impact_samples: int) -> dict:
-    """Per-phase shares (deg) of the mean rotation error, boundary angles and per-toss
-    errors for one prediction set."""
+    """Per-phase shares of the mean rotation error (deg) and of the mean position error
+    (‖Δp‖ in % of the cube's width), boundary angles and distances, for one prediction set."""
     shares, boundaries, per_toss = [], [], []
     for traj_id, traj in trajectories.items():
+        half_width = float(traj.metadata.get("half_width_m", 0.0524))
         angles = np.degrees(geodesic_angle(
             np.asarray(predictions[traj_id].quaternion[0], float), traj.quat_wxyz))
-        first = first_contact_index(traj, float(traj.metadata.get("half_width_m", 0.0524)))
+        distances = 100.0 / (2.0 * half_width) * np.linalg.norm(
+            np.asarray(predictions[traj_id].position[0], float) - traj.positions_m, axis=1)
+        first = first_contact_index(traj, half_width)
         first = traj.n_samples - 1 if first is None else first
         rest = rest_index(traj, first)
         impact_end = min(first + impact_samples, rest)
         edges = (0, first, impact_end, rest, traj.n_samples)
-        shares.append([angles[a:b].sum() / traj.n_samples for a, b in zip(edges, edges[1:])])
-        boundaries.append([angles[first], angles[impact_end], angles[rest], angles[-1]])
-        per_toss.append(angles.mean())
+        shares.append([[errors[a:b].sum() / traj.n_samples for a, b in zip(edges, edges[1:])]
+                       for errors in (angles, distances)])
+        boundaries.append([[errors[i] for i in (first, impact_end, rest, -1)]
+                           for errors in (angles, distances)])
+        per_toss.append([angles.mean(), distances.mean()])
     shares, boundaries, per_toss = map(np.array, (shares, boundaries, per_toss))
-    ordered = np.sort(per_toss)[::-1]
-    half = int(np.searchsorted(np.cumsum(ordered), ordered.sum() / 2)) + 1
-    return {"rotation_error_deg": float(per_toss.mean()),
-            "share_deg": dict(zip(PHASES, shares.mean(axis=0).round(3).tolist())),
-            "angle_at_deg": dict(zip(("first contact", "after the first impact",
-                                      "start of rest", "last sample"),
-                                     boundaries.mean(axis=0).round(2).tolist())),
-            "angle_at_median_deg": dict(zip(("first contact", "after the first impact",
-                                             "start of rest", "last sample"),
-                                            np.median(boundaries, axis=0).round(2).tolist())),
-            "tosses_with_half_the_error": f"{half} of {len(per_toss)}"}
+    report = {}
+    for k, (name, unit) in enumerate((("rotation", "deg"), ("position", "pct_width"))):
+        ordered = np.sort(per_toss[:, k])[::-1]
+        half = int(np.searchsorted(np.cumsum(ordered), ordered.sum() / 2)) + 1
+        at = ("first contact", "after the first impact", "start of rest", "last sample")
+        report.update({
+            f"{name}_error_{unit}": float(per_toss[:, k].mean()),
+            f"{name}_share_{unit}": dict(zip(PHASES, shares[:, k].mean(axis=0).round(3).tolist())),
+            f"{name}_at_{unit}": dict(zip(at, boundaries[:, k].mean(axis=0).round(2).tolist())),
+            f"{name}_at_median_{unit}": dict(zip(at, np.median(boundaries[:, k], axis=0)
+                                                  .round(2).tolist())),
+            f"{name}_tosses_with_half_the_error": f"{half} of {len(per_toss)}"})
+    return report
 
 
 def restarted_after_first_impact(model, trajectories: dict, impact_samples: int,
                                  workers: int) -> dict:
     """The engine alone restarted from the recorded state (finite-difference velocities)
     ``impact_samples`` after each toss's first contact, scored from there to the end: the
-    rotation error the phases after the first impact make on their own. Returns the mean
-    over tosses of the mean angle over those samples, and the same for the uninterrupted
-    engine over the same samples."""
+    rotation and position errors the phases after the first impact make on their own.
+    Returns the mean over tosses of the mean angle (deg) and distance (% of the width) over
+    those samples, and the same for the uninterrupted engine over the same samples."""
     import dataclasses
 
     tails = {}
@@ -97,14 +105,22 @@ def restarted_after_first_impact(model, trajectories: dict, impact_samples: int,
                                     n_workers=workers, residual=False)
     again, through = [], []
     for traj_id, (cut, tail) in tails.items():
-        again.append(np.degrees(geodesic_angle(
-            np.asarray(restarted[traj_id].quaternion[0], float), tail.quat_wxyz)).mean())
-        through.append(np.degrees(geodesic_angle(
-            np.asarray(whole[traj_id].quaternion[0][cut:], float), tail.quat_wxyz)).mean())
-    return {"n": len(tails), "restarted_deg": float(np.mean(again)),
-            "restarted_median_deg": float(np.median(again)),
-            "uninterrupted_deg": float(np.mean(through)),
-            "uninterrupted_median_deg": float(np.median(through))}
+        width = 2.0 * float(tail.metadata.get("half_width_m", 0.0524))
+        for errors, prediction, start in ((again, restarted[traj_id], 0),
+                                          (through, whole[traj_id], cut)):
+            errors.append([
+                np.degrees(geodesic_angle(np.asarray(prediction.quaternion[0][start:], float),
+                                          tail.quat_wxyz)).mean(),
+                100.0 / width * np.linalg.norm(np.asarray(prediction.position[0][start:], float)
+                                               - tail.positions_m, axis=1).mean()])
+    again, through = np.array(again), np.array(through)
+    report = {"n": len(tails)}
+    for k, unit in enumerate(("deg", "pct_width")):
+        report.update({f"restarted_{unit}": float(again[:, k].mean()),
+                       f"restarted_median_{unit}": float(np.median(again[:, k])),
+                       f"uninterrupted_{unit}": float(through[:, k].mean()),
+                       f"uninterrupted_median_{unit}": float(np.median(through[:, k]))})
+    return report
 
 
 def main() -> None:

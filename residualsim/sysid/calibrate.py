@@ -291,7 +291,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     first (:class:`~residualsim.sysid.likelihood.StagedLikelihood`; the chain stays exact).
     ``rotation_weight``: weight w of the squared rotation angle against the squared position
     error in each recording's error (trajectories only; see
-    :mod:`residualsim.sysid.likelihood`).
+    :mod:`residualsim.sysid.likelihood`); the summary's ``train_rms_error`` (m) and
+    ``noise_estimate`` are of that weighted error, so with w != 1 they do not compare with
+    an unweighted calibration's (``train/calibration_crossloss.py`` re-scores unweighted).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad"):
