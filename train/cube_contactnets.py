@@ -80,6 +80,7 @@ def _card(out: Path, command: str, calibration: Path, calibration_summary: dict,
     stochastic = held_out.get("stochastic_validation", {})
     target = "mean prediction" if config.samples == 0 else f"{config.samples} samples"
     tolerance = config.guard.penetration_tolerance_m
+    weight = "" if config.rotation_weight == 1 else f" × {config.rotation_weight:g}"
     return f"""# Model card: {name} residual contact model
 
 **What**: a residual mixture-density contact model (residualsim {figures.get('version', '')})
@@ -99,7 +100,7 @@ sample, parameters fitted on the training split by `residualsim calibrate --meth
 
 **Training**: nevergrad {config.optimizer}, budget {config.budget}, batches of
 {config.batch_size}, σ = {config.sigma}, seed {config.seed}, loss = mean per-toss pose RMSE
-(position and rotation × radius of gyration) of the {target}; contact guard's
+(position and rotation × radius of gyration{weight}) of the {target}; contact guard's
 penetration tolerance {1000 * tolerance:g} mm per step;
 {figures['evaluations']} evaluations (best at {figures['chosen_evaluation']}), stopped early:
 {figures['stopped_early']}; training {figures['seconds'] / 60:.1f} min on 2 cores
@@ -175,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also treat a step that ends touching nothing as an event when "
                         "the body's velocity jumped by more than MPS beyond gravity "
                         "(ContactGuard.hidden_impact_mps; default off)")
+    parser.add_argument("--rotation-weight", type=float, default=1.0, metavar="W",
+                        help="w multiplying r_g x angle in the loss's pose RMSE (default 1; "
+                             "calibrate's --rotation-weight W weighs the squared angle, so "
+                             "W = w^2)")
     parser.add_argument("--contact-mode", action="store_true",
                         help="the policy also reads the contact mode: the number of points "
                         "touching after each event's step")
@@ -204,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                             optimizer=args.optimizer,
                             patience=args.patience, seed=args.seed,
                             contact_mode=args.contact_mode,
+                            rotation_weight=args.rotation_weight,
                             guard=ContactGuard(penetration_tolerance_m=args.penetration_tolerance,
                                               every_contact_step=args.every_contact_step,
                                               hidden_impact_mps=args.hidden_impacts))
