@@ -9,7 +9,8 @@ them with the project's hash split (921 / 210 / 169), simulates each impact once
 scores on validation and test (RMSE of (dx, dy, k dθ), m/s, mean prediction):
 
 * the engine alone and the shipped model (CMA on the trajectory loss);
-* ``supervised``: the MDN's likelihood of p* − p_e maximised with Adam
+* ``supervised``: the MDN's likelihood of p* − p_e (p* in the calibrated cone, or with
+  ``--supervised-cone none`` in none) maximised with Adam
   (:func:`~residualsim.residual.impact.fit_impact_residual_supervised`), weights kept by
   validation RMSE;
 * ``supervised + CMA``: that policy as the start of the shipped training
@@ -89,6 +90,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=10)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
     parser.add_argument("--cma-budget", type=int, default=40000)
+    parser.add_argument("--supervised-cone", choices=("calibrated", "none"),
+                        default="calibrated",
+                        help="the supervised target p*: the best impulse in the calibrated "
+                        "friction cone, or with none (the least-squares impulse of y − v_e)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scratch-seeds", type=int, nargs="*", default=[],
                         help="also train the shipped recipe from scratch (hidden 10) for "
@@ -132,7 +137,8 @@ def main() -> None:
         rows[f"k nearest training impacts' p* - p_e ({name}), k by validation"] = \
             _nearest_neighbours(contacts, engine, recorded, index, mu, k)
     policy, supervised = fit_impact_residual_supervised(
-        contacts, engine, recorded, index["train"], index["validation"], friction,
+        contacts, engine, recorded, index["train"], index["validation"],
+        friction if args.supervised_cone == "calibrated" else 1e9,
         hidden=(args.hidden,), epochs=args.epochs, weight_decay=args.weight_decay,
         seed=args.seed)
     rows["supervised MDN (likelihood of p* - p_e)"] = with_policy(policy.numpy())
