@@ -171,3 +171,20 @@ def local_ray():
                  log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def load_train_script(name: str):
+    """The module of ``train/<name>.py`` (the training scripts are not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "train" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def train_script():
+    """``train_script(name)``: the module of ``train/<name>.py``."""
+    return load_train_script

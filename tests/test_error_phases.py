@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,12 +13,6 @@ from residualsim.data import load_trajectories
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("rotation_phases",
-                                                  ROOT / "train" / "rotation_phases.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tilted(quat_wxyz: np.ndarray, angle_rad: float) -> np.ndarray:
@@ -30,14 +23,15 @@ def _tilted(quat_wxyz: np.ndarray, angle_rad: float) -> np.ndarray:
     return np.stack([c * w - s * z, c * x - s * y, c * y + s * x, c * z + s * w], axis=-1)
 
 
-def test_a_constant_offset_splits_by_phase_length_and_the_shares_add_up():
+def test_a_constant_offset_splits_by_phase_length_and_the_shares_add_up(train_script):
     trajectories = load_trajectories(ROOT / "data" / "samples" / "cube-synthetic")
     offset_m, angle = 0.01, np.radians(5.0)
     predictions = {
         k: SimpleNamespace(position=(t.positions_m + [offset_m, 0, 0])[None],
                            quaternion=_tilted(t.quat_wxyz, angle)[None])
         for k, t in trajectories.items()}
-    table = _script().phase_table(predictions, trajectories, impact_samples=10)
+    table = train_script("rotation_phases").phase_table(predictions, trajectories,
+                                                        impact_samples=10)
     width = 2 * 0.0524
     assert table["position_error_pct_width"] == pytest.approx(100 * offset_m / width)
     assert table["rotation_error_deg"] == pytest.approx(5.0, abs=1e-6)
@@ -54,16 +48,18 @@ def test_a_constant_offset_splits_by_phase_length_and_the_shares_add_up():
                                   abs=1e-3)
 
 
-def test_the_error_grows_in_the_phase_where_the_prediction_departs():
+def test_the_error_grows_in_the_phase_where_the_prediction_departs(train_script):
     trajectories = load_trajectories(ROOT / "data" / "samples" / "cube-synthetic")
-    first = _script().first_contact_index
+    first = train_script("rotation_phases").first_contact_index
     predictions = {}
     for k, t in trajectories.items():
         start = first(t, 0.0524) or 0
         position = t.positions_m.copy()
         position[start:, 2] += 0.02  # wrong only from the first contact on
         predictions[k] = SimpleNamespace(position=position[None], quaternion=t.quat_wxyz[None])
-    table = _script().phase_table(predictions, trajectories, impact_samples=10)
+    table = train_script("rotation_phases").phase_table(predictions, trajectories,
+                                                        impact_samples=10)
     assert table["position_share_pct_width"]["flight"] == 0
-    assert table["position_at_pct_width"]["first contact"] == pytest.approx(100 * 0.02 / 0.1048, abs=0.01)
+    assert table["position_at_pct_width"]["first contact"] == pytest.approx(100 * 0.02 / 0.1048,
+                                                                            abs=0.01)
     assert table["rotation_error_deg"] == pytest.approx(0, abs=1e-6)

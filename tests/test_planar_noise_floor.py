@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("planar_noise_floor",
-                                                  ROOT / "train" / "planar_noise_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("noise", [0.05, 0.2])
-def test_the_gamma_test_finds_the_noise_of_a_smooth_map(noise):
+def test_the_gamma_test_finds_the_noise_of_a_smooth_map(noise, train_script):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, size=(3000, 3))
     smooth = _smooth(x)
     y = smooth + rng.normal(0, noise / np.sqrt(3), size=smooth.shape)  # RMS of the 3-vector
-    found = _script().gamma_test(x, y, x, y, neighbours=10)
+    found = train_script("planar_noise_floor").gamma_test(x, y, x, y, neighbours=10)
     assert found["rmse_floor"] == pytest.approx(noise, rel=0.1)
     assert found["nearest_neighbour_rmse_floor"] > found["rmse_floor"]
 
@@ -35,18 +22,18 @@ def _smooth(x):
                             np.cos(x[:, 1])])
 
 
-def test_against_a_noise_free_reference_set_the_intercept_is_half_the_noise():
+def test_against_a_noise_free_reference_set_the_intercept_is_half_the_noise(train_script):
     rng = np.random.default_rng(1)
     noise = 0.2
     x, reference = rng.uniform(-1, 1, size=(2, 3000, 3))
     y = _smooth(x) + rng.normal(0, noise / np.sqrt(3), size=(3000, 3))
-    cross = _script().gamma_test(x, y, reference, _smooth(reference), neighbours=10,
-                                 same_set=False)
+    cross = train_script("planar_noise_floor").gamma_test(x, y, reference, _smooth(reference),
+                                                          neighbours=10, same_set=False)
     assert cross["noise_variance"] == pytest.approx(noise ** 2 / 2, rel=0.2)
 
 
-def test_the_inputs_do_not_see_a_half_turn():
-    module = _script()
+def test_the_inputs_do_not_see_a_half_turn(train_script):
+    module = train_script("planar_noise_floor")
     state = np.array([[0.3, 0.1, 0.4, 1.0, -2.0, 3.0]])
     turned = state + [0.0, 0.0, np.pi, 0.0, 0.0, 0.0]
     assert module.pre_impact_inputs(turned, 0.05) == pytest.approx(

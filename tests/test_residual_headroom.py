@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
 from pathlib import Path
@@ -12,19 +11,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("residual_headroom",
-                                                  ROOT / "train" / "residual_headroom.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-def test_the_oracle_never_does_worse_than_the_engine_and_figures_are_written(tmp_path, capsys):
+def test_the_oracle_never_does_worse_than_the_engine_and_figures_are_written(tmp_path, capsys,
+                                                                             train_script):
     out = tmp_path / "headroom.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a GP on 7 points warns about its length scales
-        figures = _script().main([
+        figures = train_script("residual_headroom").main([
             "--model", str(ROOT / "data" / "pretrained" / "cube-contactnets"),
             "--data", str(ROOT / "data" / "samples" / "cube-synthetic"),
             "--budget", "6", "--workers", "1", "--out", str(out)])
@@ -45,20 +39,21 @@ def test_the_oracle_never_does_worse_than_the_engine_and_figures_are_written(tmp
     assert json.loads(out.read_text()) == json.loads(json.dumps(figures))
 
 
-def test_first_event_impulse_is_applied_once():
-    policy = _script().FirstEventImpulse(np.array([0.1, 0.0, -0.2]))
+def test_first_event_impulse_is_applied_once(train_script):
+    policy = train_script("residual_headroom").FirstEventImpulse(np.array([0.1, 0.0, -0.2]))
     np.testing.assert_array_equal(policy.mean(np.zeros(9)), [0.1, 0.0, -0.2])
     np.testing.assert_array_equal(policy.mean(np.zeros(9)), [0.0, 0.0, 0.0])
 
 
-def test_state_errors_are_rotated_into_the_contact_frame():
+def test_state_errors_are_rotated_into_the_contact_frame(train_script):
     from residualsim.data import load_trajectories
     from residualsim.residual.state_noise import free_flight_velocities
 
     tosses = dict(list(load_trajectories(ROOT / "data" / "samples" / "cube-synthetic")
                        .items())[:2])
     swap = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # rows n, t1, t2
-    errors = _script().state_errors(tosses, np.stack([swap, np.full((3, 3), np.nan)]))
+    errors = train_script("residual_headroom").state_errors(
+        tosses, np.stack([swap, np.full((3, 3), np.nan)]))
     traj = next(iter(tosses.values()))
     velocity, omega = free_flight_velocities(traj, traj.metadata["half_width_m"])
     np.testing.assert_allclose(errors[0, :3], swap @ (velocity - traj.linear_velocity_mps[0]))
