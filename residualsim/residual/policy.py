@@ -37,21 +37,16 @@ import torch
 
 from residualsim.atomic import atomic_open, atomic_write_text, read_json
 from residualsim.errors import DataError, ParameterError
+from residualsim.sim.contact import feature_width
 
 __all__ = ["ResidualPolicy", "ResidualModel", "NumpyPolicy", "MixtureDensityNetwork",
-           "LOG_SCALE_BOUNDS", "feature_width"]
+           "LOG_SCALE_BOUNDS"]
 
 #: Bounds of the log standard deviation of each component, in units of the impulse scale.
 LOG_SCALE_BOUNDS = (-7.0, 1.0)
 #: Initial component standard deviation (units of the impulse scale).
 INITIAL_SCALE = 0.05
 _FORMAT = "residualsim.policy/1"
-
-
-def feature_width(planar: bool, spin: bool = False, contact_mode: bool = False) -> int:
-    """Number of policy inputs: the contact features (5 planar, 9 in 3D), the spin features
-    (1 or 3) with ``spin``, the contact mode (1) with ``contact_mode``."""
-    return (5 + spin if planar else 9 + 3 * spin) + contact_mode
 
 
 class MixtureDensityNetwork(torch.nn.Module):

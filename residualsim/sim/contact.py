@@ -43,6 +43,7 @@ __all__ = ["CONTACT_DISTANCE_M", "is_touching",
     "contact_features",
     "unpack_features",
     "spin_features",
+    "feature_width",
     "velocity_change",
     "in_friction_cone",
     "largest_steps",
@@ -163,6 +164,13 @@ def spin_features(frame: np.ndarray, angular_velocity_world: np.ndarray,
         handedness = frame[0, 0] * frame[1, 1] - frame[0, 1] * frame[1, 0]
         return np.array([radius_of_gyration_m * float(np.ravel(omega)[-1]) * handedness])
     return radius_of_gyration_m * frame @ omega
+
+
+def feature_width(planar: bool, spin: bool = False, contact_mode: bool = False) -> int:
+    """Number of residual-policy inputs at a contact event: the contact features (5 planar,
+    9 in 3D), then the spin features (1 or 3) with ``spin``, then the contact mode (1, the
+    number of touching points) with ``contact_mode``."""
+    return (5 + spin if planar else 9 + 3 * spin) + contact_mode
 
 
 def velocity_change(mass_matrix: np.ndarray, contact_jacobian: np.ndarray,

@@ -20,8 +20,8 @@ import numpy as np
 import pybullet as pb
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.sim.contact import (ContactModel, contact_model, is_touching, largest_steps,
-                                     spin_features)
+from residualsim.sim.contact import (ContactModel, contact_model, feature_width, is_touching,
+                                     largest_steps, spin_features)
 from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError
@@ -463,10 +463,9 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
             break
     states = scene.raw_to_states(raws)
     positions, quat, _, _ = scene.rigid_motion(states)
-    width, n_features = (2, 5) if scene.planar else (3, 9)
-    if getattr(policy, "spin", False):
-        n_features += 1 if scene.planar else 3
-    n_features += bool(getattr(policy, "contact_mode", False))
+    width = 2 if scene.planar else 3
+    n_features = feature_width(scene.planar, getattr(policy, "spin", False),
+                               getattr(policy, "contact_mode", False))
     return ResidualRollout(
         positions_m=positions, quat_wxyz=quat, states=states, n_events=events,
         n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,
