@@ -39,3 +39,12 @@ def test_the_inputs_do_not_see_a_half_turn(train_script):
     assert module.pre_impact_inputs(turned, 0.05) == pytest.approx(
         module.pre_impact_inputs(state, 0.05))
     assert module.pre_impact_inputs(state, 0.05)[0, 4] == pytest.approx(0.15)
+
+
+def test_a_bad_report_path_is_refused_before_any_work(tmp_path, train_script):
+    from residualsim.errors import ParameterError
+
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ParameterError, match="is a file, not a directory"):
+        train_script("planar_noise_floor").main(["--data", str(tmp_path / "no-such-data"),
+                                                 "--out", str(tmp_path / "a-file" / "r.json")])

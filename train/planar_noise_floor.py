@@ -44,7 +44,7 @@ import json
 
 import numpy as np
 
-from residualsim.atomic import atomic_write_text
+from residualsim.atomic import atomic_write_text, check_output
 from residualsim.data import load_impacts
 from residualsim.data.splits import split_ids
 from residualsim.errors import run_script
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.out:  # checked before the work: a report is rewritten on a rerun
+        check_output(args.out, force=True)
     impacts = load_impacts(args.data, convention="corrected")
     k = impacts.radius_of_gyration_m
     x = pre_impact_inputs(impacts.pre_state, k)

@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from residualsim.atomic import atomic_write_text
+from residualsim.atomic import atomic_write_text, check_output
 from residualsim.data import load_trajectories
 from residualsim.data.datasets import first_contact_index, rest_index
 from residualsim.data.splits import split_ids
@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out")
     args = parser.parse_args()
+    if args.out:  # checked before the work: a report is rewritten on a rerun
+        check_output(args.out, force=True)
     model = ResidualModel.load(args.model)
     everything = load_trajectories(args.data)
     trajectories = {k: everything[k] for k in split_ids(list(everything))[args.split]}
