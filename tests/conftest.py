@@ -2,9 +2,9 @@
 
 The real data sets live beside the repository in ``../shared/data`` (CI clones the project
 with ``shared/`` next to it) or wherever ``RESIDUALSIM_DATA`` points; tests that need them
-skip with the reason when they are absent.  Never copy real files into the repository: the
-demo's eight training tosses are linked from the shared set (``demo_dir``); tests that need
-a damaged copy write it to ``tmp_path``.
+skip with the reason when they are absent.  Never copy real files into the repository (the
+demo's eight bundled training tosses under ``data/samples/contactnets-cube`` are the one
+exception, with their licence); tests that need a damaged copy write it to ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -39,15 +39,6 @@ def contactnets_dir(shared_data: Path) -> Path:
     if not (path / "tosses").is_dir():
         pytest.skip(f"real data not found at {path}: set RESIDUALSIM_DATA")
     return path
-
-
-@pytest.fixture(scope="session")
-def demo_dir(contactnets_dir: Path) -> Path:
-    """The demo's eight real training tosses, linked from the shared ContactNets set (real
-    data is read where it lies, never kept in the project), else skip."""
-    from residualsim.data.bundled import demo_tosses
-
-    return demo_tosses(contactnets_dir)
 
 
 @pytest.fixture(scope="session")

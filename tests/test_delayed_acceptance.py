@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,14 +11,17 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.errors import ParameterError
+from residualsim.sim.scenes import EngineParams
 from residualsim.sysid.likelihood import StagedLikelihood, TrajectoryLikelihood
 from residualsim.sysid.paramspace import ParamSpace
 
+ROOT = Path(__file__).resolve().parents[1]
+TOSSES = ROOT / "data" / "samples" / "contactnets-cube"
 X = np.array([[0.2, 0.1], [0.4, 0.3], [0.15, 0.0]])
 
 
-def test_the_stages_add_up_to_the_whole_likelihood(demo_dir):
-    tosses = load_trajectories(demo_dir)
+def test_the_stages_add_up_to_the_whole_likelihood():
+    tosses = load_trajectories(TOSSES)
     space = ParamSpace(["lateral_friction", "restitution"])
     params = [space.engine_params(row) for row in X]
     with StagedLikelihood("cube", tosses, 0.25, substeps=1) as staged, \
@@ -34,11 +38,11 @@ def test_the_stages_add_up_to_the_whole_likelihood(demo_dir):
         StagedLikelihood("cube", tosses, 1.0, substeps=1)
 
 
-def test_calibrate_with_delayed_acceptance(tmp_path, capsys, demo_dir):
+def test_calibrate_with_delayed_acceptance(tmp_path, capsys):
     """The command records the screen's share and how many proposals met it only; a run
     with another fraction cannot resume its checkpoint; a bad fraction exits 2."""
     out = tmp_path / "cal"
-    args = ["calibrate", "--scene", "cube", "--data", str(demo_dir), "--split", "all",
+    args = ["calibrate", "--scene", "cube", "--data", str(TOSSES), "--split", "all",
             "--samples", "30", "--burn-in", "10", "--substeps", "1", "--quiet",
             "--no-plots", "--out", str(out)]
     assert main([*args, "--delayed-acceptance", "0.25"]) == 0
@@ -52,8 +56,8 @@ def test_calibrate_with_delayed_acceptance(tmp_path, capsys, demo_dir):
     assert not (tmp_path / "bad").exists()
 
 
-def test_bench_calibration_runs_real_chains_plain_and_delayed(capsys, demo_dir):
-    assert main(["bench", "calibration", "--data", str(demo_dir), "--tosses", "8",
+def test_bench_calibration_runs_real_chains_plain_and_delayed(capsys):
+    assert main(["bench", "calibration", "--data", str(TOSSES), "--tosses", "8",
                  "--probe-steps", "2", "--sampler-steps", "24"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["sampler"]
     for label in ("plain", "delayed"):

@@ -1,35 +1,36 @@
-"""``residualsim.experiments.demo`` on eight real tosses linked from the shared ContactNets set."""
+"""``residualsim.experiments.demo`` on the real tosses bundled in ``data/samples/contactnets-cube``."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from residualsim.data import load_trajectories, split_ids
-from residualsim.data.bundled import DEMO_TOSS_IDS, PRETRAINED_CUBE, REPO_DATA_DIR, demo_tosses
-from residualsim.errors import DataError, ParameterError
+from residualsim.data.bundled import PRETRAINED_CUBE, REAL_SAMPLES
+from residualsim.errors import ParameterError
 from residualsim.experiments.demo import ENGINES, format_demo, run_demo
 
 SETTINGS = {"seed": 0, "samples": 8, "particles": 40, "progress": False}
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, demo_dir):
+def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "not-yet-there"  # created by run_demo
-    return run_demo(demo_dir, out, n_workers=2, **SETTINGS)
+    return run_demo(REAL_SAMPLES, out, n_workers=2, **SETTINGS)
 
 
-def test_demo_tosses_are_training_tosses_read_where_they_lie(demo_dir, contactnets_dir):
-    """The demo's tosses are links into the shared set, not copies in the project (which
-    holds no real recording), and all of them are training tosses of the shipped model."""
-    links = sorted((demo_dir / "tosses").iterdir())
-    assert links and all(p.is_symlink() and p.resolve().parent
-                         == (contactnets_dir / "tosses").resolve() for p in links)
-    assert not (REPO_DATA_DIR / "samples" / "contactnets-cube").exists()
-    ids = list(load_trajectories(demo_dir))
-    assert 3 <= len(ids) <= 10 and sorted(ids) == sorted(DEMO_TOSS_IDS)
+def test_bundle_is_small_licensed_training_tosses():
+    files = [p for p in REAL_SAMPLES.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 400_000
+    assert (REAL_SAMPLES / "LICENSE").is_file()
+    readme = (REAL_SAMPLES / "README.md").read_text()
+    assert "Pfrommer" in readme and "BSD-3-Clause" in readme
+    ids = list(load_trajectories(REAL_SAMPLES))
+    assert 3 <= len(ids) <= 10
+    assert all(i in readme for i in ids)
     # Training split by the id hash alone, which does not depend on the other ids.
     assert split_ids(ids)["train"] == ids
     trained = json.loads((PRETRAINED_CUBE / "model.json").read_text())["info"]["train_ids"]
@@ -85,8 +86,8 @@ def test_belief_picture_and_record(demo):
     assert str(demo.png_path) in text
 
 
-def test_same_seed_same_numbers_for_any_worker_count(demo, tmp_path, demo_dir):
-    single = run_demo(demo_dir, tmp_path, n_workers=1, **SETTINGS)
+def test_same_seed_same_numbers_for_any_worker_count(demo, tmp_path):
+    single = run_demo(REAL_SAMPLES, tmp_path, n_workers=1, **SETTINGS)
     assert single.engines == demo.engines
     assert single.stochastic == demo.stochastic
     assert single.belief == demo.belief
@@ -96,7 +97,7 @@ def _no_computation(*args, **kwargs):
     raise AssertionError("the demo computed before checking its output directory")
 
 
-def test_out_dir_that_is_a_file_fails_before_any_work(tmp_path, monkeypatch, demo_dir):
+def test_out_dir_that_is_a_file_fails_before_any_work(tmp_path, monkeypatch):
     import residualsim.residual.policy as policy
     import residualsim.sim.rollout as rollout
 
@@ -107,17 +108,15 @@ def test_out_dir_that_is_a_file_fails_before_any_work(tmp_path, monkeypatch, dem
     with pytest.raises(ParameterError, match="out.txt.*existing file"):
         run_demo(tmp_path / "no-such-data", target, **SETTINGS)
     with pytest.raises(ParameterError, match="out.txt"):
-        run_demo(demo_dir, target / "below", **SETTINGS)
+        run_demo(REAL_SAMPLES, target / "below", **SETTINGS)
     assert target.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("setting", [{"samples": 1}, {"particles": 1}, {"n_workers": 0}])
-def test_bad_settings_are_refused(tmp_path, setting, demo_dir):
+def test_bad_settings_are_refused(tmp_path, setting):
     with pytest.raises(ParameterError):
-        run_demo(demo_dir, tmp_path, **{**SETTINGS, **setting})
+        run_demo(REAL_SAMPLES, tmp_path, **{**SETTINGS, **setting})
 
 
-def test_bundled_paths_exist(tmp_path):
-    assert PRETRAINED_CUBE.is_dir()
-    with pytest.raises(DataError, match="no-set: the demo reads ContactNets tosses 8, 9"):
-        demo_tosses(tmp_path / "no-set")
+def test_bundled_paths_exist():
+    assert Path(REAL_SAMPLES, "tosses").is_dir() and PRETRAINED_CUBE.is_dir()

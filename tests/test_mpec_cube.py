@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from residualsim.data import load_trajectories
+from residualsim.data.bundled import REAL_SAMPLES
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.mpec.cube import contact_windows, identify_tosses, weighted_median
 
 
 @pytest.fixture(scope="module")
-def toss(demo_dir):
-    tosses = load_trajectories(demo_dir)
+def toss():
+    tosses = load_trajectories(REAL_SAMPLES)
     return tosses[sorted(tosses, key=int)[0]]
 
 
@@ -47,8 +48,8 @@ def test_refusals(toss):
 
 
 @pytest.fixture(scope="module")
-def bundled(demo_dir):
-    tosses = load_trajectories(demo_dir)
+def bundled():
+    tosses = load_trajectories(REAL_SAMPLES)
     return {k: tosses[k] for k in sorted(tosses, key=int)}
 
 
@@ -94,10 +95,10 @@ def test_calibrate_mpec_refuses_unknown_scenes_and_broken_scene_files(tmp_path):
         calibrate_mpec(str(scene), tmp_path, ["lateral_friction"], tmp_path / "out")
 
 
-def test_bench_mpec_cube_times_both_on_the_same_tosses(demo_dir):
+def test_bench_mpec_cube_times_both_on_the_same_tosses():
     from residualsim.experiments.bench_mpec import bench_mpec_cube, format_mpec_report
 
-    cube = bench_mpec_cube(str(demo_dir), n_tosses=3, n_workers=1, probe_steps=2)
+    cube = bench_mpec_cube(str(REAL_SAMPLES), n_tosses=3, n_workers=1, probe_steps=2)
     assert cube["n_tosses"] == cube["n_windows"] == 3
     assert cube["status"] == "Solve_Succeeded" and 0.0 <= cube["mu"] <= 1.0
     assert cube["mh_projected_seconds"] == pytest.approx(4000 * cube["mh_seconds_per_step"])

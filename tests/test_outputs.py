@@ -16,7 +16,7 @@ from residualsim.errors import ParameterError
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "data" / "samples" / "cube-synthetic"
 MODEL = ROOT / "data" / "pretrained" / "cube-contactnets"
-SAMPLES = ROOT / "data" / "samples" / "cube-synthetic"  # synthetic: real data is never in the project
+SAMPLES = ROOT / "data" / "samples" / "contactnets-cube"
 STATE = "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0"
 
 

@@ -46,8 +46,8 @@ def test_initial_velocities_of_pose_only_recordings_are_fitted_by_rollout(
     assert np.median([n["initial_fit_rms_m"] for n in notes]) < 1e-3  # about the noise
 
 
-def test_recordings_with_recorded_velocities_are_left_alone(demo_dir):
-    tosses = load_trajectories(demo_dir)
+def test_recordings_with_recorded_velocities_are_left_alone():
+    tosses = load_trajectories(ROOT / "data" / "samples" / "contactnets-cube")
     prepared = prepare_recordings("cube", tosses)
     for key, toss in tosses.items():
         assert prepared[key] is toss
@@ -78,11 +78,11 @@ def test_a_recording_that_starts_inside_the_table_is_refused():
         prepare_recordings("cube", {"sunk": sunk})
 
 
-def test_another_objects_recordings_are_refused(demo_dir):
+def test_another_objects_recordings_are_refused():
     """The real cube tosses are the cube's (they sink at most 5.2 mm into the table), but
     not the L-shape's: at the cube's resting poses it floats above the table; a resting
     pose moved 30 mm into the table is refused too, naming the sample."""
-    tosses = load_trajectories(demo_dir)
+    tosses = load_trajectories(ROOT / "data" / "samples" / "contactnets-cube")
     prepare_recordings("cube", tosses)
     prepare_recordings(str(ROOT / "assets" / "cube.toml"), tosses)
     with pytest.raises(DataError, match=r"tosses/\d+.pt: the object comes to rest \d+ mm or "

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HINGE = ROOT / "assets" / "examples" / "hinge.toml"
 ELL = ROOT / "assets" / "examples" / "ell.toml"
 CUBE_FILE = ROOT / "assets" / "cube.toml"
+SAMPLES = ROOT / "data" / "samples" / "contactnets-cube"
 
 BOX = """<?xml version="1.0"?>
 <robot name="box"><link name="box">
@@ -135,8 +136,8 @@ def test_contact_inertia_matches_the_engines_response_to_an_impulse(scene_file, 
                                            rtol=1e-4, atol=1e-4 * np.abs(predicted).max())
 
 
-def test_the_cube_as_a_scene_file_simulates_exactly_like_the_built_in_cube(demo_dir):
-    tosses = load_trajectories(demo_dir)
+def test_the_cube_as_a_scene_file_simulates_exactly_like_the_built_in_cube():
+    tosses = load_trajectories(SAMPLES)
     params = dict(lateral_friction=0.18, restitution=0.125)
     built_in = simulate_trajectories("cube", tosses, params)
     from_file = simulate_trajectories(str(CUBE_FILE), tosses, params)
@@ -194,7 +195,7 @@ def test_a_planar_scene_takes_a_single_rigid_link(tmp_path):
         make_scene(str(scene_file))
 
 
-def test_the_cube_tosses_as_csv_give_the_same_figures(tmp_path, demo_dir):
+def test_the_cube_tosses_as_csv_give_the_same_figures(tmp_path):
     """The cube workflow expressed as a user's object: a scene file and CSV recordings with
     the recorded velocities reproduce the built-in scene on the ContactNets files exactly;
     as poses only (velocities estimated, initial state fitted by rollout) they stay close."""
@@ -202,7 +203,7 @@ def test_the_cube_tosses_as_csv_give_the_same_figures(tmp_path, demo_dir):
     from residualsim.evaluation import TrajectoryPredictions, score_trajectories
     from residualsim.sim.recordings import load_recordings
 
-    tosses = load_trajectories(demo_dir)
+    tosses = load_trajectories(SAMPLES)
     params = dict(lateral_friction=0.18, restitution=0.125)
 
     def figures(scene, recordings):

@@ -17,6 +17,7 @@ from residualsim.sim.skips import HANDOVER_M
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "data" / "pretrained" / "cube-contactnets"
+TOSSES = ROOT / "data" / "samples" / "contactnets-cube"
 
 
 def _high_toss() -> np.ndarray:
@@ -62,12 +63,12 @@ def test_the_engine_takes_over_before_the_table():
         assert HANDOVER_M <= lowest - flight.table_top < HANDOVER_M + 0.02
 
 
-def test_predictions_with_and_without_skips_agree_on_real_tosses(demo_dir):
-    """The shipped model on the demo's real tosses: engine, lean poses, the residual's
+def test_predictions_with_and_without_skips_agree_on_real_tosses():
+    """The shipped model on the bundled real tosses: engine, lean poses, the residual's
     mean and a seeded sample agree within 1 µm and 0.01° (the issue's tolerance is 0.1 mm)."""
     model = ResidualModel.load(MODEL)
     policy = model.sampling_policy()
-    tosses = load_trajectories(demo_dir)
+    tosses = load_trajectories(TOSSES)
     worst_m, worst_deg = 0.0, 0.0
     with Engine(model.scene, params=model.params, settings=model.settings()) as engine:
         for toss in tosses.values():

@@ -12,7 +12,7 @@ import pytest
 
 from residualsim.cli import main
 from residualsim.data import load_tosses
-from residualsim.data.bundled import PRETRAINED_CUBE
+from residualsim.data.bundled import PRETRAINED_CUBE, REAL_SAMPLES
 from residualsim.errors import PredictionError
 from residualsim.evaluation import (TrajectoryPredictions, reliability_plot,
                                     save_predictions)
@@ -76,7 +76,7 @@ def test_score_plot_option_writes_the_reliability_png(capsys, tmp_path):
     assert not (tmp_path / "single.png").exists()
 
 
-def test_mean_residual_samples_the_state_noise_only(demo_dir):
+def test_mean_residual_samples_the_state_noise_only():
     """Row (b)'s policy: with common random numbers its samples leave from the same
     initial states as the model's own samples (identical before the first contact), and
     without state noise they are all the deterministic prediction."""
@@ -85,7 +85,7 @@ def test_mean_residual_samples_the_state_noise_only(demo_dir):
     from residualsim.sim.rollout import predict_trajectories
 
     model = ResidualModel.load(PRETRAINED_CUBE)
-    tosses = dict(list(load_recordings(demo_dir, model.scene).items())[:2])
+    tosses = dict(list(load_recordings(REAL_SAMPLES, model.scene).items())[:2])
     mean_only = MeanResidual(model.sampling_policy())
     noise_only, _ = predict_trajectories(model, tosses, samples=4, seed=3, policy=mean_only)
     full, _ = predict_trajectories(model, tosses, samples=4, seed=3)
@@ -103,8 +103,8 @@ def test_mean_residual_samples_the_state_noise_only(demo_dir):
                                    atol=1e-12)
 
 
-def test_decomposition_rows_and_table(demo_dir):
-    result = uncertainty_decomposition(PRETRAINED_CUBE, str(demo_dir), split="all",
+def test_decomposition_rows_and_table():
+    result = uncertainty_decomposition(PRETRAINED_CUBE, str(REAL_SAMPLES), split="all",
                                        samples=3, limit=3, seed=1)
     assert result["count"] == 3 and result["samples"] == 3
     assert [row["row"] for row in result["rows"]] == [

@@ -1,4 +1,4 @@
-"""``residualsim demo``: the point of residualsim on eight real tosses of the shared data."""
+"""``residualsim demo``: the point of residualsim on a handful of bundled real tosses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from residualsim.atomic import check_output
 from residualsim.cli.options import add_workers, count, json_line
-from residualsim.data.bundled import DEMO_TOSS_IDS, demo_tosses
+from residualsim.data.bundled import REAL_SAMPLES
 from residualsim.parallel import default_workers
 
 
@@ -15,8 +15,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from residualsim.experiments.demo import format_demo, run_demo
 
     check_output(args.out, kind="dir", command="demo")
-    data = Path(args.data) if args.data else demo_tosses()
-    result = run_demo(data, Path(args.out), n_workers=args.workers, seed=args.seed,
+    result = run_demo(Path(args.data), Path(args.out), n_workers=args.workers, seed=args.seed,
                       samples=args.samples, particles=args.particles, progress=not args.quiet)
     print(format_demo(result))
     json_line({"command": "demo", **result.to_json()})
@@ -26,10 +25,9 @@ def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     demo = commands.add_parser(
         "demo", help="default engine vs calibrated engine vs residual, stochastic coverage "
-        "and the belief picture, on real tosses read from $RESIDUALSIM_DATA")
-    demo.add_argument("--data", help="tosses to use (default: ContactNets tosses "
-                      f"{', '.join(DEMO_TOSS_IDS)} of $RESIDUALSIM_DATA/contactnets-cube, "
-                      "else ../shared/data)")
+        "and the belief picture, on bundled real tosses")
+    demo.add_argument("--data", default=str(REAL_SAMPLES),
+                      help=f"tosses to use (default: the bundled {REAL_SAMPLES.name})")
     demo.add_argument("--out", default="residualsim-demo",
                       help="directory for the belief picture (default ./residualsim-demo)")
     demo.add_argument("--samples", type=count(2), default=32,

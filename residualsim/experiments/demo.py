@@ -1,7 +1,7 @@
-"""``residualsim demo``: the project's point in under a minute, on real tosses.
+"""``residualsim demo``: the project's point in under a minute, on real tosses, no download.
 
-On eight real ContactNets tosses read from the shared data where they lie
-(:func:`~residualsim.data.bundled.demo_tosses`; TRAINING tosses the shipped model saw):
+On the real ContactNets tosses bundled under ``data/samples/contactnets-cube/``
+(:data:`~residualsim.data.bundled.REAL_SAMPLES`; TRAINING tosses the shipped model saw):
 
 1. mean predictions of three engines from each recording's first sample over its recorded
    length, scored with :func:`~residualsim.evaluation.metrics.score_trajectories`:
@@ -149,7 +149,7 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
     ----------
     data_dir : Path
         Cube tosses in the ContactNets layout (``tosses/<id>.pt``), usually
-        :func:`~residualsim.data.bundled.demo_tosses`.
+        :data:`~residualsim.data.bundled.REAL_SAMPLES`.
     out_dir : Path
         Where ``belief.png`` goes; created if missing, checked writable before any work.
     n_workers : int
