@@ -38,6 +38,7 @@ def _write(path: Path, text: str) -> Path:
     ("urdf = 'box.urdf'\nkind = 'flying'\n", "kind must be one of"),
     ("urdf = 'box.urdf'\nsubsteps = 0\n", "substeps must be an integer"),
     ("urdf = 'box.urdf'\nsubsteps = true\n", "substeps must be an integer"),
+    ("urdf = 'box.urdf'\nsubsteps = 1000000000\n", "substeps 1000000000 is more than 1000"),
     ("urdf = 'box.urdf'\ncolour = 'red'\n", "unknown key(s) colour"),
     ("kind = 'free'\n", "needs urdf ="),
     ("urdf = 'missing.urdf'\n", "missing.urdf not found"),
@@ -61,11 +62,11 @@ def test_unknown_scene_name_lists_the_ways_to_give_one():
 
 @pytest.mark.parametrize("urdf, problem", [
     ("<robot name='x'><link name='a'/></robot>", "no mass"),  # massless base: fixed
-    ("not xml at all", "could not load"),
+    ("not xml at all", "not valid XML"),
     (BOX.replace("</robot>", """<link name="b"><inertial><mass value="0.1"/><inertia ixx="1e-4"
      iyy="1e-4" izz="1e-4" ixy="0" ixz="0" iyz="0"/></inertial></link>
      <joint name="ball" type="spherical"><parent link="box"/><child link="b"/></joint></robot>"""),
-     "spherical or planar"),
+     "joint 'ball' has type 'spherical'"),
 ])
 def test_urdfs_a_free_scene_cannot_take_are_refused(tmp_path, urdf, problem):
     path = _write(tmp_path / "thing.urdf", urdf)

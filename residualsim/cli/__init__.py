@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
 
 from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, residual,
                              simulate)
@@ -43,9 +46,35 @@ def _timeout(args: argparse.Namespace) -> dict:
     return {} if timeout is None else {"task_timeout_s": timeout}
 
 
+def _interrupt_once(signum: int, frame: object) -> None:
+    """SIGINT handler: the first Ctrl-C stops the work as KeyboardInterrupt (checkpoints stay
+    as last written, atomically); a second one, while that unwinds (workers shutting down),
+    ends the process at once with one line and no traceback."""
+    def again(signum: int, frame: object) -> None:
+        os.write(2, b"residualsim: interrupted again, exiting now\n")
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, again)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``residualsim`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
+    installed = (threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if installed:
+        signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        return _run(args)
+    finally:  # called in-process (tests, scripts): leave Python's own handler behind
+        if installed and signal.getsignal(signal.SIGINT) is _interrupt_once:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command: exit code 0, 2 for a ResidualSimError (one line on stderr),
+    130 when interrupted."""
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

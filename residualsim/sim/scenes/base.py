@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+import sys
 from pathlib import Path
 
 import numpy as np
 import pybullet as pb
 
 from residualsim.errors import SceneError
+from residualsim.sim.c_output import captured_c_output
 from residualsim.sim.scenes.params import EngineParams
 
-__all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf", "cache_dir"]
+__all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf", "cache_dir", "MAX_SUBSTEPS",
+           "check_substeps"]
 
 
 
@@ -51,6 +54,29 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+#: Most internal steps per recorded sample. Bullet costs 6 to 9 µs per internal step of one
+#: object, so 1000 substeps at 150 Hz is already ~1 s of computing per simulated second, for
+#: each recording and each calibration evaluation; more is refused before anything runs.
+MAX_SUBSTEPS = 1000
+#: Bullet's cost of one internal step of one object, s (the estimate in refusals).
+SUBSTEP_COST_S = 8e-6
+
+
+def check_substeps(substeps: object, where: str = "") -> int:
+    """``substeps`` as an int in [1, MAX_SUBSTEPS], else SceneError (``where`` prefixes the
+    message) with the time the request would cost."""
+    prefix = f"{where}: " if where else ""
+    if isinstance(substeps, bool) or not isinstance(substeps, (int, np.integer, float)) \
+            or int(substeps) != substeps or substeps < 1:
+        raise SceneError(f"{prefix}substeps must be an integer >= 1, got {substeps!r}")
+    if substeps > MAX_SUBSTEPS:
+        hours = substeps * 150 * SUBSTEP_COST_S / 3600
+        raise SceneError(f"{prefix}substeps {int(substeps)} is more than {MAX_SUBSTEPS}: at 150 "
+                         f"Hz it would take about {hours:.3g} h of computing per simulated "
+                         f"second ({SUBSTEP_COST_S * 1e6:.0f} µs per internal step)")
+    return int(substeps)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Solver settings of a scene.
@@ -71,21 +97,30 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if not self.dt_s > 0:
             raise SceneError(f"dt_s must be positive, got {self.dt_s}")
-        if int(self.substeps) != self.substeps or self.substeps < 1:
-            raise SceneError(f"substeps must be an integer >= 1, got {self.substeps}")
+        check_substeps(self.substeps)
 
 
 def load_urdf(client: int, filename: str, **kwargs: object) -> int:
-    """Load ``assets/<filename>`` (or an absolute path) into ``client``; SceneError if it fails."""
+    """Load ``assets/<filename>`` (or an absolute path) into ``client``; SceneError if it fails,
+    with PyBullet's own reason (its C output, which otherwise goes to stdout); its warnings
+    are passed on to stderr."""
     path = Path(filename)
     if not path.is_absolute():
         path = ASSETS_DIR / path
     if not path.is_file():
         raise SceneError(f"{path}: URDF file not found")
-    try:
-        return pb.loadURDF(str(path), physicsClientId=client, **kwargs)
-    except pb.error as exc:
-        raise SceneError(f"{path}: PyBullet could not load this URDF ({exc})") from None
+    with captured_c_output() as output:
+        try:
+            body = pb.loadURDF(str(path), physicsClientId=client, **kwargs)
+        except pb.error as exc:
+            body = None
+            failure = str(exc)
+    if body is None:
+        cause = "; ".join(list(dict.fromkeys(output.lines()))[:3]) or failure
+        raise SceneError(f"{path}: PyBullet could not load this URDF: {cause}")
+    if output.text:  # PyBullet's warnings belong on stderr, never with a command's result
+        sys.stderr.write(output.text)
+    return body
 
 
 def quat_wxyz_to_matrix(quat_wxyz: np.ndarray) -> np.ndarray:

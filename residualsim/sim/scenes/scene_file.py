@@ -7,7 +7,7 @@ A scene file is TOML::
     kind = "free"             # "free": floating base in 3D, table z = 0, gravity -z
                               # "planar": the body moves in the vertical x-y plane,
                               #           floor y = 0, gravity -y (a single rigid body)
-    substeps = 10             # optional, default 10; the rate comes from the recordings
+    substeps = 10             # optional, default 10, at most 1000; the rate comes from the recordings
     self_collision = false    # optional: links of the object collide with each other
 
 A path to a ``.urdf`` is the same as a scene file with ``kind = "free"`` and the defaults.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from residualsim.errors import SceneError
+from residualsim.sim.scenes.base import check_substeps
 
 __all__ = ["SceneSpec", "read_scene_file", "is_scene_path", "KINDS"]
 
@@ -48,10 +49,10 @@ class SceneSpec:
         if self.kind not in KINDS:
             raise SceneError(f"{where}: kind must be one of {', '.join(KINDS)}, "
                              f"got {self.kind!r}")
-        if isinstance(self.substeps, bool) or not isinstance(self.substeps, int) \
-                or self.substeps < 1:
+        if not isinstance(self.substeps, int):
             raise SceneError(f"{where}: substeps must be an integer >= 1, "
                              f"got {self.substeps!r}")
+        check_substeps(self.substeps, str(where))
         if not isinstance(self.self_collision, bool):
             raise SceneError(f"{where}: self_collision must be true or false, "
                              f"got {self.self_collision!r}")

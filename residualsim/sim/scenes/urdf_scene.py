@@ -38,6 +38,7 @@ from residualsim.sim.contact import skew
 from residualsim.sim.rotations import as_rotation
 from residualsim.sim.scenes.base import EngineSettings, Scene, load_urdf
 from residualsim.sim.scenes.scene_file import SceneSpec
+from residualsim.sim.scenes.urdf_check import check_urdf
 
 __all__ = ["UrdfInfo", "urdf_info", "FreeUrdfScene"]
 
@@ -72,10 +73,11 @@ class UrdfInfo:
 def urdf_info(path: Path) -> UrdfInfo:
     """Load ``path`` once in a private PyBullet client and read what the scene needs.
 
-    SceneError naming the file when it does not load, declares a fixed base (a massless root
-    link), has a spherical or planar joint, or weighs nothing.
+    SceneError naming the file when :func:`~residualsim.sim.scenes.urdf_check.check_urdf`
+    refuses it (not one tree, an unsupported joint type, an unphysical mass or inertia, a
+    link without a collision shape, a missing mesh) or PyBullet does not load it.
     """
-    _check_inertials(path)
+    check_urdf(path)
     client = pb.connect(pb.DIRECT)
     try:
         body = load_urdf(client, str(path), basePosition=[0, 0, 1],
@@ -107,34 +109,6 @@ def urdf_info(path: Path) -> UrdfInfo:
                         composite_inertia=composite)
     finally:
         pb.disconnect(client)
-
-
-def _check_inertials(path: Path) -> None:
-    """SceneError unless every link has an ``<inertial>`` with a positive mass (PyBullet
-    would silently give a link without one 1 kg and unit inertia, and a massless root link
-    fixes the object to the world)."""
-    import xml.etree.ElementTree as ElementTree
-
-    try:
-        root = ElementTree.parse(path).getroot()
-    except (ElementTree.ParseError, OSError) as exc:
-        raise SceneError(f"{path}: PyBullet could not load this URDF (not valid XML: {exc})"
-                         ) from None
-    children = {child.get("link") for child in root.iter("child")}
-    for link in root.findall("link"):
-        mass = link.find("inertial/mass")
-        try:
-            value = float(mass.get("value")) if mass is not None else 0.0
-        except (TypeError, ValueError):
-            value = 0.0
-        if value > 0.0:
-            continue
-        if link.get("name") not in children:
-            raise SceneError(f"{path}: the base link {link.get('name')!r} has no mass, so "
-                             "PyBullet would fix it to the world; a free object needs a base "
-                             "link with <inertial> mass and inertia")
-        raise SceneError(f"{path}: link {link.get('name')!r} has no <inertial> with a "
-                         "positive mass (PyBullet would give it 1 kg and unit inertia)")
 
 
 def _composite_inertia(client: int, body: int, n_links: int) -> np.ndarray:

@@ -1,0 +1,195 @@
+"""Check a user's URDF before PyBullet sees it, so a bad file is one clear SceneError.
+
+PyBullet crashes on some malformed URDFs (two unconnected root links: a segmentation fault),
+silently changes others (a ``floating`` joint becomes fixed; a negative, zero or
+triangle-inequality-violating inertia is zeroed) and reports every load failure as "Cannot
+load URDF file." with the cause printed only to its own output. :func:`check_urdf` refuses,
+naming the file and the element:
+
+* XML that does not parse, a root element other than ``<robot>``;
+* links or joints without a name, duplicate names, a joint naming a link that does not exist;
+* anything but one tree: a link that is the child of two joints (a kinematic loop), more
+  than one root link (links no joint connects), a joint that is its own parent;
+* joint types other than ``revolute``, ``continuous``, ``prismatic`` and ``fixed``
+  (``floating``, ``planar``, ``spherical`` and unknown names, each by name);
+* a link without ``<inertial>`` or with a mass that is not finite and positive (kg); an
+  inertia (kg m², about the centre of mass in the inertial frame) with a non-finite entry,
+  that is not positive definite, or whose principal moments break the triangle inequality
+  I_a + I_b >= I_c (any rigid body satisfies it; 1e-9 relative slack for rounding);
+* a link without any ``<collision>`` element: it would pass through the table, since
+  residualsim's tables collide with collision shapes only;
+* a mesh file that is missing. ``package://NAME/rest`` is resolved as PyBullet does, by
+  searching ``rest`` and ``NAME/rest`` under the URDF's folder and its parents; a relative
+  mesh path is relative to the URDF's folder.
+
+Units: masses kg, lengths m, inertias kg m².
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+
+from residualsim.errors import SceneError
+
+__all__ = ["SUPPORTED_JOINTS", "check_urdf", "resolve_mesh"]
+
+#: Joint types residualsim simulates (``continuous`` is a revolute joint without limits).
+SUPPORTED_JOINTS = ("revolute", "continuous", "prismatic", "fixed")
+_WHY_NOT = {"floating": "PyBullet would silently make it fixed",
+            "planar": "PyBullet does not load planar joints",
+            "spherical": "not supported by residualsim's joint state"}
+#: Relative slack of the triangle inequality and of positive definiteness.
+_SLACK = 1e-9
+
+
+def _float(element: ElementTree.Element, key: str, where: str) -> float:
+    text = element.get(key)
+    try:
+        value = float(text) if text is not None else 0.0
+    except ValueError:
+        raise SceneError(f"{where}: {key}={text!r} is not a number") from None
+    return value
+
+
+def _inertia(link: ElementTree.Element, path: Path, name: str) -> None:
+    """SceneError unless the link's mass and inertia are physical (module docstring)."""
+    where = f"{path}: link {name!r}"
+    inertial = link.find("inertial")
+    mass = inertial.find("mass") if inertial is not None else None
+    if mass is None:
+        raise SceneError(f"{where} has no mass (no <inertial> <mass>): PyBullet would fix a "
+                         "massless root link to the world and give another link 1 kg and unit "
+                         "inertia")
+    value = _float(mass, "value", where)
+    if not (math.isfinite(value) and value > 0):
+        raise SceneError(f"{where}: mass {mass.get('value')!r} kg must be finite and "
+                         "positive")
+    tensor = inertial.find("inertia")
+    if tensor is None:
+        raise SceneError(f"{where}: <inertial> has no <inertia> (kg m²)")
+    keys = ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")
+    xx, xy, xz, yy, yz, zz = (_float(tensor, k, where) for k in keys)
+    if not all(map(math.isfinite, (xx, xy, xz, yy, yz, zz))):
+        raise SceneError(f"{where}: inertia has a non-finite entry "
+                         f"({', '.join(f'{k}={tensor.get(k)}' for k in keys)})")
+    moments = np.linalg.eigvalsh(np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]]))
+    scale = max(abs(moments).max(), np.finfo(float).tiny)
+    if moments[0] <= _SLACK * scale:
+        raise SceneError(f"{where}: inertia is not positive definite (principal moments "
+                         f"{', '.join(f'{m:.4g}' for m in moments)} kg m²); PyBullet would "
+                         "zero it and simulate a wrong body")
+    if moments[0] + moments[1] < moments[2] * (1 - _SLACK):
+        raise SceneError(f"{where}: principal moments {', '.join(f'{m:.4g}' for m in moments)}"
+                         " kg m² break the triangle inequality (I1 + I2 >= I3): no rigid body "
+                         "has this inertia")
+
+
+def resolve_mesh(filename: str, urdf: Path) -> Path | None:
+    """The file a URDF mesh ``filename`` names, or None when it cannot be found.
+
+    ``package://NAME/rest``: ``rest`` or ``NAME/rest`` under the URDF's folder or one of its
+    parents (PyBullet's own search); ``file://`` and plain paths: absolute, or relative to
+    the URDF's folder.
+    """
+    folder = urdf.resolve().parent
+    if filename.startswith("package://"):
+        rest = filename[len("package://"):]
+        package, _, inner = rest.partition("/")
+        for base in (folder, *folder.parents):
+            for candidate in (base / inner, base / rest):
+                if inner and candidate.is_file():
+                    return candidate
+        return None
+    if filename.startswith("file://"):
+        filename = filename[len("file://"):]
+    candidate = Path(filename)
+    candidate = candidate if candidate.is_absolute() else folder / candidate
+    return candidate if candidate.is_file() else None
+
+
+def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
+    for mesh in link.iter("mesh"):
+        filename = mesh.get("filename")
+        if not filename:
+            raise SceneError(f"{path}: link {name!r}: a <mesh> without a filename")
+        if resolve_mesh(filename, path) is None:
+            hint = (" (package:// is searched under the URDF's folder and its parents)"
+                    if filename.startswith("package://") else "")
+            raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
+
+
+def _tree(root: ElementTree.Element, path: Path, links: list[str]) -> None:
+    """SceneError unless the joints join the links into one tree."""
+    parent_of: dict[str, str] = {}
+    for joint in root.findall("joint"):
+        name = joint.get("name")
+        if not name:
+            raise SceneError(f"{path}: a <joint> has no name")
+        kind = joint.get("type")
+        if kind not in SUPPORTED_JOINTS:
+            why = _WHY_NOT.get(kind or "", "unknown joint type")
+            raise SceneError(f"{path}: joint {name!r} has type {kind!r} ({why}); supported: "
+                             f"{', '.join(SUPPORTED_JOINTS)}")
+        ends = []
+        for end in ("parent", "child"):
+            element = joint.find(end)
+            link = element.get("link") if element is not None else None
+            if link not in links:
+                raise SceneError(f"{path}: joint {name!r}: {end} link {link!r} is not a "
+                                 "<link> of this file")
+            ends.append(link)
+        parent, child = ends
+        if parent == child:
+            raise SceneError(f"{path}: joint {name!r} joins link {child!r} to itself")
+        if child in parent_of:
+            raise SceneError(f"{path}: link {child!r} is the child of two joints (a "
+                             "kinematic loop); a URDF must be a tree")
+        parent_of[child] = parent
+    roots = [link for link in links if link not in parent_of]
+    if len(roots) != 1:
+        listed = ", ".join(repr(r) for r in roots) or "none: every link has a parent (a loop)"
+        raise SceneError(f"{path}: {len(roots)} root links ({listed}); a URDF object must be "
+                         "one tree of links with one root")
+
+
+def check_urdf(path: str | Path) -> None:
+    """Refuse a URDF residualsim cannot simulate faithfully (see the module docstring).
+
+    Raises
+    ------
+    SceneError
+        Naming the file and the offending link, joint or mesh.
+    """
+    path = Path(path)
+    try:
+        root = ElementTree.parse(path).getroot()
+    except ElementTree.ParseError as exc:
+        raise SceneError(f"{path}: not valid XML ({exc})") from None
+    except OSError as exc:
+        raise SceneError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if root.tag != "robot":
+        raise SceneError(f"{path}: the root element is <{root.tag}>, a URDF's is <robot>")
+    elements = root.findall("link")
+    if not elements:
+        raise SceneError(f"{path}: no <link> element")
+    names = [link.get("name") or "" for link in elements]
+    if "" in names:
+        raise SceneError(f"{path}: a <link> has no name")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SceneError(f"{path}: link name(s) {', '.join(map(repr, repeated))} used twice")
+    joints = [j.get("name") for j in root.findall("joint") if j.get("name")]
+    repeated = sorted({n for n in joints if joints.count(n) > 1})
+    if repeated:
+        raise SceneError(f"{path}: joint name(s) {', '.join(map(repr, repeated))} used twice")
+    _tree(root, path, names)
+    for link, name in zip(elements, names):
+        _inertia(link, path, name)
+        if link.find("collision") is None:
+            raise SceneError(f"{path}: link {name!r} has no <collision> shape, so it would "
+                             "pass through the table; give it one (a <visual> does not collide)")
+        _meshes(link, path, name)

@@ -1,0 +1,45 @@
+"""Ctrl-C twice: the command ends at once with one line, no traceback, and the checkpoint
+written before stays loadable (issue 37)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = ROOT / "data" / "samples" / "cube-synthetic"
+
+
+@pytest.mark.slow
+def test_second_ctrl_c_exits_at_once_without_traceback(tmp_path):
+    out = tmp_path / "cal"
+    command = [sys.executable, "-m", "residualsim", "calibrate", "--scene", "cube", "--data",
+               str(SYNTHETIC), "--params", "lateral_friction,restitution", "--samples",
+               "100000", "--burn-in", "10", "--workers", "2", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(out.glob("*checkpoint*")):
+        time.sleep(0.5)
+    assert any(out.glob("*checkpoint*")), "no checkpoint within 2 minutes"
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        stdout, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail("still running 30 s after the second Ctrl-C")
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert "interrupted" in stderr
+    for checkpoint in out.glob("*checkpoint*"):
+        if checkpoint.suffix == ".json":
+            json.loads(checkpoint.read_text())
