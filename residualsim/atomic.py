@@ -213,3 +213,27 @@ def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: s
                              "choose another directory")
     _check_writable(path, path, flag)
     return path
+
+
+def check_outside_inputs(path: str | os.PathLike[str],
+                         inputs: dict[str, tuple[str | os.PathLike[str], bool]],
+                         flag: str = "--out") -> None:
+    """Refuse an output that would write into what a command reads.
+
+    ``inputs`` maps a description (``"--data folder"``) to ``(path, enclosing)``: a file or
+    folder being read, and whether an output anywhere inside it is refused (a data folder:
+    a checkpoint written there stops it from loading) or only the path itself (a scene
+    file's folder, where other outputs are welcome). ParameterError when ``path`` is an
+    input, lies inside an enclosing one, or, as a directory output (no file suffix),
+    contains one.
+    """
+    out = Path(os.path.abspath(os.fspath(path)))
+    directory_output = not out.suffix
+    for what, (source, enclosing) in inputs.items():
+        source = Path(os.path.abspath(os.fspath(source)))
+        inside = out == source or (enclosing and source in out.parents)
+        contains = directory_output and out in source.parents
+        if inside or contains:
+            relation = "is" if out == source else "lies inside" if inside else "contains"
+            raise ParameterError(f"{flag} {path}: {relation} the {what} {source}, which this "
+                                 "command reads; write its output elsewhere")

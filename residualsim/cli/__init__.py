@@ -19,6 +19,7 @@ import threading
 
 from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, residual,
                              simulate)
+from residualsim.atomic import check_outside_inputs
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
 
@@ -72,6 +73,22 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _check_outputs_outside_inputs(args: argparse.Namespace) -> None:
+    """No output (``--out``, ``--plot``, ``--export-urdf``) may be or lie inside the ``--data``
+    folder, be the scene file, or be (or contain) its folder (checked before any work)."""
+    inputs = {}
+    if isinstance(getattr(args, "data", None), str):
+        inputs["--data folder"] = (args.data, True)
+    scene = getattr(args, "scene", None)
+    if isinstance(scene, str) and scene.endswith((".toml", ".urdf")) and os.path.isfile(scene):
+        inputs["scene file"] = (scene, False)
+        inputs["scene file's folder"] = (os.path.dirname(os.path.abspath(scene)), False)
+    for flag in ("out", "plot", "export_urdf"):
+        target = getattr(args, flag, None)
+        if isinstance(target, (str, os.PathLike)) and inputs:
+            check_outside_inputs(target, inputs, "--" + flag.replace("_", "-"))
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the parsed command: exit code 0, 2 for a ResidualSimError (one line on stderr),
     130 when interrupted."""
@@ -80,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "address", None) and args.backend != "ray":
             raise ParameterError("--address needs --backend ray")
+        _check_outputs_outside_inputs(args)
         implausible = contextlib.nullcontext()
         if getattr(args, "allow_implausible", False):
             from residualsim.sim.recordings import allow_implausible
