@@ -39,6 +39,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_open
 from residualsim.errors import DataError, ParameterError
+from residualsim.data.listing import recording_files
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 
 __all__ = [
@@ -295,7 +296,7 @@ def load_tosses(
         raise ParameterError(f"limit must be an int >= 0 or None, got {limit!r}")
     directory = _toss_dir(Path(path))
     if ids is None:
-        wanted = [p.stem for p in directory.glob("*.pt") if p.is_file()]
+        wanted = [p.stem for p in recording_files(directory, ".pt")]
         if not wanted:
             raise DataError(f"{directory}: no .pt toss files found")
     else:

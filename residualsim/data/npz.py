@@ -31,6 +31,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_open
 from residualsim.errors import DataError, ParameterError
+from residualsim.data.listing import id_key, recording_files
 from residualsim.data.trajectory import Trajectory
 
 __all__ = [
@@ -264,9 +265,7 @@ def save_each(directory: str | os.PathLike[str],
     return written
 
 
-def _id_key(path: Path) -> tuple[int, int, str]:
-    stem = path.stem
-    return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
+_id_key = id_key  # the sort key's old name here (csv.py reads it)
 
 
 def load_trajectories(directory: str | os.PathLike[str]) -> dict[str, Trajectory]:
@@ -290,7 +289,7 @@ def load_trajectories(directory: str | os.PathLike[str]) -> dict[str, Trajectory
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: no such directory")
-    files = sorted((p for p in directory.glob("*.npz") if p.is_file()), key=_id_key)
+    files = recording_files(directory, ".npz")
     if not files:
         raise DataError(f"{directory}: no .npz trajectory files found")
     return {p.stem: load_trajectory(p) for p in files}

@@ -484,6 +484,14 @@ def score_trajectories(
                 f"{where}: trajectory {traj_id!r} is predicted for T={predicted_t} steps "
                 f"but recorded with T={recorded_t}"
             )
+        predicted_joints = predictions[traj_id].joint_positions
+        recorded_joints = getattr(recordings[traj_id], "joint_positions", None)
+        if predicted_joints is not None and recorded_joints is not None \
+                and np.shape(predicted_joints)[2:] != recorded_joints.shape[1:]:
+            raise PredictionError(
+                f"{where}: trajectory {traj_id!r} predicts {np.shape(predicted_joints)[2]} "
+                f"joint position(s) per step but the recording has "
+                f"{recorded_joints.shape[1]} joint(s)")
 
     n = len(ids)
     n_samples = predictions.n_samples
@@ -512,7 +520,7 @@ def score_trajectories(
                                                  recording.positions_m[:, :2])
         recorded_joints = getattr(recording, "joint_positions", None)
         if prediction.joint_positions is not None and recorded_joints is not None \
-                and recorded_joints.shape[1] == prediction.joint_positions.shape[2] > 0:
+                and recorded_joints.shape[1] > 0:
             joint_error = np.asarray(prediction.joint_positions) - recorded_joints
             joint_rmse[index] = math.sqrt(float(np.mean(joint_error ** 2)))
 
