@@ -60,7 +60,8 @@ def register(commands) -> None:
 
     score = commands.add_parser("score", help="score a prediction file against recordings")
     score.add_argument("--pred", required=True)
-    score.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    score.add_argument("--data", help="recordings (default: the folder the prediction file "
+                       "records, else $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
     score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
                        "(coverage of the 10 %%..90 %% sample regions; needs S > 1)")

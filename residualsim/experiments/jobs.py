@@ -126,12 +126,20 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
 def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None):
     """Score a prediction file against recordings: a ``TrajectoryScore`` (errors also in
     sides of the scene's cube, where it has one) or an ``ImpactScore``. ``data`` defaults
-    to ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
+    to the folder the file records (``meta["data"]``, see
+    :func:`~residualsim.evaluation.predictions.recorded_data`), else to
+    ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
-    from residualsim.evaluation.predictions import ImpactPredictions, load_predictions
+    from residualsim.evaluation.predictions import (ImpactPredictions, load_predictions,
+                                                    recorded_data)
     from residualsim.sim.scenes import make_scene
 
     predictions = load_predictions(pred)
+    if data is None:
+        data = recorded_data(predictions, pred)
+        if data is not None and not data.exists():
+            raise DataError(f"{pred}: the recordings it was made from are not at {data} "
+                            "any more; pass --data DIR")
     if data is None:
         default = "planar-ellipse" if isinstance(predictions, ImpactPredictions) else "cube"
         data = resolve_data(None, scene or predictions.meta.get("scene", default))
