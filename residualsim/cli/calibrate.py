@@ -78,15 +78,16 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             rotation_weight=args.rotation_weight)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
-            _note(args, f"validation, {label} parameters: position RMSE "
+            _note(args, f"validation ({summary.get('validation_count')} recordings), "
+                        f"{label} parameters: position RMSE "
                         f"{figures['position_rmse_m']:.4g} m")
         else:
             _note(args, f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
                         f"{figures['velocity_rmse_mps']:.4g} m/s")
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
-            "backend", "complementarity_violation", "solver_status", "iterations",
-            "warnings", "seconds")
+            "validation_count", "backend", "complementarity_violation", "solver_status",
+            "iterations", "warnings", "seconds")
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 

@@ -58,7 +58,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
         **split_options(args))
     save_predictions(make_parent(args.out), predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
-    json_line({"command": "predict", "model": str(args.model), "count": count_,
+    json_line({"command": "predict", "model": str(args.model), "split": args.split,
+               "count": count_,
                "samples": samples, "residual": not args.no_residual, "out": str(args.out),
                **figures, "seconds": time.perf_counter() - start})
 
