@@ -91,7 +91,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.sim.contact import ContactModel
 from residualsim.data.trajectory import Trajectory

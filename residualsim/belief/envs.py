@@ -272,7 +272,7 @@ class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
                  bandwidth_radps: float = 10.0, action_limit_rad: float = 0.2,
                  target_offset_m: float = 0.03, settle_s: float = 0.5,
                  render_mode: str | None = None) -> None:
-        import pybullet as pb
+        from residualsim.sim.bullet import pb
 
         from residualsim.sim.scenes.arm_loop import ARM_JOINTS, ArmLoopScene, ArmLoopSettings, lqr_gains
 
@@ -301,7 +301,7 @@ class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
         self._observation = np.zeros(21, dtype=np.float32)
 
     def _observe(self) -> np.ndarray:
-        import pybullet as pb
+        from residualsim.sim.bullet import pb
 
         from residualsim.sim.scenes.arm_loop import EE_LINK
 
@@ -329,7 +329,7 @@ class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray
              ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        import pybullet as pb
+        from residualsim.sim.bullet import pb
 
         from residualsim.errors import SceneError
         from residualsim.sim.scenes.arm_loop import ARM_JOINTS

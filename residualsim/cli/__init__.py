@@ -1,8 +1,10 @@
 """residualsim: residual contact learning for PyBullet (calibrate, train, predict, beliefs).
 
 The ``residualsim`` command: thin wrappers over the library, one module per command group.
-Every long command ends by printing one JSON line with its figures, for scripts. Errors
-that residualsim raises on purpose print ``residualsim: error: ...`` and exit with 2.
+Every long command ends by printing one JSON line with its figures, for scripts; standard
+output carries the result only (that line, after the table of the commands that promise
+one), and progress, warnings and whatever PyBullet's C code prints go to standard error.
+Errors that residualsim raises on purpose print ``residualsim: error: ...`` and exit with 2.
 The work itself lives in the library (mostly :mod:`residualsim.experiments.jobs`); the
 modules here parse arguments and print.
 """
@@ -59,8 +61,47 @@ def _interrupt_once(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def results_only_on_stdout():
+    """Point file descriptor 1 at standard error while the command runs (PyBullet's C-level
+    warnings, spawned workers' output) and keep Python's ``sys.stdout``, where the command
+    prints its result, on the real standard output."""
+    try:
+        sys.stdout.flush()
+        result_fd = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no usable standard output: leave it be
+        yield
+        return
+    original = sys.stdout
+    sys.stdout = open(result_fd, "w", buffering=1, encoding=original.encoding or "utf-8",
+                      errors=getattr(original, "errors", None) or "strict")
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        if "pybullet" in sys.modules:
+            from residualsim.sim.bullet import flush_c_stdio
+
+            flush_c_stdio()  # what C code printed goes out to standard error, not later to 1
+        os.dup2(result_fd, 1)
+        sys.stdout.close()
+        sys.stdout = original
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``residualsim`` command; returns the exit code."""
+    """Entry point of the ``residualsim`` command; returns the exit code.
+
+    Run as the command (``argv`` None) standard output carries the result only, see
+    :func:`results_only_on_stdout`; a caller passing ``argv`` keeps its own streams.
+    """
+    if argv is None:
+        with results_only_on_stdout():
+            return _main(None)
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     installed = (threading.current_thread() is threading.main_thread()
                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from residualsim.atomic import check_output
 from residualsim.cli.options import (add_allow_implausible, add_split_options, add_workers,
@@ -21,9 +22,16 @@ def _identify_loop(args: argparse.Namespace) -> None:
         args.data, args.out, args.method, args.seed_kappa, n_workers=args.workers,
         estimate_offsets=args.estimate_offsets, samples=args.samples, burn_in=args.burn_in,
         seed=args.seed, resume=args.resume,
-        progress=None if args.quiet else lambda row: print(json.dumps(row), flush=True))
+        progress=None if args.quiet else lambda row: print(json.dumps(row), file=sys.stderr,
+                                                           flush=True))
     json_line({"command": "calibrate", "out": str(args.out),
                **{k: v for k, v in summary.items() if k != "history"}})
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    """A line for the person watching: standard error, silenced by --quiet."""
+    if not args.quiet:
+        print(text, file=sys.stderr)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
@@ -52,9 +60,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                                  max_items=args.max_trajectories, substeps=args.substeps,
                                  n_workers=args.workers, validate=args.method == "mpec")
         initial = summary["best"]
-        print(f"MPEC: {initial} in {summary['mpec_seconds']:.1f} s, IPOPT "
-              f"{summary['solver_status']}, complementarity violation "
-              f"{summary['complementarity_violation']:.2g}")
+        _note(args, f"MPEC: {initial} in {summary['mpec_seconds']:.1f} s, IPOPT "
+                    f"{summary['solver_status']}, complementarity violation "
+                    f"{summary['complementarity_violation']:.2g}")
     if args.method != "mpec":
         summary = calibrate(
             args.scene, data, args.params.split(","), args.out, method=args.method,
@@ -70,15 +78,16 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             rotation_weight=args.rotation_weight)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
-            print(f"validation, {label} parameters: position RMSE "
-                  f"{figures['position_rmse_m']:.4g} m")
+            _note(args, f"validation ({summary.get('validation_count')} recordings), "
+                        f"{label} parameters: position RMSE "
+                        f"{figures['position_rmse_m']:.4g} m")
         else:
-            print(f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
-                  f"{figures['velocity_rmse_mps']:.4g} m/s")
+            _note(args, f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
+                        f"{figures['velocity_rmse_mps']:.4g} m/s")
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
-            "backend", "complementarity_violation", "solver_status", "iterations",
-            "warnings", "seconds")
+            "validation_count", "backend", "complementarity_violation", "solver_status",
+            "iterations", "warnings", "seconds")
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 

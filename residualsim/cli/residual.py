@@ -32,10 +32,12 @@ def cmd_train(args: argparse.Namespace) -> None:
                            checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                            command=" ".join(["residualsim", *sys.argv[1:]]),
                            **_split(args))
-    print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, engine "
-          f"{figures['engine_validation_rmse_m']:.4g} m ({100 * figures['improvement']:.1f} % "
-          f"lower); rotation {figures['validation_rotation_deg']:.1f} deg vs "
-          f"{figures['engine_validation_rotation_deg']:.1f} deg")
+    if not args.quiet:
+        print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, "
+              f"engine {figures['engine_validation_rmse_m']:.4g} m "
+              f"({100 * figures['improvement']:.1f} % lower); rotation "
+              f"{figures['validation_rotation_deg']:.1f} deg vs "
+              f"{figures['engine_validation_rotation_deg']:.1f} deg", file=sys.stderr)
     json_line({"command": "train", "out": str(args.out), **figures})
 
 
@@ -56,7 +58,8 @@ def cmd_predict(args: argparse.Namespace) -> None:
         **split_options(args))
     save_predictions(make_parent(args.out), predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
-    json_line({"command": "predict", "model": str(args.model), "count": count_,
+    json_line({"command": "predict", "model": str(args.model), "split": args.split,
+               "count": count_,
                "samples": samples, "residual": not args.no_residual, "out": str(args.out),
                **figures, "seconds": time.perf_counter() - start})
 

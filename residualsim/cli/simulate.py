@@ -23,7 +23,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
                                       args.substeps, args.split, args.limit,
                                       **split_options(args))
     save_predictions(make_parent(args.out), predictions)
-    json_line({"command": "simulate", "scene": args.scene, "count": n, "out": str(args.out),
+    json_line({"command": "simulate", "scene": args.scene, "split": args.split, "count": n,
+               "out": str(args.out),
                "workers": args.workers, "seconds": time.perf_counter() - start})
 
 
@@ -32,14 +33,16 @@ def cmd_score(args: argparse.Namespace) -> None:
     from residualsim.experiments.jobs import score_file
 
     data = resolve_data(args.data) if args.data else None
-    score = score_file(Path(args.pred), data, args.scene)
+    score, meta = score_file(Path(args.pred), data, args.scene, with_meta=True)
+    split = meta.get("split", "unknown")
+    print(f"{args.pred}: split {split}")
     print(format_table(score))
     if args.plot:
         from residualsim.evaluation import reliability_plot
 
         reliability_plot(score.reliability(), make_parent(args.plot), n_samples=score.n_samples,
                          title=f"{Path(args.pred).name}: S = {score.n_samples}")
-    json_line({"command": "score", **score.aggregate(),
+    json_line({"command": "score", "split": split, **score.aggregate(),
                **({"plot": str(args.plot)} if args.plot else {})})
 
 
@@ -60,7 +63,8 @@ def register(commands) -> None:
 
     score = commands.add_parser("score", help="score a prediction file against recordings")
     score.add_argument("--pred", required=True)
-    score.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    score.add_argument("--data", help="recordings (default: the folder the prediction file "
+                       "records, else $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
     score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
                        "(coverage of the 10 %%..90 %% sample regions; needs S > 1)")

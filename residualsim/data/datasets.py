@@ -30,6 +30,7 @@ import numpy as np
 
 from residualsim.errors import DataError
 from residualsim.data import contactnets, csv, mcube, npz
+from residualsim.data.splits import split_ids, split_rule
 from residualsim.data.trajectory import Trajectory
 from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, first_contact_by_acceleration
 
@@ -214,7 +215,8 @@ def _stats(values: np.ndarray, total: bool = False) -> dict[str, float]:
 
 
 def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, Any]:
-    trajs = list(load_trajectories(path, **options).values())
+    loaded = load_trajectories(path, **options)
+    trajs = list(loaded.values())
     samples = np.array([t.n_samples for t in trajs])
     rates = np.array([t.rate_hz for t in trajs])
     result: dict[str, Any] = {
@@ -262,6 +264,8 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
     result["time_share"] = (dict(zip(("flight", "contact", "rest"),
                                      (shares / shares.sum()).round(4).tolist()))
                             if n_free and shares.sum() > 0 else None)
+    result["splits"] = {"rule": split_rule(None, None),
+                        **{k: len(v) for k, v in split_ids(list(loaded)).items()}}
     return result
 
 
@@ -329,7 +333,8 @@ def describe(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         ``first_contact_s`` (min/median/max s after the first sample, with ``count``,
         ``without_contact``, the ``criteria`` used, ``tolerance_m`` of the cube's and
         ``threshold_mps2`` of the others'; None when every trajectory is planar) and
-        ``time_share`` (flight, contact, rest) of the free ones.
+        ``time_share`` (flight, contact, rest) of the free ones, and ``splits``: the sizes
+        of the default hash split (``train``, ``validation``, ``test``, with its ``rule``).
         The planar impact set: ``count``, ``rate_hz``, ``convention``, ``models``,
         ``pre_impact_speed_mps`` and ``pre_impact_angular_speed_radps``
         (min/median/max), ``rigid_body_residual_median_m2ps``.

@@ -9,7 +9,9 @@ cumulative fraction exceeds ``u``.  So
 * adding or removing other ids never moves an id to another split, so a model trained on
   an old split is never evaluated on its own training data after the data set grows;
 * split sizes are binomial around ``fraction * n`` rather than exact (for 400 ids and
-  0.15, about 60 +- 7).  Small sets can get an empty split; pick another seed if so.
+  0.15, about 60 +- 7).  Small sets can get an empty split (8 ids at 0.7/0.15/0.15 may give
+  7/1/0): asking for an empty split is an error that states the sizes, and below
+  :data:`SMALL_SET` recordings every choice of a split logs the sizes and how to choose them.
 
 Explicit splits: :func:`parse_split_fractions` reads ``"0.6,0.2,0.2"`` (``--split-fractions``);
 :func:`split_from_lists` takes id lists, and :func:`load_split_ids` reads them from a JSON
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +31,17 @@ from pathlib import Path
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS", "split_recordings",
-           "DEFAULT_FRACTIONS", "parse_split_fractions", "split_from_lists", "load_split_ids"]
+           "DEFAULT_FRACTIONS", "parse_split_fractions", "split_from_lists", "load_split_ids",
+           "SMALL_SET", "split_sizes", "split_rule", "check_split"]
+
+log = logging.getLogger(__name__)
+
+#: Below this many recordings, choosing a split logs the split sizes (a warning).
+SMALL_SET = 20
+
+#: How to choose the splits, for messages.
+HOW_TO_CHOOSE = ("choose the splits with --split-fractions TRAIN,VAL,TEST or --split-ids FILE "
+                 "(fractions= / lists= in Python), or use --split all")
 
 #: The default expected shares of train, validation and test.
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
@@ -121,18 +134,65 @@ def split_ids(
 SPLITS = ("all", "train", "validation", "test")
 
 
+def split_sizes(parts: Mapping[str, Sequence[str]]) -> str:
+    """``"train 7, validation 1, test 0"``: the sizes of a split, for messages."""
+    return ", ".join(f"{name} {len(parts.get(name, ()))}" for name in SPLIT_NAMES)
+
+
+def check_split(parts: Mapping[str, Sequence[str]], split: str, source: str = "",
+                rule: str = "") -> None:
+    """Refuse an empty requested split, stating the sizes; below :data:`SMALL_SET`
+    recordings, log the sizes (a warning), so a small set never hides its split.
+
+    Parameters
+    ----------
+    parts : mapping split name -> ids
+        The split (:func:`split_ids` or :func:`split_from_lists`).
+    split : str
+        The split asked for, a key of ``parts``.
+    source : str
+        The data folder, named in the message.
+    rule : str
+        How ``parts`` were made (e.g. ``"hash split 0.7/0.15/0.15"``), named in the message.
+
+    Raises
+    ------
+    DataError
+        ``parts[split]`` is empty.
+    """
+    n = len({i for ids in parts.values() for i in ids})
+    where = f"{source}: " if source else ""
+    sizes = f"{split_sizes(parts)}" + (f" by the {rule}" if rule else "")
+    if not parts.get(split):
+        raise DataError(f"{where}the {split} split is empty ({sizes}); {HOW_TO_CHOOSE}")
+    if n < SMALL_SET:
+        log.warning("%sonly %d recordings in the splits: %s; %s", where, n, sizes,
+                    HOW_TO_CHOOSE.replace(", or use --split all", ""))
+
+
+def split_rule(fractions: Sequence[float] | None, lists: Mapping | None) -> str:
+    """How a split is made, for messages: ``"hash split 0.7/0.15/0.15"`` or ``"explicit id
+    lists"``."""
+    if lists is not None:
+        return "explicit id lists"
+    return "hash split " + "/".join(f"{f:g}" for f in (fractions or DEFAULT_FRACTIONS))
+
+
 def select_recordings(trajectories: dict, split: str = "all", limit: int | None = None, *,
                       fractions: Sequence[float] = DEFAULT_FRACTIONS,
-                      lists: Mapping[str, Sequence[str]] | None = None) -> dict:
+                      lists: Mapping[str, Sequence[str]] | None = None,
+                      source: str = "") -> dict:
     """The recordings of ``split`` (``"all"`` or a key of :func:`split_ids`), in their order,
     then only the first ``limit``. ``fractions`` are :func:`split_ids`'s (seed 0); ``lists``,
-    when given, are explicit id lists (:func:`split_from_lists`) used instead."""
+    when given, are explicit id lists (:func:`split_from_lists`) used instead. An empty
+    ``split`` is a DataError naming ``source`` and stating the sizes (:func:`check_split`)."""
     if split != "all":
         if lists is not None:
-            keep = split_from_lists(list(trajectories), **lists)[split]
+            parts = split_from_lists(list(trajectories), **lists)
         else:
-            keep = split_ids(list(trajectories), fractions=fractions)[split]
-        trajectories = {k: trajectories[k] for k in keep}
+            parts = split_ids(list(trajectories), fractions=fractions)
+        check_split(parts, split, source, split_rule(fractions, lists))
+        trajectories = {k: trajectories[k] for k in parts[split]}
     if limit is not None:
         trajectories = dict(list(trajectories.items())[:limit])
     return trajectories
@@ -142,7 +202,9 @@ def select_impacts(impacts, split: str = "all", limit: int | None = None):
     """The :class:`~residualsim.data.PlanarImpacts` of ``split`` (by upstream row number),
     then only the first ``limit``."""
     if split != "all":
-        impacts = impacts.subset(split_ids(impacts.rows.tolist())[split])
+        parts = split_ids(impacts.rows.tolist())
+        check_split(parts, split, rule=split_rule(None, None))
+        impacts = impacts.subset(parts[split])
     if limit is not None:
         impacts = impacts.subset(impacts.rows[:limit])
     return impacts

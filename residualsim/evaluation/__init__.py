@@ -21,10 +21,11 @@ from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, RELIABILITY_L
                                                  region_membership, reliability_curve)
 from residualsim.evaluation.predictions import (FORMAT_NAME, FORMAT_VERSION, ImpactPredictions,
                                                TrajectoryPrediction, TrajectoryPredictions,
-                                               load_predictions, save_predictions)
+                                               load_predictions, recorded_data,
+                                               save_predictions)
 
 __all__ = ["TrajectoryPredictions", "ImpactPredictions", "TrajectoryPrediction",
-           "load_predictions", "save_predictions", "FORMAT_NAME", "FORMAT_VERSION",
+           "load_predictions", "save_predictions", "recorded_data", "FORMAT_NAME", "FORMAT_VERSION",
            "score_trajectories", "score_impacts", "TrajectoryScore", "ImpactScore",
            "format_table", "energy_score", "region_membership", "COVERAGE_LEVELS",
            "RELIABILITY_LEVELS", "crps_ensemble", "reliability_curve", "reliability_plot"]

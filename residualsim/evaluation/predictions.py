@@ -23,7 +23,10 @@ Planar impact predictions
 
 Both kinds may carry a ``"meta"`` entry: a JSON object stored as a 0-d unicode array, with
 ``"format": "residualsim-prediction"``, ``"format_version": 1`` and free extras (scene,
-parameters, command line, ...). Readers tolerate its absence.
+parameters, command line, ...). Readers tolerate its absence. One extra has a meaning:
+``"data"``, the folder of the recordings predicted, absolute or relative to the prediction
+file's directory (:func:`save_predictions` rewrites a working-directory-relative path so;
+:func:`recorded_data` reads it back), so ``residualsim score --pred FILE`` needs no ``--data``.
 
 Floating arrays are kept in the precision they are given (float32 or float64); other
 numeric arrays are converted to float64.
@@ -55,6 +58,7 @@ __all__ = [
     "ImpactPredictions",
     "save_predictions",
     "load_predictions",
+    "recorded_data",
 ]
 
 #: Value of ``meta["format"]`` in every file residualsim writes.
@@ -508,6 +512,9 @@ def save_predictions(
     if not directory.is_dir():
         raise FileNotFoundError(f"{path}: directory {str(directory)!r} does not exist")
     meta = {**predictions.meta, "format": FORMAT_NAME, "format_version": FORMAT_VERSION}
+    data = meta.get("data")
+    if isinstance(data, str) and data and not Path(data).is_absolute() and Path(data).exists():
+        meta["data"] = os.path.relpath(Path(data).resolve(), directory.resolve())
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     arrays.update(predictions._arrays())
     with atomic_open(path) as file:
@@ -626,3 +633,22 @@ def load_predictions(path: str | os.PathLike[str]) -> TrajectoryPredictions | Im
         {i: (p[_POSITION], p[_QUATERNION], p.get(_JOINTS)) for i, p in pairs.items()}, meta,
         source=where
     )
+
+
+def recorded_data(predictions: TrajectoryPredictions | ImpactPredictions,
+                  path: str | os.PathLike[str]) -> Path | None:
+    """The recordings' folder a prediction file records in ``meta["data"]``, or None.
+
+    An absolute path is returned as is; a relative one is taken relative to the directory of
+    the prediction file at ``path`` (files of older versions stored it relative to the
+    working directory: that is tried when the first does not exist). The folder may be gone:
+    callers check.
+    """
+    data = predictions.meta.get("data")
+    if not isinstance(data, str) or not data:
+        return None
+    stored = Path(data)
+    if stored.is_absolute():
+        return stored
+    beside = Path(path).parent / stored
+    return stored if not beside.exists() and stored.exists() else beside

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.data.datasets import resolve_data
 from residualsim.data.trajectory import Trajectory

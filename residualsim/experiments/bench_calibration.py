@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.experiments.bench import _best_of, _recordings

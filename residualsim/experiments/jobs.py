@@ -112,7 +112,8 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
     trajectories = select_recordings(load_recordings(data, scene), split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists)
+                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                     source=str(data))
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     layout = make_scene(scene)
     joints = getattr(layout, "n_joints", 0)
@@ -123,21 +124,32 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
     return predictions, len(results)
 
 
-def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None):
+def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, *,
+               with_meta: bool = False):
     """Score a prediction file against recordings: a ``TrajectoryScore`` (errors also in
-    sides of the scene's cube, where it has one) or an ``ImpactScore``. ``data`` defaults
-    to ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
+    sides of the scene's cube, where it has one) or an ``ImpactScore``; with ``with_meta``,
+    ``(score, the file's meta)`` (its ``split``, ``data``, ...). ``data`` defaults
+    to the folder the file records (``meta["data"]``, see
+    :func:`~residualsim.evaluation.predictions.recorded_data`), else to
+    ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
-    from residualsim.evaluation.predictions import ImpactPredictions, load_predictions
+    from residualsim.evaluation.predictions import (ImpactPredictions, load_predictions,
+                                                    recorded_data)
     from residualsim.sim.scenes import make_scene
 
     predictions = load_predictions(pred)
+    if data is None:
+        data = recorded_data(predictions, pred)
+        if data is not None and not data.exists():
+            raise DataError(f"{pred}: the recordings it was made from are not at {data} "
+                            "any more; pass --data DIR")
     if data is None:
         default = "planar-ellipse" if isinstance(predictions, ImpactPredictions) else "cube"
         data = resolve_data(None, scene or predictions.meta.get("scene", default))
     if isinstance(predictions, ImpactPredictions):
         convention = predictions.meta.get("convention", "upstream")
-        return score_impacts(predictions, load_impacts(data, convention=convention))
+        score = score_impacts(predictions, load_impacts(data, convention=convention))
+        return (score, predictions.meta) if with_meta else score
     from residualsim.errors import PredictionError
     from residualsim.sim.scenes import same_scene
 
@@ -150,7 +162,8 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None):
     for recording in recordings.values():  # a planar scene's score of 3D tosses, ...
         layout.check_recording(recording)
     side = getattr(layout, "side_m", None)
-    return score_trajectories(predictions, recordings, side_m=side)
+    score = score_trajectories(predictions, recordings, side_m=side)
+    return (score, predictions.meta) if with_meta else score
 
 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
@@ -185,7 +198,8 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
     from residualsim.sim.rollout import predict_trajectories
 
     trajectories = select_recordings(load_recordings(data, model.scene), split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists)
+                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                     source=str(data))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual)
     predictions.meta.update(meta)

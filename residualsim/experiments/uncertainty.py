@@ -111,7 +111,8 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
                         "trajectory models (their initial-state noise)")
     path = resolve_data(data, model.scene)
     trajectories = select_recordings(load_recordings(path, model.scene), split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists)
+                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                     source=str(path))
     if not trajectories:
         raise DataError(f"{path}: no recordings in the {split} split")
     side = getattr(make_scene(model.scene), "side_m", None)

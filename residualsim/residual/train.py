@@ -370,7 +370,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     """
     from residualsim.sysid.calibrate import load_calibration
     from residualsim.data import load_trajectories
-    from residualsim.data.splits import DEFAULT_FRACTIONS, split_recordings
+    from residualsim.data.splits import (DEFAULT_FRACTIONS, check_split, split_recordings,
+                                         split_rule)
     from residualsim.sim.recordings import prepare_recordings
     from residualsim.sim.scenes import EngineParams
 
@@ -384,6 +385,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                         f"{'planar' if layout.planar else '3D'} scene {scene!r}")
     trajectories = prepare_recordings(scene, trajectories)
     parts = split_recordings(list(trajectories), fractions, split_lists)
+    check_split(parts, "train", str(data), split_rule(fractions, split_lists))
     train_ids = parts["train"][:max_trajectories] if max_trajectories else parts["train"]
     train = {k: trajectories[k] for k in train_ids}
     validation = {k: trajectories[k] for k in parts["validation"]}

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.sim.contact import ContactModel, contact_frame, contact_model, is_touching
 from residualsim.sim.scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params

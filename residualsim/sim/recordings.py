@@ -43,7 +43,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.data import Trajectory, load_trajectories
 from residualsim.errors import DataError

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.sim.contact import (ContactModel, contact_model, feature_width, is_touching,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 __all__ = ["FreeFlight", "RestDetector", "HANDOVER_M", "REST_SPEED_MPS", "REST_SPIN_RADPS",
            "REST_CHECKS", "CHECK_EVERY"]

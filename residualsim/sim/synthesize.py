@@ -98,7 +98,7 @@ def _clear_of_the_table(scene: str, states: np.ndarray, clearance_m: float = 0.0
     """``states`` with each one lifted (z, or y in the plane) until the object is at least
     ``clearance_m`` above the table: a large or unfolded object sampled at the cube's
     heights can start inside it."""
-    import pybullet as pb
+    from residualsim.sim.bullet import pb
 
     from residualsim.sim.engine import Engine
 
@@ -244,7 +244,7 @@ def arm_loop_reference(scene, segment_s: float = 2.0) -> np.ndarray:
     inverse kinematics at each waypoint, minimum-jerk interpolation in joint space."""
     import math
 
-    import pybullet as pb
+    from residualsim.sim.bullet import pb
 
     from residualsim.sim.scenes.arm_loop import EE_LINK
 

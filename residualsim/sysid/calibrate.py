@@ -208,6 +208,10 @@ def _load_split(scene: str, data: Path, split: str, max_items: int | None,
                         f"cannot replay {'3D' if layout.planar else 'planar'} recordings")
     trajectories = prepare_recordings(scene, trajectories)
     parts = _parts(list(trajectories), split_seed, fractions, lists)
+    if split == "train":  # an empty one is refused, a small set's sizes are stated
+        from residualsim.data.splits import check_split, split_rule
+
+        check_split(parts, "train", str(data), split_rule(fractions, lists))
     train_ids = list(trajectories) if split == "all" else parts["train"]
     if max_items is not None:
         train_ids = train_ids[:max_items]
@@ -392,10 +396,18 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         result["noise_estimate"] = likelihood.noise_estimate(at_point)
         result["worker_restarts"] = likelihood.restarts
     held_out = None
+    n_validation = 0 if validation is None else (
+        validation.n_impacts if kind == "impacts" else len(validation))
     if validation is not None and split != "all":  # with "all" nothing is held out
         held_out = held_out_figures(scene, kind, validation,
                                     {"calibrated": params, "default": EngineParams()},
                                     settings.substeps, n_workers)
+    if split != "all" and n_validation < 2:
+        warning = ("the validation split holds one recording only: its figures say little"
+                   if n_validation else "the validation split is empty: no held-out figures")
+        result.setdefault("warnings", []).append(warning + " (--split-fractions or "
+                                                 "--split-ids choose the splits)")
+        log.warning("%s: %s", out, result["warnings"][-1])
     summary = {
         "format": SUMMARY_FORMAT, "method": method, "scene": scene,
         "params": params.as_json(), "calibrated": space.names,
@@ -409,6 +421,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "rotation_weight": float(rotation_weight),
         "backend": current_backend().name,
         "validation": held_out,
+        "validation_count": n_validation if split != "all" else 0,
         "seconds": time.perf_counter() - started,
     }
     atomic_write_text(out / "summary.json", json.dumps(_json_safe(summary), indent=2))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 import pybullet_data
 
 from residualsim.errors import SceneError

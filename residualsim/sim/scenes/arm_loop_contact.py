@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.sim.contact import ContactModel, contact_model
 from residualsim.sim.contact import is_touching

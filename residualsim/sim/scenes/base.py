@@ -14,10 +14,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pybullet as pb
 
 from residualsim.errors import SceneError
-from residualsim.sim.c_output import captured_c_output
+from residualsim.sim.bullet import captured_c_output, pb
 from residualsim.sim.scenes.params import EngineParams
 
 __all__ = ["ASSETS_DIR", "EngineSettings", "Scene", "load_urdf", "cache_dir", "MAX_SUBSTEPS",

@@ -8,7 +8,7 @@ Generalised velocity q_dot (6,) = (linear velocity world, angular velocity world
 from __future__ import annotations
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.sim.contact import free_body_mass_matrix, free_body_point_jacobian
 from residualsim.sim.scenes.base import EngineSettings, Scene, load_urdf, quat_wxyz_to_matrix

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.errors import SceneError
 from residualsim.sim.scenes.base import EngineSettings, Scene, load_urdf

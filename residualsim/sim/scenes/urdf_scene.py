@@ -31,7 +31,7 @@ import functools
 from pathlib import Path
 
 import numpy as np
-import pybullet as pb
+from residualsim.sim.bullet import pb
 
 from residualsim.errors import DataError, SceneError
 from residualsim.sim.contact import skew

@@ -1,0 +1,52 @@
+"""``residualsim score --pred FILE`` without ``--data``: the prediction file records the
+folder of its recordings, relative to itself, so the pair moves together."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from residualsim.cli import main
+from residualsim.data.bundled import SYNTHETIC_SAMPLES
+from residualsim.evaluation import TrajectoryPredictions, load_predictions, save_predictions
+
+
+def _last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_score_finds_the_data_through_the_prediction_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("RESIDUALSIM_DATA", raising=False)
+    project = tmp_path / "project"
+    shutil.copytree(SYNTHETIC_SAMPLES, project / "tosses-here")
+    monkeypatch.chdir(project)
+    assert main(["simulate", "--data", "tosses-here", "--limit", "3",
+                 "--out", "runs/pred.npz"]) == 0
+    capsys.readouterr()
+    stored = load_predictions(project / "runs" / "pred.npz").meta["data"]
+    assert stored == os.path.join("..", "tosses-here")  # relative to the file, not the cwd
+    assert main(["score", "--pred", "runs/pred.npz", "--data", "tosses-here"]) == 0
+    with_data = _last_json(capsys.readouterr().out)
+    # Elsewhere, after moving the project: the file still finds its recordings.
+    moved = shutil.move(project, tmp_path / "moved")
+    monkeypatch.chdir(tmp_path)
+    assert main(["score", "--pred", str(Path(moved) / "runs" / "pred.npz")]) == 0
+    without = _last_json(capsys.readouterr().out)
+    assert without == with_data and without["n_trajectories"] == 3
+
+
+def test_a_recorded_folder_that_is_gone_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("RESIDUALSIM_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    positions = np.zeros((5, 3))
+    quats = np.tile([1.0, 0.0, 0.0, 0.0], (5, 1))
+    pred = TrajectoryPredictions.from_arrays(["1"], [positions], [quats],
+                                             meta={"data": "/nonexistent/recordings"})
+    save_predictions(tmp_path / "p.npz", pred)
+    assert main(["score", "--pred", "p.npz"]) == 2
+    err = capsys.readouterr().err
+    assert "p.npz" in err and "/nonexistent/recordings" in err and "--data" in err
