@@ -237,3 +237,22 @@ def check_outside_inputs(path: str | os.PathLike[str],
             relation = "is" if out == source else "lies inside" if inside else "contains"
             raise ParameterError(f"{flag} {path}: {relation} the {what} {source}, which this "
                                  "command reads; write its output elsewhere")
+
+
+def path_for_file(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> str:
+    """How a file written in ``directory`` stores ``path`` (an input it was made from):
+    relative to that directory (POSIX separators), so the pair can move together and be read
+    from any working directory; :func:`path_from_file` reads it back."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(directory).resolve())).as_posix()
+
+
+def path_from_file(stored: str, directory: str | os.PathLike[str]) -> Path:
+    """The path a file in ``directory`` stored (:func:`path_for_file`): absolute as is,
+    relative taken from ``directory``; files of older versions stored it relative to the
+    working directory, which is tried when the first does not exist."""
+    path = Path(stored)
+    if path.is_absolute():
+        return path
+    beside = Path(directory) / path
+    return path if not beside.exists() and path.exists() else beside
+

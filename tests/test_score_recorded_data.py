@@ -50,3 +50,28 @@ def test_a_recorded_folder_that_is_gone_is_one_clear_error(tmp_path, monkeypatch
     assert main(["score", "--pred", "p.npz"]) == 2
     err = capsys.readouterr().err
     assert "p.npz" in err and "/nonexistent/recordings" in err and "--data" in err
+
+
+def test_a_scene_file_travels_with_the_prediction_file(tmp_path, monkeypatch):
+    """A scene given relative to the working directory is stored relative to the file, so
+    score finds it from any directory; built-in scene names stay names."""
+    from residualsim.evaluation.predictions import recorded_scene
+
+    project = tmp_path / "project"
+    (project / "objects").mkdir(parents=True)
+    (project / "objects" / "obj.toml").write_text("urdf = 'obj.urdf'\n")
+    (project / "runs").mkdir()
+    monkeypatch.chdir(project)
+    positions = np.zeros((5, 3))
+    quats = np.tile([1.0, 0.0, 0.0, 0.0], (5, 1))
+    for scene, expected in (("objects/obj.toml", "../objects/obj.toml"), ("cube", "cube")):
+        pred = TrajectoryPredictions.from_arrays(["1"], [positions], [quats],
+                                                 meta={"scene": scene})
+        save_predictions(project / "runs" / "p.npz", pred)
+        assert load_predictions(project / "runs" / "p.npz").meta["scene"] == expected
+    save_predictions(project / "runs" / "p.npz", TrajectoryPredictions.from_arrays(
+        ["1"], [positions], [quats], meta={"scene": "objects/obj.toml"}))
+    monkeypatch.chdir(tmp_path)
+    loaded = load_predictions(project / "runs" / "p.npz")
+    resolved = recorded_scene(loaded, project / "runs" / "p.npz")
+    assert Path(resolved).resolve() == (project / "objects" / "obj.toml").resolve()

@@ -23,10 +23,12 @@ Planar impact predictions
 
 Both kinds may carry a ``"meta"`` entry: a JSON object stored as a 0-d unicode array, with
 ``"format": "residualsim-prediction"``, ``"format_version": 1`` and free extras (scene,
-parameters, command line, ...). Readers tolerate its absence. One extra has a meaning:
-``"data"``, the folder of the recordings predicted, absolute or relative to the prediction
-file's directory (:func:`save_predictions` rewrites a working-directory-relative path so;
-:func:`recorded_data` reads it back), so ``residualsim score --pred FILE`` needs no ``--data``.
+parameters, command line, ...). Readers tolerate its absence. Two extras have a meaning:
+``"data"``, the folder of the recordings predicted, and ``"scene"``, a built-in scene's name or
+a scene file; paths are absolute or relative to the prediction file's directory
+(:func:`save_predictions` rewrites working-directory-relative ones so; :func:`recorded_data`
+and :func:`recorded_scene` read them back), so ``residualsim score --pred FILE`` needs no
+``--data`` and works from any directory.
 
 Floating arrays are kept in the precision they are given (float32 or float64); other
 numeric arrays are converted to float64.
@@ -47,7 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
-from residualsim.atomic import atomic_open
+from residualsim.atomic import atomic_open, path_for_file, path_from_file
 from residualsim.errors import PredictionError
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "save_predictions",
     "load_predictions",
     "recorded_data",
+    "recorded_scene",
 ]
 
 #: Value of ``meta["format"]`` in every file residualsim writes.
@@ -512,9 +515,11 @@ def save_predictions(
     if not directory.is_dir():
         raise FileNotFoundError(f"{path}: directory {str(directory)!r} does not exist")
     meta = {**predictions.meta, "format": FORMAT_NAME, "format_version": FORMAT_VERSION}
-    data = meta.get("data")
-    if isinstance(data, str) and data and not Path(data).is_absolute() and Path(data).exists():
-        meta["data"] = os.path.relpath(Path(data).resolve(), directory.resolve())
+    for key, is_path in (("data", lambda text: True), ("scene", _is_scene_file)):
+        stored = meta.get(key)  # inputs given relative to the working directory travel
+        if isinstance(stored, str) and stored and is_path(stored) \
+                and not Path(stored).is_absolute() and Path(stored).exists():
+            meta[key] = path_for_file(stored, directory)
     arrays = {_META_KEY: np.array(json.dumps(meta))}
     arrays.update(predictions._arrays())
     with atomic_open(path) as file:
@@ -635,6 +640,11 @@ def load_predictions(path: str | os.PathLike[str]) -> TrajectoryPredictions | Im
     )
 
 
+def _is_scene_file(scene: str) -> bool:
+    """A scene given as a file (a scene file or a URDF), not a built-in scene name."""
+    return scene.endswith((".toml", ".urdf"))
+
+
 def recorded_data(predictions: TrajectoryPredictions | ImpactPredictions,
                   path: str | os.PathLike[str]) -> Path | None:
     """The recordings' folder a prediction file records in ``meta["data"]``, or None.
@@ -647,8 +657,14 @@ def recorded_data(predictions: TrajectoryPredictions | ImpactPredictions,
     data = predictions.meta.get("data")
     if not isinstance(data, str) or not data:
         return None
-    stored = Path(data)
-    if stored.is_absolute():
-        return stored
-    beside = Path(path).parent / stored
-    return stored if not beside.exists() and stored.exists() else beside
+    return path_from_file(data, Path(path).parent)
+
+
+def recorded_scene(predictions: TrajectoryPredictions | ImpactPredictions,
+                   path: str | os.PathLike[str]) -> str | None:
+    """The scene a prediction file records in ``meta["scene"]``: a built-in name as is, a
+    scene file's path resolved as :func:`recorded_data` resolves the data; None if absent."""
+    scene = predictions.meta.get("scene")
+    if not isinstance(scene, str) or not scene:
+        return None
+    return str(path_from_file(scene, Path(path).parent)) if _is_scene_file(scene) else scene

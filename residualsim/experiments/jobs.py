@@ -134,7 +134,7 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     ``$RESIDUALSIM_DATA/<the set of the prediction file's scene>``."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
     from residualsim.evaluation.predictions import (ImpactPredictions, load_predictions,
-                                                    recorded_data)
+                                                    recorded_data, recorded_scene)
     from residualsim.sim.scenes import make_scene
 
     predictions = load_predictions(pred)
@@ -145,7 +145,7 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
                             "any more; pass --data DIR")
     if data is None:
         default = "planar-ellipse" if isinstance(predictions, ImpactPredictions) else "cube"
-        data = resolve_data(None, scene or predictions.meta.get("scene", default))
+        data = resolve_data(None, scene or recorded_scene(predictions, pred) or default)
     if isinstance(predictions, ImpactPredictions):
         convention = predictions.meta.get("convention", "upstream")
         score = score_impacts(predictions, load_impacts(data, convention=convention))
@@ -153,7 +153,7 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     from residualsim.errors import PredictionError
     from residualsim.sim.scenes import same_scene
 
-    predicted = predictions.meta.get("scene")
+    predicted = recorded_scene(predictions, pred)
     if scene and predicted and not same_scene(predicted, scene):
         raise PredictionError(f"{pred}: predictions of scene {predicted!r}, not {scene!r}")
     scene = scene or predicted or "cube"
