@@ -377,6 +377,10 @@ def _build(raw: _Raw, rate_hz: float | None, com_offset_base_m: np.ndarray | Non
     ``rate_hz`` (None: its own nominal rate)."""
     base, path = raw.base, raw.path
     period = base.period_s if rate_hz is None else 1.0 / rate_hz
+    if not 0.1 < period / base.period_s < 10.0:  # ten times off: units (ms?), not a rate
+        log.warning("%s: recorded at %.6g Hz, not resampled to %.6g Hz (time stamps in "
+                    "other units?)", path, base.rate_hz, 1.0 / period)
+        period = base.period_s
     same_rate = abs(period - base.period_s) <= UNIFORM_RELATIVE * base.period_s
     times, positions, quats = raw.times, raw.positions, raw.quats
     joint_positions, velocities = raw.joint_positions, raw.velocities

@@ -155,7 +155,7 @@ def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray
     (grid times (N,) from 0 s, dict of the resampled columns)
     """
     rel = np.asarray(times_s, dtype=np.float64) - float(times_s[0])
-    n = int(np.floor(rel[-1] / period_s + 1e-6)) + 1
+    n = int(np.floor(rel[-1] / period_s + 1e-3)) + 1
     grid = np.arange(n) * period_s
     grid[-1] = min(grid[-1], rel[-1])  # never extrapolate past the last stamp by rounding
     out: dict[str, np.ndarray] = {}
