@@ -144,8 +144,11 @@ def _run(args: argparse.Namespace) -> int:
             from residualsim.sim.recordings import allow_implausible
 
             implausible = allow_implausible()
+        from residualsim.data.read_options import reading_options
+
         with parallel_backend(getattr(args, "backend", "local"), getattr(args, "address", None),
-                              **_timeout(args)), implausible:
+                              **_timeout(args)), implausible, reading_options(
+                getattr(args, "rate_hz", None), getattr(args, "quaternion_order", "wxyz")):
             args.run(args)
     except ResidualSimError as exc:
         print(f"residualsim: error: {exc}", file=sys.stderr)

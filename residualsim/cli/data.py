@@ -64,6 +64,7 @@ def register(commands) -> None:
     info.add_argument("path")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
                       "file, .urdf or built-in name) and find first contacts on its shapes")
+    add_allow_implausible(info)
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
     synth.add_argument("--scene", default="cube",

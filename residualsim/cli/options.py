@@ -15,7 +15,7 @@ from residualsim.parallel import BACKENDS
 __all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
            "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
            "add_split_options", "add_selection", "split_options", "add_force",
-           "add_allow_implausible"]
+           "add_allow_implausible", "add_recording_options"]
 
 
 def count(minimum: int):
@@ -107,11 +107,38 @@ def kappa_option(text: str) -> tuple[float, float]:
 
 def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
     """``--allow-implausible``: accept recordings and states that fail the plausibility
-    checks (:mod:`residualsim.sim.recordings`) with a warning instead of refusing them."""
+    checks (:mod:`residualsim.sim.recordings`, :mod:`residualsim.sim.plausibility`) with a
+    warning instead of refusing them; with the options of how recordings are read
+    (:func:`add_recording_options`), as every command that takes it reads recordings."""
     sub.add_argument("--allow-implausible", action="store_true",
-                     help="accept recordings faster than 20 m/s between samples (or 500 "
-                          "rad/s) and states under the table, with a warning (default: "
-                          "refuse them)")
+                     help="accept recordings whose free flight does not fall at 9.81 m/s² "
+                          "along -z (units, up axis), whose quaternions look like the other "
+                          "order, faster than 20 m/s between samples (or 500 rad/s), and "
+                          "states under the table, with a warning (default: refuse them)")
+    add_recording_options(sub)
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rate in Hz, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite rate > 0 Hz, got {text!r}")
+    return value
+
+
+def add_recording_options(sub: argparse.ArgumentParser) -> None:
+    """``--rate-hz`` and ``--quaternion-order``: how CSV recordings are read
+    (:mod:`residualsim.data.read_options`; the CLI enters them around the command)."""
+    sub.add_argument("--rate-hz", type=_rate, metavar="HZ",
+                     help="resample CSV recordings to this rate (default: a model's or "
+                          "calibration's rate where one is given, else the folder's most "
+                          "common rate; uniform files at that rate are read as they are)")
+    sub.add_argument("--quaternion-order", choices=("wxyz", "xyzw"), default="wxyz",
+                     help="order of the VALUES in the columns qw,qx,qy,qz: xyzw for exports "
+                          "that write x-y-z-w under a w-x-y-z header (default wxyz; columns "
+                          "are otherwise read by name)")
 
 
 def add_force(sub: argparse.ArgumentParser) -> None:

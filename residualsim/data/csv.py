@@ -39,8 +39,11 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,9 @@ import numpy as np
 
 from residualsim.atomic import atomic_open
 from residualsim.data.npz import _id_key, save_each
+from residualsim.data.read_options import QUATERNION_ORDERS, current_reading_options
+from residualsim.data.timebase import (UNIFORM_RELATIVE, TimeBase, analyse_times,
+                                       common_rate_hz, resample)
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, estimate_velocities
 from residualsim.errors import DataError, ParameterError
@@ -77,17 +83,59 @@ JOINT_VELOCITY_SUFFIX = "_vel"
 _RESERVED = frozenset(FREE_COLUMNS + PLANAR_COLUMNS + FREE_VELOCITY_COLUMNS
                       + PLANAR_VELOCITY_COLUMNS)
 _MIN_ROWS = 3
+log = logging.getLogger(__name__)
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """The header and each non-blank row's (line number, cells), cells stripped."""
+_SEPARATORS = {"\t": "tab", ";": "semicolon", ",": "comma", None: "whitespace"}
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d*,\d+([eE][-+]?\d+)?$")
+
+
+def _separator(header_line: str) -> str | None:
+    """The separator the header line uses: tab, semicolon, comma, else whitespace (None)."""
+    for sep in ("\t", ";", ","):
+        if sep in header_line:
+            return sep
+    return None
+
+
+def _split(line: str, sep: str | None) -> list[str]:
+    return line.split() if sep is None else [c.strip() for c in line.split(sep)]
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[int], list[list[str]], str | None]:
+    """The header, each sample row's line number and cells (stripped), and the separator.
+
+    Blank lines and ``#`` comment lines are skipped anywhere (before the header too)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a readable UTF-8 text file ({exc})") from None
-    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    raw_lines = text.splitlines()
+    kept = [(i + 1, line) for i, line in enumerate(raw_lines)
+            if line.strip() and not line.lstrip().startswith("#")]
+    if not kept:
+        raise DataError(f"{path}: empty file, expected a header row and samples")
+    sep = _separator(kept[0][1])
+    if '"' in text:
+        header, numbers, rows = _read_quoted(path, raw_lines, sep)
+    else:
+        header = _split(kept[0][1], sep)
+        numbers = [n for n, _ in kept[1:]]
+        rows = [_split(line, sep) for _, line in kept[1:]]
+    if len(rows) < _MIN_ROWS:
+        raise DataError(f"{path}: {len(rows)} sample row(s), a recording needs at least "
+                        f"{_MIN_ROWS}")
+    return header, numbers, rows, sep
+
+
+def _read_quoted(path: Path, raw_lines: list[str], sep: str | None
+                 ) -> tuple[list[str], list[int], list[list[str]]]:
+    """Rows of a file with quoted cells, through :mod:`csv` (comment lines blanked, so the
+    line numbers stay the file's)."""
+    text = "\n".join("" if line.lstrip().startswith("#") else line for line in raw_lines)
+    reader = csv.reader(io.StringIO(text), delimiter=sep or " ", skipinitialspace=True)
     rows: list[tuple[int, list[str]]] = []
     try:
         start = 1
@@ -95,36 +143,58 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
             if any("\n" in c or "\r" in c for c in cells):
                 raise DataError(f"{path}: line {start}: a quoted cell is not closed")
             cells = [c.strip() for c in cells]
+            if sep is None:
+                cells = [c for c in cells if c]
             if any(cells):
                 rows.append((reader.line_num, cells))
             start = reader.line_num + 1
     except csv.Error as exc:
         raise DataError(f"{path}: line {reader.line_num}: malformed CSV ({exc})") from None
-    if not rows:
-        raise DataError(f"{path}: empty file, expected a header row and samples")
-    if len(rows) - 1 < _MIN_ROWS:
-        raise DataError(f"{path}: {len(rows) - 1} sample row(s), a recording needs at least "
-                        f"{_MIN_ROWS}")
-    return rows[0][1], rows[1:]
+    return rows[0][1], [n for n, _ in rows[1:]], [c for _, c in rows[1:]]
 
 
-def _to_table(path: Path, header: list[str], rows: list[tuple[int, list[str]]]
-              ) -> np.ndarray:
-    """The rows as a (rows, columns) float64 table; checks row lengths and every cell."""
-    table = np.empty((len(rows), len(header)))
-    for i, (line, cells) in enumerate(rows):
-        if len(cells) != len(header):
-            raise DataError(f"{path}: line {line} has {len(cells)} cells, the header "
-                            f"{len(header)}")
-        for j, (name, cell) in enumerate(zip(header, cells)):
-            try:
-                table[i, j] = float(cell)
-            except ValueError:
-                raise DataError(f"{path}: line {line}, column {name!r}: {cell!r} is not a "
-                                "number") from None
-            if not np.isfinite(table[i, j]):
-                raise DataError(f"{path}: line {line}, column {name!r}: {cell!r} is not a "
-                                "finite number")
+def _decimal_comma(path: Path, line: int, name: str, cell: str) -> DataError:
+    return DataError(f"{path}: line {line}, column {name!r}: {cell!r} has a decimal comma; "
+                     "write numbers with a decimal point (0.5, not 0,5)")
+
+
+def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list[str]],
+              sep: str | None) -> np.ndarray:
+    """The rows as a (rows, columns) float64 table; checks row lengths and every cell.
+
+    Vectorised: one conversion per column; the per-cell loop runs only to name a bad cell."""
+    width = len(header)
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    bad = np.flatnonzero(lengths != width)
+    if bad.size:
+        i = int(bad[0])
+        hint = ""
+        if sep == "," and lengths[i] > width and any(
+                _DECIMAL_COMMA.match(f"{a},{b}") for a, b in zip(rows[i], rows[i][1:])):
+            hint = (" (decimal commas? write numbers with a decimal point, 0.5 not 0,5, or "
+                    "separate the columns with semicolons)")
+        raise DataError(f"{path}: line {numbers[i]} has {lengths[i]} cells, the header "
+                        f"{width}{hint}")
+    table = np.empty((len(rows), width))
+    for j, name in enumerate(header):
+        cells = [r[j] for r in rows]
+        try:
+            table[:, j] = np.array(cells, dtype=np.float64)
+        except ValueError:
+            for i, cell in enumerate(cells):
+                try:
+                    float(cell)
+                except ValueError:
+                    if _DECIMAL_COMMA.match(cell):
+                        raise _decimal_comma(path, numbers[i], name, cell) from None
+                    raise DataError(f"{path}: line {numbers[i]}, column {name!r}: {cell!r} "
+                                    "is not a number") from None
+            table[:, j] = [float(c) for c in cells]
+        finite = np.isfinite(table[:, j])
+        if not finite.all():
+            i = int(np.argmin(finite))
+            raise DataError(f"{path}: line {numbers[i]}, column {name!r}: {cells[i]!r} is "
+                            "not a finite number")
     return table
 
 
@@ -181,12 +251,193 @@ def _schema(path: Path, header: list[str], planar: bool | None,
     return planar, joints, bool(present)
 
 
+#: A recorded velocity is checked against the poses' differences where the object moves
+#: faster than these (m/s, rad/s; joints: rad/s or m/s).
+MOVING_MPS, SPINNING_RADPS = 0.05, 0.5
+#: Refused when the median disagreement exceeds this fraction of the median difference speed.
+VELOCITY_DISAGREEMENT = 0.5
+
+
+@dataclass
+class _Raw:
+    """One file as read, on its own time stamps (before any resampling)."""
+
+    path: Path
+    planar: bool
+    joints: list[str]
+    times: np.ndarray
+    positions: np.ndarray
+    quats: np.ndarray
+    joint_positions: np.ndarray
+    unwrapped: list[str]
+    velocities: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    base: TimeBase
+    quaternion_order: str
+
+
+def _check_velocities(path: Path, times: np.ndarray, positions: np.ndarray, quats: np.ndarray,
+                      joint_positions: np.ndarray, joints: Sequence[str],
+                      velocities: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      names: Sequence[str]) -> None:
+    """Refuse recorded velocities that are all zero, or disagree by far with the poses'
+    central differences, where the object moves (see :data:`VELOCITY_DISAGREEMENT`)."""
+    from residualsim.data.velocities import relative_rotvecs
+
+    linear, angular, rates = velocities
+    difference = np.gradient(positions, times, axis=0)
+    nxt, prv = np.r_[1:len(times), len(times) - 1], np.r_[0, 0:len(times) - 1]
+    spin = relative_rotvecs(quats[nxt], quats[prv]) / (times[nxt] - times[prv])[:, None]
+    checks = [(names[0], linear, difference, MOVING_MPS),
+              (names[1], angular, spin, SPINNING_RADPS)]
+    if joints:
+        joint_rates = np.gradient(joint_positions, times, axis=0)
+        checks += [(j + JOINT_VELOCITY_SUFFIX, rates[:, [k]], joint_rates[:, [k]],
+                    SPINNING_RADPS) for k, j in enumerate(joints)]
+    hint = ("; delete the velocity columns and residualsim estimates the velocities from the "
+            "poses")
+    for what, recorded, estimate, moving in checks:
+        speed = np.linalg.norm(estimate, axis=1)
+        mask = speed > moving
+        if mask.sum() < 3:
+            continue
+        if not recorded.any():
+            raise DataError(f"{path}: the velocity columns {what} are all zero while the poses "
+                            f"move (up to {speed.max():.3g} per second){hint}")
+        error = np.median(np.linalg.norm(recorded[mask] - estimate[mask], axis=1))
+        scale = np.median(speed[mask])
+        if error > VELOCITY_DISAGREEMENT * scale:
+            raise DataError(f"{path}: the velocity columns {what} disagree with the poses' "
+                            f"differences (median difference {error:.3g}, median speed "
+                            f"{scale:.3g}, same units per second){hint}")
+
+
+def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
+           quaternion_order: str) -> _Raw:
+    """Read, check and unwrap one file on its own time stamps."""
+    header, numbers, rows, sep = _read_rows(path)
+    planar, joints, recorded = _schema(path, header, planar, joint_names)
+    table = _to_table(path, header, numbers, rows, sep)
+    column = {name: table[:, header.index(name)] for name in header}
+    times = column["t"]
+    steps = np.diff(times)
+    if (steps <= 0).any():
+        row = int(np.argmax(steps <= 0)) + 1
+        raise DataError(f"{path}: line {numbers[row]}: t = {float(times[row])!r} does not "
+                        f"increase (previous {float(times[row - 1])!r}, line "
+                        f"{numbers[row - 1]}); time stamps must increase")
+    n = len(times)
+    if planar:
+        theta = column["theta"]
+        positions = np.column_stack([column["x"], column["y"], np.zeros(n)])
+        quats = np.column_stack([np.cos(theta / 2), np.zeros(n), np.zeros(n),
+                                 np.sin(theta / 2)])
+    else:
+        positions = np.column_stack([column[c] for c in ("x", "y", "z")])
+        names = ("qw", "qx", "qy", "qz")
+        if quaternion_order == "xyzw":  # the columns named qw, qx, qy, qz hold x, y, z, w
+            names = ("qz", "qw", "qx", "qy")
+        quats = np.column_stack([column[c] for c in names])
+        norms = np.linalg.norm(quats, axis=1)
+        off = np.abs(norms - 1.0) > QUATERNION_NORM_TOLERANCE
+        if off.any():
+            row = int(np.argmax(off))
+            raise DataError(f"{path}: line {numbers[row]}: quaternion (qw, qx, qy, qz) has "
+                            f"norm {norms[row]:.4g}, expected 1 (within "
+                            f"{QUATERNION_NORM_TOLERANCE})")
+        exact = np.abs(norms - 1.0)[:, None] <= 1e-12
+        quats = np.where(exact, quats, quats / norms[:, None])
+    raw_joints = np.column_stack([column[j] for j in joints]) if joints else np.zeros((n, 0))
+    joint_positions = np.unwrap(raw_joints, axis=0) if joints else raw_joints
+    unwrapped = [j for k, j in enumerate(joints)
+                 if not np.array_equal(joint_positions[:, k], raw_joints[:, k])]
+    velocities = None
+    if recorded:
+        if planar:
+            linear = np.column_stack([column["vx"], column["vy"], np.zeros(n)])
+            angular = np.column_stack([np.zeros(n), np.zeros(n), column["omega"]])
+            names = ("vx, vy", "omega")
+        else:
+            linear = np.column_stack([column[c] for c in ("vx", "vy", "vz")])
+            angular = np.column_stack([column[c] for c in ("wx", "wy", "wz")])
+            names = ("vx, vy, vz", "wx, wy, wz")
+        rates = np.column_stack([column[j + JOINT_VELOCITY_SUFFIX] for j in joints]) \
+            if joints else np.zeros((n, 0))
+        velocities = (linear, angular, rates)
+        _check_velocities(path, times, positions, quats, joint_positions, joints, velocities,
+                          names)
+    return _Raw(path=path, planar=planar, joints=joints, times=times, positions=positions,
+                quats=quats, joint_positions=joint_positions, unwrapped=unwrapped,
+                velocities=velocities, base=analyse_times(times),
+                quaternion_order=quaternion_order)
+
+
+def _build(raw: _Raw, rate_hz: float | None, com_offset_base_m: np.ndarray | None,
+           contact_threshold_mps2: float) -> Trajectory:
+    """The Trajectory of a parsed file, resampled when it is not uniform or not at
+    ``rate_hz`` (None: its own nominal rate)."""
+    base, path = raw.base, raw.path
+    period = base.period_s if rate_hz is None else 1.0 / rate_hz
+    if not 0.1 < period / base.period_s < 10.0:  # ten times off: units (ms?), not a rate
+        log.warning("%s: recorded at %.6g Hz, not resampled to %.6g Hz (time stamps in "
+                    "other units?)", path, base.rate_hz, 1.0 / period)
+        period = base.period_s
+    same_rate = abs(period - base.period_s) <= UNIFORM_RELATIVE * base.period_s
+    times, positions, quats = raw.times, raw.positions, raw.quats
+    joint_positions, velocities = raw.joint_positions, raw.velocities
+    metadata: dict[str, Any] = {"velocities": "recorded" if velocities else "estimated"}
+    if raw.unwrapped:
+        metadata["unwrapped_joints"] = raw.unwrapped
+    if raw.quaternion_order != "wxyz":
+        metadata["quaternion_order"] = raw.quaternion_order
+    if not (base.uniform and same_rate):
+        columns = {"positions": positions, "quats": quats, "joints": joint_positions}
+        if velocities:
+            columns.update(linear=velocities[0], angular=velocities[1], rates=velocities[2])
+        times, out = resample(times, period, columns, quaternion="quats")
+        if len(times) < _MIN_ROWS:
+            raise DataError(f"{path}: {len(times)} sample(s) at {1 / period:.6g} Hz, a "
+                            f"recording needs at least {_MIN_ROWS}")
+        positions, quats, joint_positions = out["positions"], out["quats"], out["joints"]
+        if velocities:
+            velocities = (out["linear"], out["angular"], out["rates"])
+        metadata["time_base"] = base.summary(resampled_hz=1.0 / period)
+        for index, periods, t in base.long_gaps():
+            log.warning("%s: %d samples missing after sample %d (t = %.4f s from the start): "
+                        "interpolated across the gap", path, periods - 1, index, t)
+    if velocities:
+        linear, angular, rates = velocities
+    else:
+        estimate = estimate_velocities(times, positions, quats, joint_positions,
+                                       planar=raw.planar, threshold_mps2=contact_threshold_mps2,
+                                       com_offset_base_m=com_offset_base_m)
+        linear, angular = estimate.linear_velocity_mps, estimate.angular_velocity_world_radps
+        rates = estimate.joint_velocities
+        if raw.planar:  # keep the planar convention exact: no z motion, rotation about +z only
+            linear[:, 2] = 0.0
+            angular[:, :2] = 0.0
+        metadata["velocity_estimate"] = estimate.summary()
+    return Trajectory(traj_id=path.stem, times_s=times, positions_m=positions, quat_wxyz=quats,
+                      linear_velocity_mps=linear, angular_velocity_world_radps=angular,
+                      planar=raw.planar, source=f"csv:{path}", metadata=metadata,
+                      joint_names=tuple(raw.joints), joint_positions=joint_positions,
+                      joint_velocities=rates)
+
+
+def _options(quaternion_order: str | None) -> str:
+    order = quaternion_order or current_reading_options().quaternion_order
+    if order not in QUATERNION_ORDERS:
+        raise ParameterError(f"quaternion_order must be one of {', '.join(QUATERNION_ORDERS)}, "
+                             f"got {order!r}")
+    return order
+
+
 def load_csv_trajectory(
     path: str | os.PathLike[str], *, planar: bool | None = None,
     joint_names: Sequence[str] | None = None, com_offset_base_m: np.ndarray | None = None,
-    contact_threshold_mps2: float = CONTACT_ACCELERATION_MPS2,
+    contact_threshold_mps2: float = CONTACT_ACCELERATION_MPS2, rate_hz: float | None = None,
+    quaternion_order: str | None = None,
 ) -> Trajectory:
-    """Read one CSV recording (format in the module docstring).
+    """Read one CSV recording (format and time base in the module docstring).
 
     Parameters
     ----------
@@ -203,6 +454,12 @@ def load_csv_trajectory(
         are estimated (see :func:`residualsim.data.velocities.fit_free_flight`).
     contact_threshold_mps2 : float
         The first-contact criterion's threshold, m/s².
+    rate_hz : float, optional
+        Resample to this rate (Hz); the explicit rate of :func:`reading_options` (the
+        CLI's ``--rate-hz``) wins over it. None: the file's own nominal rate.
+    quaternion_order : {"wxyz", "xyzw"}, optional
+        Order of the values in the columns ``qw, qx, qy, qz``; None: that of
+        :func:`reading_options` (default ``"wxyz"``).
 
     Returns
     -------
@@ -213,69 +470,16 @@ def load_csv_trajectory(
     DataError
         Any problem listed in the module docstring; the message starts with the path.
     """
-    path = Path(path)
-    header, rows = _read_rows(path)
-    planar, joints, recorded = _schema(path, header, planar, joint_names)
-    table, lines = _to_table(path, header, rows), [line for line, _ in rows]
-    column = {name: table[:, header.index(name)] for name in header}
-    times = column["t"]
-    steps = np.diff(times)
-    if (steps <= 0).any():
-        row = int(np.argmax(steps <= 0)) + 1
-        raise DataError(f"{path}: line {lines[row]}: t = {float(times[row])!r} does not "
-                        f"increase (previous {float(times[row - 1])!r})")
-    n = len(times)
-    if planar:
-        theta = column["theta"]
-        positions = np.column_stack([column["x"], column["y"], np.zeros(n)])
-        quats = np.column_stack([np.cos(theta / 2), np.zeros(n), np.zeros(n),
-                                 np.sin(theta / 2)])
-    else:
-        positions = np.column_stack([column[c] for c in ("x", "y", "z")])
-        quats = np.column_stack([column[c] for c in ("qw", "qx", "qy", "qz")])
-        norms = np.linalg.norm(quats, axis=1)
-        off = np.abs(norms - 1.0) > QUATERNION_NORM_TOLERANCE
-        if off.any():
-            row = int(np.argmax(off))
-            raise DataError(f"{path}: line {lines[row]}: quaternion (qw, qx, qy, qz) has "
-                            f"norm {norms[row]:.4g}, expected 1 (within "
-                            f"{QUATERNION_NORM_TOLERANCE})")
-        exact = np.abs(norms - 1.0)[:, None] <= 1e-12
-        quats = np.where(exact, quats, quats / norms[:, None])
-    raw_joints = np.column_stack([column[j] for j in joints]) if joints else np.zeros((n, 0))
-    joint_positions = np.unwrap(raw_joints, axis=0) if joints else raw_joints
-    unwrapped = [j for k, j in enumerate(joints)
-                 if not np.array_equal(joint_positions[:, k], raw_joints[:, k])]
-    metadata: dict[str, Any] = {"velocities": "recorded" if recorded else "estimated"}
-    if unwrapped:
-        metadata["unwrapped_joints"] = unwrapped
-    if recorded:
-        if planar:
-            linear = np.column_stack([column["vx"], column["vy"], np.zeros(n)])
-            angular = np.column_stack([np.zeros(n), np.zeros(n), column["omega"]])
-        else:
-            linear = np.column_stack([column[c] for c in ("vx", "vy", "vz")])
-            angular = np.column_stack([column[c] for c in ("wx", "wy", "wz")])
-        rates = np.column_stack([column[j + JOINT_VELOCITY_SUFFIX] for j in joints]) \
-            if joints else np.zeros((n, 0))
-    else:
-        estimate = estimate_velocities(times, positions, quats, joint_positions, planar=planar,
-                                       threshold_mps2=contact_threshold_mps2,
-                                       com_offset_base_m=com_offset_base_m)
-        linear, angular = estimate.linear_velocity_mps, estimate.angular_velocity_world_radps
-        rates = estimate.joint_velocities
-        if planar:  # keep the planar convention exact: no z motion, rotation about +z only
-            linear[:, 2] = 0.0
-            angular[:, :2] = 0.0
-        metadata["velocity_estimate"] = estimate.summary()
-    return Trajectory(traj_id=path.stem, times_s=times, positions_m=positions, quat_wxyz=quats,
-                      linear_velocity_mps=linear, angular_velocity_world_radps=angular,
-                      planar=planar, source=f"csv:{path}", metadata=metadata,
-                      joint_names=tuple(joints), joint_positions=joint_positions,
-                      joint_velocities=rates)
+    raw = _parse(Path(path), planar, joint_names, _options(quaternion_order))
+    rate = current_reading_options().rate_hz or rate_hz
+    return _build(raw, rate, com_offset_base_m, contact_threshold_mps2)
 
 
-def load_csv_trajectories(directory: str | os.PathLike[str], **options: Any
+def load_csv_trajectories(directory: str | os.PathLike[str], *, rate_hz: float | None = None,
+                          quaternion_order: str | None = None, planar: bool | None = None,
+                          joint_names: Sequence[str] | None = None,
+                          com_offset_base_m: np.ndarray | None = None,
+                          contact_threshold_mps2: float = CONTACT_ACCELERATION_MPS2,
                           ) -> dict[str, Trajectory]:
     """Read every ``*.csv`` recording of a directory, ordered by numeric id then name.
 
@@ -283,9 +487,12 @@ def load_csv_trajectories(directory: str | os.PathLike[str], **options: Any
     ----------
     directory : path-like
         A directory of ``<id>.csv`` files.
-    **options
-        Passed to :func:`load_csv_trajectory` (``planar``, ``joint_names``,
-        ``com_offset_base_m``, ``contact_threshold_mps2``).
+    rate_hz : float, optional
+        The rate (Hz) to resample every file to, e.g. a model's; the explicit rate of
+        :func:`reading_options` (``--rate-hz``) wins over it. None: files that share a
+        nominal rate keep it, a folder of several rates is resampled to its most common one.
+    quaternion_order, planar, joint_names, com_offset_base_m, contact_threshold_mps2
+        As for :func:`load_csv_trajectory`.
 
     Returns
     -------
@@ -304,7 +511,12 @@ def load_csv_trajectories(directory: str | os.PathLike[str], **options: Any
     files = sorted((p for p in directory.glob("*.csv") if p.is_file()), key=_id_key)
     if not files:
         raise DataError(f"{directory}: no .csv recordings found")
-    return {p.stem: load_csv_trajectory(p, **options) for p in files}
+    order = _options(quaternion_order)
+    raws = [_parse(p, planar, joint_names, order) for p in files]
+    rate = current_reading_options().rate_hz or rate_hz or common_rate_hz(
+        [raw.base for raw in raws])
+    return {raw.path.stem: _build(raw, rate, com_offset_base_m, contact_threshold_mps2)
+            for raw in raws}
 
 
 def _number(value: float) -> str:

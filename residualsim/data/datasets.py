@@ -117,7 +117,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 def load_trajectories(path: str | os.PathLike[str], *, planar: bool | None = None,
                       joint_names: Sequence[str] | None = None,
-                      com_offset_base_m: np.ndarray | None = None) -> dict[str, Trajectory]:
+                      com_offset_base_m: np.ndarray | None = None,
+                      rate_hz: float | None = None) -> dict[str, Trajectory]:
     """Load every trajectory of a ContactNets, npz or CSV data set.
 
     Parameters
@@ -133,6 +134,10 @@ def load_trajectories(path: str | os.PathLike[str], *, planar: bool | None = Non
     com_offset_base_m : ndarray of shape (3,), optional
         Centre of mass in the base link frame, m, for CSV recordings whose velocities are
         estimated (:func:`residualsim.data.csv.load_csv_trajectory`).
+    rate_hz : float, optional
+        CSV recordings: the rate (Hz) to resample to, e.g. a model's dt; the CLI's
+        ``--rate-hz`` wins over it (:mod:`residualsim.data.timebase`). Other formats are
+        uniform already and loaded as they are.
 
     Returns
     -------
@@ -154,7 +159,7 @@ def load_trajectories(path: str | os.PathLike[str], *, planar: bool | None = Non
         )
     if kind == "csv":
         options = {"planar": planar, "joint_names": joint_names,
-                   "com_offset_base_m": com_offset_base_m}
+                   "com_offset_base_m": com_offset_base_m, "rate_hz": rate_hz}
         if path.is_file():
             traj = csv.load_csv_trajectory(path, **options)
             return {traj.traj_id: traj}

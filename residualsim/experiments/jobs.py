@@ -95,7 +95,7 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
     from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
     from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
     from residualsim.sim.scenes import make_scene
-    from residualsim.sysid.calibrate import engine_from_option
+    from residualsim.sysid.calibrate import calibration_rate_hz, engine_from_option
 
     make_scene(scene)
     engine_params, substeps, provenance = engine_from_option(params, substeps, scene)
@@ -111,10 +111,11 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
         predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
-    trajectories = select_recordings(load_recordings(data, scene), split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                     source=str(data))
+    trajectories = select_recordings(load_recordings(data, scene, calibration_rate_hz(params)),
+                                     split, limit, fractions=fractions or DEFAULT_FRACTIONS,
+                                     lists=lists, source=str(data))
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
+    meta["dt_s"] = float(np.diff(next(iter(trajectories.values())).times_s).mean())
     layout = make_scene(scene)
     joints = getattr(layout, "n_joints", 0)
     predictions = TrajectoryPredictions(
@@ -158,7 +159,8 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
         raise PredictionError(f"{pred}: predictions of scene {predicted!r}, not {scene!r}")
     scene = scene or predicted or "cube"
     layout = make_scene(scene)
-    recordings = load_trajectories(data)
+    dt_s = predictions.meta.get("dt_s")  # CSV recordings resampled as they were predicted
+    recordings = load_trajectories(data, rate_hz=1.0 / dt_s if dt_s else None)
     for recording in recordings.values():  # a planar scene's score of 3D tosses, ...
         layout.check_recording(recording)
     side = getattr(layout, "side_m", None)
@@ -197,9 +199,9 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                              "samples": predictions.post_velocity.shape[0]}
     from residualsim.sim.rollout import predict_trajectories
 
-    trajectories = select_recordings(load_recordings(data, model.scene), split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                     source=str(data))
+    trajectories = select_recordings(load_recordings(data, model.scene, 1.0 / model.dt_s),
+                                     split, limit, fractions=fractions or DEFAULT_FRACTIONS,
+                                     lists=lists, source=str(data))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual)
     predictions.meta.update(meta)
@@ -347,7 +349,8 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     layout = make_scene(model.scene)
     recorded = None
     if toss is not None:
-        trajectories = load_recordings(resolve_data(data, model.scene), model.scene)
+        trajectories = load_recordings(resolve_data(data, model.scene), model.scene,
+                                       1.0 / model.dt_s)
         if toss not in trajectories:
             raise DataError(f"no toss {toss!r} in the recordings")
         recording = trajectories[toss]
@@ -414,7 +417,7 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
 
     model = ResidualModel.load(model_dir)
     path = resolve_data(data, model.scene)
-    trajectories = load_recordings(path, model.scene)
+    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s)
     keep = split_ids(list(trajectories))[split]
     if not keep:
         raise DataError(f"{path}: none of its {len(trajectories)} recordings falls in the "
@@ -438,7 +441,7 @@ def _training_state_noise(model, data: str | None):
     noise does not depend on which tosses the policy saw)."""
     from residualsim.residual.state_noise import estimate_state_noise
 
-    trajectories = load_trajectories(resolve_data(data, model.scene))
+    trajectories = load_trajectories(resolve_data(data, model.scene), rate_hz=1.0 / model.dt_s)
     noise = estimate_state_noise({k: trajectories[k]
                                   for k in split_ids(list(trajectories))["train"]})
     log.info("initial-state noise from %d training tosses: velocity %s m/s, angular velocity "

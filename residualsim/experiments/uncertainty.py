@@ -110,7 +110,8 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
         raise DataError(f"{model_dir}: a model of single impacts; the decomposition is for "
                         "trajectory models (their initial-state noise)")
     path = resolve_data(data, model.scene)
-    trajectories = select_recordings(load_recordings(path, model.scene), split, limit,
+    trajectories = select_recordings(load_recordings(path, model.scene, 1.0 / model.dt_s),
+                                     split, limit,
                                      fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
                                      source=str(path))
     if not trajectories:

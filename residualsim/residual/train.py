@@ -368,7 +368,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     split is never read. An empty validation split trains on all with early stopping off. Without ``calibration`` the engine's default parameters are used at the
     scene's substeps. Returns the figures (also stored in the model's ``model.json``).
     """
-    from residualsim.sysid.calibrate import load_calibration
+    from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
     from residualsim.data import load_trajectories
     from residualsim.data.splits import (DEFAULT_FRACTIONS, check_split, split_recordings,
                                          split_rule)
@@ -376,7 +376,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     from residualsim.sim.scenes import EngineParams
 
     data = Path(data)
-    trajectories = load_trajectories(data)
+    trajectories = load_trajectories(data, rate_hz=calibration_rate_hz(calibration))
     if not trajectories:
         raise DataError(f"{data}: no recordings found")
     layout = make_scene(scene)

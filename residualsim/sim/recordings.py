@@ -48,6 +48,7 @@ from residualsim.sim.bullet import pb
 from residualsim.data import Trajectory, load_trajectories
 from residualsim.errors import DataError
 from residualsim.sim.engine import Engine
+from residualsim.sim.plausibility import check_gravity, check_quaternion_order
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
@@ -160,9 +161,12 @@ def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> N
                      f"{layout.name!r}: z up, table at z = 0)")
 
 
-def load_recordings(path: str | os.PathLike[str], scene: str) -> dict[str, Trajectory]:
-    """Recordings in ``path`` (any format residualsim reads) prepared for ``scene``."""
-    return prepare_recordings(scene, load_trajectories(path))
+def load_recordings(path: str | os.PathLike[str], scene: str,
+                    rate_hz: float | None = None) -> dict[str, Trajectory]:
+    """Recordings in ``path`` (any format residualsim reads) prepared for ``scene``;
+    ``rate_hz``: the rate CSV recordings are resampled to (a model's; the CLI's
+    ``--rate-hz`` wins, :func:`residualsim.data.load_trajectories`)."""
+    return prepare_recordings(scene, load_trajectories(path, rate_hz=rate_hz))
 
 
 def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
@@ -172,9 +176,15 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
-        check_plausible(traj)
     if not trajectories:
         return {}
+    with Engine(scene) as engine:  # units and conventions first: they explain the rest
+        for traj in trajectories.values():
+            check_quaternion_order(engine, traj, _distance, _implausible, REST_SAMPLES,
+                                   WRONG_OBJECT_DEPTH_M)
+            check_gravity(engine, traj, free_flight_samples(engine, traj), _implausible)
+    for traj in trajectories.values():
+        check_plausible(traj)
     out = dict(trajectories)
     with Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
         for key, traj in trajectories.items():

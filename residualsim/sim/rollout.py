@@ -629,7 +629,7 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
         {traj_id: (r[0], r[1]) if r[3] is None else (r[0], r[1], r[3])
          for traj_id, r in zip(trajectories, results)},
         meta={"scene": model.scene, "params": model.params.as_json(),
-              "substeps": model.substeps, "residual": bool(residual),
+              "substeps": model.substeps, "dt_s": settings.dt_s, "residual": bool(residual),
               "samples": int(samples) if residual else 0, "seed": int(seed)})
     summary = {"rollouts": len(stats), "events": int(stats[:, 0].sum()),
                "energy_clamped": int(stats[:, 1].sum()), "normal_clamped": int(stats[:, 2].sum()),

@@ -439,6 +439,16 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def calibration_rate_hz(path: str | os.PathLike[str] | None) -> float | None:
+    """The sample rate (Hz) a calibration was fitted at (``settings.dt_s`` of its summary),
+    the rate CSV recordings are resampled to when it is given; None when ``path`` is not a
+    calibration or does not say."""
+    if not path or not is_calibration(path):
+        return None
+    dt_s = load_calibration(path).summary.get("settings", {}).get("dt_s")
+    return 1.0 / float(dt_s) if isinstance(dt_s, (int, float)) and dt_s > 0 else None
+
+
 def engine_from_option(params: str | None, substeps: int | None, scene: str
                        ) -> tuple[object, int | None, dict]:
     """(EngineParams, substeps, provenance) from ``--params`` and ``--substeps``.

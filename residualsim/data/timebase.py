@@ -1,0 +1,173 @@
+"""The time base of a recording as it comes: nominal rate, jitter, dropped frames, resampling.
+
+A capture system's time stamps only increase: they jitter (±0.3 ms written to 4 decimals),
+skip frames (occlusions), start at a Unix-epoch time, and differ in rate between files. The
+whole stack (likelihoods, MCMC, residual training, metrics, prediction files) compares
+simulation sample i with recording sample i on ONE uniform grid, so a recording that is not
+uniform is RESAMPLED onto one at load (one code path for everything downstream; the
+simulation runs at a fixed step anyway). :func:`analyse_times` estimates the grid,
+:func:`resample` interpolates onto it.
+
+Nominal period (robust to jitter and gaps): the median step d; each step counts
+k = round(step / d) nominal periods (k >= 2: dropped frames); the period is the whole span
+divided by the number of nominal periods (refined once), and the rate is snapped to the
+nearest whole Hz when within :data:`SNAP_RELATIVE` = 0.2 % of it. A file is UNIFORM when
+its steps differ by at most :data:`UNIFORM_RELATIVE` = 1e-6 of their mean (the rule
+simulation has always used); a uniform file at the wanted rate is loaded bit for bit as it
+is, times not shifted.
+
+Resampling (anything else): the grid starts at the first time stamp and is shifted to start
+at t = 0 (the offset is kept in ``metadata["time_base"]["offset_s"]``); it ends at or before
+the last stamp. Positions, joints and recorded velocities are interpolated linearly,
+quaternions by slerp (shortest arc, the sign kept on the input's hemisphere). Linear, not
+cubic: the error of linear interpolation in free flight is at most g·dt²/8 (0.12 mm at
+100 Hz, 0.09 mm at 120 Hz, below the tracking noise), and a cubic overshoots at impacts
+(train/README.md §19 has the measurement). Gaps longer than :data:`LONG_GAP_PERIODS` = 3
+nominal periods are reported (metadata, a warning on the log, ``data info``): across one,
+the recording is a straight line between the two samples that frame it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TimeBase", "analyse_times", "resample", "common_rate_hz", "UNIFORM_RELATIVE",
+           "SNAP_RELATIVE", "LONG_GAP_PERIODS"]
+
+log = logging.getLogger(__name__)
+
+#: Steps within this fraction of their mean make a file uniform (loaded as it is).
+UNIFORM_RELATIVE = 1e-6
+#: A nominal rate within this fraction of a whole number of Hz is snapped to it.
+SNAP_RELATIVE = 2e-3
+#: Gaps spanning more than this many nominal periods are reported.
+LONG_GAP_PERIODS = 3
+
+
+@dataclass(frozen=True)
+class TimeBase:
+    """What the time stamps of one file say (seconds, the file's own clock).
+
+    ``period_s`` the nominal sample period (snapped); ``uniform`` True when the steps are
+    equal within :data:`UNIFORM_RELATIVE`; ``jitter_s`` the standard deviation of the steps'
+    deviations from whole nominal periods; ``gaps`` one ``(sample index before it, periods
+    spanned, time s from the start)`` per step of two or more periods; ``offset_s`` the
+    first time stamp.
+    """
+
+    period_s: float
+    uniform: bool
+    jitter_s: float
+    offset_s: float
+    gaps: list[tuple[int, int, float]] = field(default_factory=list)
+
+    @property
+    def rate_hz(self) -> float:
+        """Nominal rate, Hz."""
+        return 1.0 / self.period_s
+
+    def long_gaps(self) -> list[tuple[int, int, float]]:
+        """The gaps spanning more than :data:`LONG_GAP_PERIODS` periods."""
+        return [g for g in self.gaps if g[1] > LONG_GAP_PERIODS]
+
+    def summary(self, resampled_hz: float | None = None) -> dict[str, Any]:
+        """JSON-serialisable facts for ``metadata["time_base"]``."""
+        return {"recorded_rate_hz": self.rate_hz, "uniform": self.uniform,
+                "jitter_s": self.jitter_s, "offset_s": self.offset_s,
+                "dropped_samples": int(sum(k - 1 for _, k, _ in self.gaps)),
+                "long_gaps": [{"after_sample": i, "periods": k, "t_s": t}
+                              for i, k, t in self.long_gaps()],
+                "resampled_hz": resampled_hz}
+
+
+def _snap(period: float) -> float:
+    rate = 1.0 / period
+    whole = round(rate)
+    if whole >= 1 and abs(rate - whole) <= SNAP_RELATIVE * rate:
+        return 1.0 / whole
+    return period
+
+
+def analyse_times(times_s: np.ndarray) -> TimeBase:
+    """The nominal grid of strictly increasing time stamps (s); see the module docstring."""
+    times = np.asarray(times_s, dtype=np.float64)
+    steps = np.diff(times)
+    mean = float(steps.mean())
+    if np.ptp(steps) <= UNIFORM_RELATIVE * mean:
+        return TimeBase(period_s=mean, uniform=True, jitter_s=0.0, offset_s=float(times[0]))
+    relative = times - times[0]
+    span = float(relative[-1])
+    period = float(np.median(steps))
+    for _ in range(2):
+        periods = np.maximum(1, np.round(steps / period))
+        period = span / periods.sum()
+    period = _snap(period)
+    periods = np.maximum(1, np.round(steps / period)).astype(int)
+    jitter = float(np.std(steps - periods * period))
+    gaps = [(int(i), int(periods[i]), float(relative[i])) for i in np.flatnonzero(periods >= 2)]
+    return TimeBase(period_s=period, uniform=False, jitter_s=jitter, offset_s=float(times[0]),
+                    gaps=gaps)
+
+
+def common_rate_hz(bases: list[TimeBase]) -> float | None:
+    """The rate every file of a folder is resampled to when they differ (the most common
+    nominal rate, the higher on a tie); None when they already share one."""
+    periods = np.array([b.period_s for b in bases])
+    if not len(periods) or np.ptp(periods) <= UNIFORM_RELATIVE * periods.mean():
+        return None
+    rates = np.round(1.0 / periods, 6)
+    values, counts = np.unique(rates, return_counts=True)
+    best = values[counts == counts.max()].max()
+    return float(best)
+
+
+def _slerp(rel_times: np.ndarray, quat_wxyz: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    from scipy.spatial.transform import Rotation, Slerp
+
+    rotations = Rotation.from_quat(quat_wxyz[:, [1, 2, 3, 0]])
+    out = Slerp(rel_times, rotations)(grid).as_quat()[:, [3, 0, 1, 2]]
+    before = np.clip(np.searchsorted(rel_times, grid, side="right") - 1, 0, len(rel_times) - 1)
+    flip = np.einsum("ij,ij->i", out, quat_wxyz[before]) < 0
+    out[flip] *= -1.0
+    return out
+
+
+def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray],
+             quaternion: str | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Resample onto a uniform grid of ``period_s`` from the first time stamp.
+
+    Parameters
+    ----------
+    times_s : ndarray (T,)
+        Strictly increasing time stamps, s.
+    period_s : float
+        Grid step, s.
+    columns : dict of name -> ndarray (T,) or (T, k)
+        Values at the time stamps, interpolated linearly (positions m, joints rad or m,
+        velocities), except ``columns[quaternion]`` (T, 4) w-x-y-z, by slerp.
+
+    Returns
+    -------
+    (grid times (N,) from 0 s, dict of the resampled columns)
+    """
+    rel = np.asarray(times_s, dtype=np.float64) - float(times_s[0])
+    n = int(np.floor(rel[-1] / period_s + 1e-3)) + 1
+    grid = np.arange(n) * period_s
+    grid[-1] = min(grid[-1], rel[-1])  # never extrapolate past the last stamp by rounding
+    out: dict[str, np.ndarray] = {}
+    for name, values in columns.items():
+        values = np.asarray(values, dtype=np.float64)
+        if name == quaternion:
+            out[name] = _slerp(rel, values, grid)
+        elif values.ndim == 1:
+            out[name] = np.interp(grid, rel, values)
+        else:
+            out[name] = np.column_stack([np.interp(grid, rel, values[:, k])
+                                         for k in range(values.shape[1])]) \
+                if values.shape[1] else np.zeros((n, 0))
+    grid = np.arange(n) * period_s
+    return grid, out

@@ -1,0 +1,226 @@
+"""Is a recording in the units and conventions residualsim expects? Checked on its free flight.
+
+Two checks per recording, where the recordings meet the scene (the object's URDF known),
+both refused by default and allowed by ``--allow-implausible``
+(:func:`residualsim.sim.recordings.allow_implausible`):
+
+1. **Gravity** (:func:`check_gravity`). The whole object's centre of mass (the mass-weighted
+   link centres at each recorded pose, so an articulated object's base swinging about it
+   does not matter) is fitted with a quadratic in time over the free flight before the first
+   contact: the leading samples the object's collision shapes stay clear of the table
+   (:func:`~residualsim.sim.recordings.free_flight_samples`, at most 30), shortened to the
+   longest leading window a parabola fits (residual rms at most 5 % of the parabola's sag,
+   so a bounce inside the window of a recording in the wrong units is cut off); at least
+   :data:`MIN_GRAVITY_SAMPLES` samples, or the check is skipped (also when no window is a
+   parabola: noise larger than the fall). A recording in contact at its first sample (by
+   the shapes: another up axis?) is fitted over its first 30 samples. The fitted acceleration must
+   be :data:`G_LOW_MPS2` to :data:`G_HIGH_MPS2` (9.81/3 to 9.81·3 m/s²) and within
+   :data:`MAX_TILT_DEG` of straight down (-z in 3D, -y planar). Otherwise the likely cause
+   is named: about 1000× g: positions in millimetres; 100×: centimetres; 1e-6×: times in
+   milliseconds; gravity along another axis: an export with another up axis (y-up).
+2. **Quaternion order** (:func:`check_quaternion_order`, CSV recordings of 3D scenes): the
+   pose at rest (the last ``REST_SAMPLES`` positions within 1 mm) should touch the table,
+   and no pose should sink far into it. When the columns' order puts the object at rest
+   more than :data:`ORDER_GAP_M` off the table while the other order (x-y-z-w values under
+   a w-x-y-z header, or back) touches it and sinks nowhere deeper than
+   ``WRONG_OBJECT_DEPTH_M``; or, for a recording not at rest, when the poses sink deeper
+   than that and the other order's do not: the recording is refused naming the order. Limits: a recording that never comes to rest nor sinks is not tested, and a
+   permuted quaternion that happens to put the object on another face flat on the table is
+   not detected (nor, by any dynamics, a permuted quaternion of an isotropic body spinning
+   steadily).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pybullet as pb
+
+from residualsim.data import Trajectory
+from residualsim.sim.engine import Engine
+
+__all__ = ["gravity_fit", "check_gravity", "check_quaternion_order", "GravityFit",
+           "G_LOW_MPS2", "G_HIGH_MPS2", "MAX_TILT_DEG", "MIN_GRAVITY_SAMPLES", "ORDER_GAP_M"]
+
+log = logging.getLogger(__name__)
+
+GRAVITY_MPS2 = 9.81
+#: Accepted band of the fitted gravity's magnitude, m/s².
+G_LOW_MPS2, G_HIGH_MPS2 = GRAVITY_MPS2 / 3, GRAVITY_MPS2 * 3
+#: Largest accepted angle between the fitted gravity and straight down, degrees.
+MAX_TILT_DEG = 30.0
+#: Fewest free-flight samples the gravity fit uses.
+MIN_GRAVITY_SAMPLES = 6
+#: A parabola fits a window when its residual rms is at most this share of its sag.
+FIT_SHARE = 0.05
+#: At rest, a gap to the table larger than this (m) under one quaternion order and smaller
+#: than a third of it under the other names the other order.
+ORDER_GAP_M = 0.005
+
+#: (ratio of the fitted g to 9.81, cause) for magnitudes out of the band.
+_CAUSES = ((1000.0, "positions look like millimetres (divide them by 1000)"),
+           (100.0, "positions look like centimetres (divide them by 100)"),
+           (1e-6, "times look like milliseconds (divide t by 1000)"),
+           (1e-3, "positions look like millimetres and times like milliseconds"),
+           (1e-4, "positions look like centimetres and times like milliseconds"),
+           (0.0254 ** -1, "positions look like inches"))
+
+
+@dataclasses.dataclass(frozen=True)
+class GravityFit:
+    """Fitted gravity (3,) m/s² world of the centre of mass over ``samples`` leading
+    samples; ``magnitude_mps2`` and ``tilt_deg`` (angle from straight down)."""
+
+    gravity_mps2: np.ndarray
+    samples: int
+
+    @property
+    def magnitude_mps2(self) -> float:
+        return float(np.linalg.norm(self.gravity_mps2))
+
+    def tilt_deg(self, down: np.ndarray) -> float:
+        norm = self.magnitude_mps2
+        if norm == 0:
+            return 180.0
+        return float(np.degrees(np.arccos(np.clip(self.gravity_mps2 @ down / norm, -1, 1))))
+
+
+def _centres_of_mass(engine: Engine, trajectory: Trajectory, n: int) -> np.ndarray:
+    """The whole object's centre of mass (n, 3), m world, at the first n recorded poses
+    (planar scenes: the recorded base position)."""
+    scene = engine.scene
+    if scene.planar:
+        return np.asarray(trajectory.positions_m[:n], dtype=np.float64)
+    body, cid = scene.body, engine.client
+    links = range(pb.getNumJoints(body, physicsClientId=cid))
+    masses = np.array([pb.getDynamicsInfo(body, link, physicsClientId=cid)[0]
+                       for link in (-1, *links)])
+    out = []
+    for index in range(n):
+        engine.reset(scene.state_from_trajectory(trajectory, index))
+        centres = [pb.getBasePositionAndOrientation(body, physicsClientId=cid)[0]]
+        centres += [pb.getLinkState(body, link, computeForwardKinematics=True,
+                                    physicsClientId=cid)[0] for link in links]
+        out.append(masses @ np.array(centres) / masses.sum())
+    return np.array(out)
+
+
+def _parabola(times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(acceleration (3,), residual rms, sag) of a least-squares quadratic in time."""
+    t = times - times[0]
+    design = np.column_stack([np.ones_like(t), t, t ** 2])
+    coefficients, *_ = np.linalg.lstsq(design, values, rcond=None)
+    residual = values - design @ coefficients
+    acceleration = 2.0 * coefficients[2]
+    sag = float(np.linalg.norm(acceleration)) * t[-1] ** 2 / 8.0
+    return acceleration, float(np.sqrt(np.mean(residual ** 2))), sag
+
+
+def gravity_fit(engine: Engine, trajectory: Trajectory, n_free: int,
+                max_samples: int = 30) -> GravityFit | None:
+    """The gravity the free flight of a recording shows (see the module docstring), from
+    its ``n_free`` leading free-flight samples (none: in contact at once, maybe another up
+    axis, so the first ``max_samples`` are tried). None when fewer than
+    :data:`MIN_GRAVITY_SAMPLES` samples are free or no leading window is a parabola (noise
+    larger than the fall: too short to tell)."""
+    n = n_free if n_free else min(trajectory.n_samples, max_samples)
+    if n < MIN_GRAVITY_SAMPLES:
+        return None
+    centres = _centres_of_mass(engine, trajectory, n)
+    times = np.asarray(trajectory.times_s[:n], dtype=np.float64)
+    for w in range(n, MIN_GRAVITY_SAMPLES - 1, -1):
+        acceleration, rms, sag = _parabola(times[:w], centres[:w])
+        if rms <= FIT_SHARE * sag:
+            return GravityFit(gravity_mps2=acceleration, samples=w)
+    return None
+
+
+def _cause(fit: GravityFit, down: np.ndarray, planar: bool) -> str:
+    ratio = fit.magnitude_mps2 / GRAVITY_MPS2
+    if G_LOW_MPS2 <= fit.magnitude_mps2 <= G_HIGH_MPS2:
+        axis = int(np.argmax(np.abs(fit.gravity_mps2)))
+        sign = "-" if fit.gravity_mps2[axis] < 0 else "+"
+        if axis == int(np.argmax(np.abs(down))) and sign == "+":
+            return f"gravity points up: the vertical axis is flipped ({'y' if planar else 'z'} " \
+                   "should point up)"
+        return (f"gravity is along {sign}{'xyz'[axis]}: an export with another up axis "
+                f"({'xyz'[axis]}-up); residualsim's world is {'y' if planar else 'z'} up")
+    for factor, text in _CAUSES:
+        if ratio > 0 and abs(np.log10(ratio / factor)) < 0.35:
+            return text
+    return "not the units residualsim reads (metres, seconds)"
+
+
+def check_gravity(engine: Engine, trajectory: Trajectory, n_free: int, refuse
+                  ) -> GravityFit | None:
+    """Fit gravity on the free flight (``n_free`` leading samples, see :func:`gravity_fit`)
+    and call ``refuse(message)`` when it is out of the band (see the module docstring);
+    returns the fit (None when too short)."""
+    fit = gravity_fit(engine, trajectory, n_free)
+    if fit is None:
+        log.info("%s: fewer than %d free-flight samples, gravity not checked",
+                 trajectory.traj_id, MIN_GRAVITY_SAMPLES)
+        return None
+    planar = engine.scene.planar
+    down = np.array([0.0, -1.0, 0.0]) if planar else np.array([0.0, 0.0, -1.0])
+    if G_LOW_MPS2 <= fit.magnitude_mps2 <= G_HIGH_MPS2 and fit.tilt_deg(down) <= MAX_TILT_DEG:
+        return fit
+    name = trajectory.source or trajectory.traj_id
+    g = fit.gravity_mps2
+    refuse(f"{name}: the free flight (samples 0 to {fit.samples - 1}) falls with "
+           f"{fit.magnitude_mps2:.3g} m/s² along ({g[0]:.3g}, {g[1]:.3g}, {g[2]:.3g}), "
+           f"{fit.magnitude_mps2 / GRAVITY_MPS2:.3g} times g, {fit.tilt_deg(down):.0f} deg from "
+           f"{'-y' if planar else '-z'}; expected 9.81 m/s² along {'-y' if planar else '-z'} "
+           f"(metres, seconds): {_cause(fit, down, planar)}")
+    return fit
+
+
+def _other_order(trajectory: Trajectory) -> tuple[Trajectory, str]:
+    """The recording with its quaternion columns read in the other order, and that order."""
+    order = trajectory.metadata.get("quaternion_order", "wxyz")
+    quats = np.asarray(trajectory.quat_wxyz)
+    if order == "xyzw":  # read back as w-x-y-z: the columns held (w, x, y, z) after all
+        return dataclasses.replace(trajectory, quat_wxyz=quats[:, [1, 2, 3, 0]]), "wxyz"
+    return dataclasses.replace(trajectory, quat_wxyz=quats[:, [3, 0, 1, 2]]), "xyzw"
+
+
+def check_quaternion_order(engine: Engine, trajectory: Trajectory, distance, refuse,
+                           rest_samples: int = 5, depth_m: float = 0.02) -> None:
+    """Refuse (``refuse(message)``) a recording whose quaternion values are in the other
+    order (see the module docstring); ``distance(engine, trajectory, index, horizon_m)`` is
+    the signed distance (m) of the object to the table at a recorded pose; at rest: the
+    last ``rest_samples`` positions within 1 mm; ``depth_m`` the penetration that cannot be
+    this object's."""
+    if engine.scene.planar or not trajectory.source.startswith("csv:"):
+        return  # the other formats define their order
+    other, order = _other_order(trajectory)
+    last = np.asarray(trajectory.positions_m)[-rest_samples:]
+    at_rest = trajectory.n_samples > rest_samples and np.ptp(last, axis=0).max() < 1e-3
+    horizon = 4 * depth_m
+    step = max(1, trajectory.n_samples // 40)
+    indices = range(0, trajectory.n_samples, step)
+    read_as = trajectory.metadata.get("quaternion_order", "wxyz")
+    sink = -min(distance(engine, other, i, horizon) for i in indices)
+    reason = None
+    if at_rest:
+        given = abs(distance(engine, trajectory, trajectory.n_samples - 1, horizon))
+        alternative = abs(distance(engine, other, trajectory.n_samples - 1, horizon))
+        if given > ORDER_GAP_M and alternative < min(given / 3, ORDER_GAP_M) \
+                and sink < depth_m:
+            reason = (f"at rest the object is {1000 * given:.0f} mm off the table with the "
+                      f"columns read as {read_as}, {1000 * alternative:.1f} mm read as "
+                      f"{order}")
+    else:
+        given = -min(distance(engine, trajectory, i, horizon) for i in indices)
+        if given > depth_m and sink < min(given / 3, depth_m / 2):
+            reason = (f"the poses sink up to {1000 * given:.0f} mm into the table with the "
+                      f"columns read as {read_as}, {1000 * max(sink, 0.0):.1f} mm read as "
+                      f"{order}")
+    if reason:
+        name = trajectory.source or trajectory.traj_id
+        flag = ("pass --quaternion-order xyzw (quaternion_order='xyzw')" if order == "xyzw"
+                else "drop --quaternion-order xyzw (the values are w-x-y-z)")
+        refuse(f"{name}: the quaternions look like {'-'.join(order)} order: {reason}; "
+               f"{flag}")
