@@ -10,6 +10,7 @@ exception, with their licence); tests that need a damaged copy write it to ``tmp
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,7 @@ def load_train_script(name: str):
     path = Path(__file__).resolve().parents[1] / "train" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

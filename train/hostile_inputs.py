@@ -1,0 +1,332 @@
+"""Hostile own-object inputs through the ``residualsim`` command: a table of what each does.
+
+Each case builds its inputs in a temporary folder (a URDF, a scene file, CSV recordings
+written from the bundled synthetic cube tosses, prediction files, paths), runs one command
+in-process (:func:`residualsim.cli.main`) and records the exit code and the first line on
+stderr. A case passes when the command exits with the expected code (2: one clear error),
+prints no traceback and, for refusals, names the file or option at fault.
+
+    python train/hostile_inputs.py            # the table, as Markdown, on stdout
+
+``tests/test_hostile_inputs.py`` runs every case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = ROOT / "data" / "samples" / "cube-synthetic"
+INERTIA = 'ixx="1e-4" iyy="1e-4" izz="1e-4" ixy="0" ixz="0" iyz="0"'
+BOX = '<box size="0.1048 0.1048 0.1048"/>'
+
+
+def _link(name: str, inertia: str = INERTIA, geometry: str = BOX, mass: str = "0.37") -> str:
+    collision = f"<collision><geometry>{geometry}</geometry></collision>" if geometry else ""
+    return (f'<link name="{name}"><inertial><mass value="{mass}"/><inertia {inertia}/>'
+            f"</inertial>{collision}</link>")
+
+
+def _joint(name: str, parent: str, child: str, kind: str = "revolute") -> str:
+    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
+            f'<child link="{child}"/><origin xyz="0.1 0 0"/><axis xyz="0 0 1"/>'
+            '<limit lower="-1" upper="1" effort="0" velocity="9"/></joint>')
+
+
+def _robot(*parts: str) -> str:
+    return '<?xml version="1.0"?><robot name="thing">' + "".join(parts) + "</robot>"
+
+
+@dataclass
+class Case:
+    """One hostile input: ``build(folder)`` writes it and returns the command's arguments;
+    ``expect`` is the exit code; ``mentions`` what the one-line message must name
+    (``{dir}`` is replaced by the case's folder)."""
+
+    name: str
+    build: Callable[[Path], list[str]]
+    mentions: str
+    expect: int = 2
+
+
+def _urdf_case(name: str, urdf: str, mentions: str) -> Case:
+    def build(folder: Path) -> list[str]:
+        (folder / "thing.urdf").write_text(urdf)
+        return ["data", "info", str(_csv_set(folder)), "--scene", str(folder / "thing.urdf")]
+    return Case(name, build, mentions)
+
+
+def _csv_set(folder: Path, count: int = 2) -> Path:
+    """The first ``count`` bundled synthetic cube tosses as CSV with velocities."""
+    from residualsim.data import load_trajectories, save_csv_trajectories
+
+    target = folder / "csv"
+    if not target.is_dir():
+        tosses = dict(list(load_trajectories(SYNTHETIC).items())[:count])
+        save_csv_trajectories(target, tosses, with_velocities=True)
+    return target
+
+
+def _edit_csv(folder: Path, edit: Callable[[list[str]], list[str]], every: bool = False
+              ) -> Path:
+    """A CSV set whose first file (renamed ``bad.csv``), or with ``every`` each file (an
+    export that is wrong throughout), is rewritten by ``edit`` (lines in, lines out)."""
+    target = _csv_set(folder)
+    files = sorted(target.glob("*.csv"))
+    for index, path in enumerate(files if every else files[:1]):
+        lines = path.read_text().splitlines()
+        path.unlink()
+        name = path.stem if every else "bad"
+        (target / f"{name}.csv").write_text("\n".join(edit(lines)) + "\n")
+    return target
+
+
+def _column(lines: list[str], column: str, change: Callable[[float, int], float]
+            ) -> list[str]:
+    header = lines[0].split(",")
+    index = header.index(column)
+    out = [lines[0]]
+    for row, line in enumerate(lines[1:]):
+        cells = line.split(",")
+        cells[index] = repr(change(float(cells[index]), row))
+        out.append(",".join(cells))
+    return out
+
+
+def _cube_scene(folder: Path, extra: str = "") -> Path:
+    shutil.copy(ROOT / "assets" / "cube.urdf", folder / "cube.urdf")
+    scene = folder / "cube.toml"
+    scene.write_text(f'urdf = "cube.urdf"\n{extra}')
+    return scene
+
+
+def _info(edit: Callable[[list[str]], list[str]], every: bool = False
+          ) -> Callable[[Path], list[str]]:
+    def build(folder: Path) -> list[str]:
+        return ["data", "info", str(_edit_csv(folder, edit, every)), "--scene",
+                str(_cube_scene(folder))]
+    return build
+
+
+def _scaled(columns: str, factor: float) -> Callable[[list[str]], list[str]]:
+    def edit(lines: list[str]) -> list[str]:
+        for column in columns.split(","):
+            lines = _column(lines, column, lambda v, r: factor * v)
+        return lines
+    return edit
+
+
+def _prediction(folder: Path, joints: int | None, bad: bool = False) -> list[str]:
+    from residualsim.evaluation import TrajectoryPredictions, save_predictions
+    from residualsim.data import load_trajectories
+
+    toss = next(iter(load_trajectories(SYNTHETIC).values()))
+    n = toss.n_samples
+    arrays = dict(joint_positions=[np.zeros((1, n, joints))]) if joints is not None else {}
+    pred = TrajectoryPredictions.from_arrays([toss.traj_id], [toss.positions_m[None]],
+                                             [toss.quat_wxyz[None]], **arrays)
+    path = folder / "p.npz"
+    if bad:
+        path.write_bytes(b"PK\x03\x04 not really a zip")
+    else:
+        save_predictions(path, pred)
+    return ["score", "--pred", str(path), "--data", str(SYNTHETIC)]
+
+
+def _hinge_recordings(folder: Path) -> Path:
+    """Cube CSV files relabelled with a joint column the scene does not have."""
+    def add_joint(lines: list[str]) -> list[str]:
+        return [lines[0] + ",elbow"] + [line + ",0.0" for line in lines[1:]]
+    return _edit_csv(folder, add_joint)
+
+
+CASES: list[Case] = [
+    # URDF physics and structure (refused before PyBullet sees the file)
+    _urdf_case("URDF: two unconnected root links (PyBullet segfaults)",
+               _robot(_link("a"), _link("b")), "2 root links"),
+    _urdf_case("URDF: ixx = nan", _robot(_link("a", INERTIA.replace('ixx="1e-4"', 'ixx="nan"'))),
+               "non-finite entry"),
+    _urdf_case("URDF: negative inertia",
+               _robot(_link("a", INERTIA.replace('iyy="1e-4"', 'iyy="-1e-4"'))),
+               "not positive definite"),
+    _urdf_case("URDF: zero inertia", _robot(_link("a", INERTIA.replace("1e-4", "0"))),
+               "not positive definite"),
+    _urdf_case("URDF: triangle inequality broken",
+               _robot(_link("a", INERTIA.replace('izz="1e-4"', 'izz="9e-4"'))),
+               "triangle inequality"),
+    _urdf_case("URDF: floating joint (PyBullet makes it fixed)",
+               _robot(_link("a"), _link("b"), _joint("f", "a", "b", "floating")),
+               "type 'floating'"),
+    _urdf_case("URDF: unknown joint type",
+               _robot(_link("a"), _link("b"), _joint("u", "a", "b", "hinge")), "type 'hinge'"),
+    _urdf_case("URDF: kinematic loop",
+               _robot(_link("a"), _link("b"), _link("c"), _joint("j1", "a", "b"),
+                      _joint("j2", "b", "c"), _joint("j3", "a", "c")), "child of two joints"),
+    _urdf_case("URDF: link without a collision shape",
+               _robot(_link("a"), _link("b", geometry=""), _joint("j", "a", "b")),
+               "no <collision> shape"),
+    _urdf_case("URDF: missing mesh file",
+               _robot(_link("a", geometry='<mesh filename="meshes/gone.obj"/>')),
+               "mesh file 'meshes/gone.obj' not found"),
+    _urdf_case("URDF: package:// mesh not found",
+               _robot(_link("a", geometry='<mesh filename="package://kit/m.obj"/>')),
+               "package://"),
+    _urdf_case("URDF: zero mass", _robot(_link("a", mass="0")), "must be finite and positive"),
+    _urdf_case("URDF: not XML", "<robot name='x'", "not valid XML"),
+    Case("scene file: substeps = 1e9", lambda d: [
+        "data", "info", str(_csv_set(d)), "--scene",
+        str(_cube_scene(d, "substeps = 1000000000\n"))], "more than 1000"),
+    Case("scene file: unknown key", lambda d: [
+        "data", "info", str(_csv_set(d)), "--scene", str(_cube_scene(d, "colour = 1\n"))],
+        "unknown key"),
+    Case("--substeps 1e9 on the command line", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--substeps", "1000000000",
+        "--out", str(d / "p.npz")], "more than 1000"),
+    # CSV recordings
+    Case("CSV: decimal comma", lambda d: [
+        "data", "info", str(_edit_csv(d, lambda ls: [ls[0].replace(",", ";")] + [
+            line.replace(",", ";").replace(".", ",") for line in ls[1:]])), "--scene",
+        str(_cube_scene(d))], "decimal comma"),
+    Case("CSV: time going backwards", _info(lambda ls: _column(
+        ls, "t", lambda v, r: v if r != 5 else 0.0)), "does not increase"),
+    Case("CSV: a NaN cell", _info(lambda ls: ls[:4] + [ls[4].replace(ls[4].split(",")[2], "nan")]
+                                  + ls[5:]), "not a finite number"),
+    Case("CSV: missing column qz", _info(lambda ls: [",".join(
+        c for c in line.split(",")[:7] + line.split(",")[8:]) for line in ls]), "qz"),
+    Case("CSV: quaternion far from unit norm", _info(lambda ls: _column(
+        ls, "qw", lambda v, r: v + 0.5)), "norm"),
+    Case("CSV: an export in millimetres", _info(_scaled("x,y,z,vx,vy,vz", 1000.0), every=True),
+         "millimetres"),
+    Case("CSV: an export with times in milliseconds", _info(_scaled("t", 1000.0), every=True),
+         "millisecond"),
+    Case("CSV: velocity columns all zero", _info(lambda ls: _column(_column(_column(
+        ls, "vx", lambda v, r: 0.0), "vy", lambda v, r: 0.0), "vz", lambda v, r: 0.0)),
+        "velocit"),
+    Case("CSV: empty file", _info(lambda ls: []), "empty"),
+    Case("CSV: header only", _info(lambda ls: ls[:1]), "row"),
+    Case("CSV: a row with a missing cell", _info(lambda ls: ls[:3] + [
+        ",".join(ls[3].split(",")[:-1])] + ls[4:]), "cells"),
+    Case("CSV: duplicate column", _info(lambda ls: [ls[0].replace("vx", "vy")] + ls[1:]),
+         "duplicate"),
+    Case("CSV: a joint the scene does not have", lambda d: [
+        "data", "info", str(_hinge_recordings(d)), "--scene", str(_cube_scene(d))], "elbow"),
+    # outputs and paths
+    Case("--out is the data folder", lambda d: [
+        "calibrate", "--scene", "cube", "--data", str(_csv_set(d)), "--params",
+        "lateral_friction", "--out", str(_csv_set(d))], "is the --data folder"),
+    Case("--out inside the data folder", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(_csv_set(d)), "--out",
+        str(_csv_set(d) / "p.npz")], "lies inside the --data folder"),
+    Case("--out under a file", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
+        str(_touch(d / "file.txt") / "p.npz")], "is a file"),
+    Case("--out is an existing directory (a file expected)", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out", str(d)],
+        "is a directory"),
+    Case("prediction: joint_positions of the wrong width", lambda d: _prediction(d, 2),
+         "joint"),
+    Case("prediction: not a prediction file", lambda d: _prediction(d, None, bad=True),
+         "p.npz"),
+    Case("prediction: file missing", lambda d: [
+        "score", "--pred", str(d / "none.npz"), "--data", str(SYNTHETIC)], "none.npz"),
+    Case("--params: unknown name", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params", "fricton=0.3",
+        "--out", str(d / "p.npz")], "fricton"),
+    Case("--params: friction -1", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
+        "lateral_friction=-1", "--out", str(d / "p.npz")], "lateral_friction"),
+    Case("--params: a calibration folder without summary", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
+        str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "cal"),
+    Case("rollout --horizon nan", lambda d: [
+        "rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0", "--horizon", "nan",
+        "--out", str(d / "r.npz")], "--horizon"),
+    Case("rollout --horizon -1", lambda d: [
+        "rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0", "--horizon", "-1",
+        "--out", str(d / "r.npz")], "--horizon"),
+    Case("rollout --state of 12 numbers", lambda d: [
+        "rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5", "--out", str(d / "r.npz")],
+        "--state"),
+    Case("rollout --state with a zero quaternion", lambda d: [
+        "rollout", "--state", "0,0,0.3,0,0,0,0,0.5,0,-0.5,0,5,0", "--out", str(d / "r.npz")],
+        "quaternion"),
+    Case("data folder that does not exist", lambda d: [
+        "data", "info", str(d / "nowhere")], "nowhere"),
+    Case("data folder mixing .csv and .npz", lambda d: [
+        "data", "info", str(_touch(_csv_set(d) / "x.npz").parent)], "mixes data formats"),
+    Case("model folder that does not exist", lambda d: [
+        "predict", "--model", str(d / "no-model"), "--data", str(SYNTHETIC), "--out",
+        str(d / "p.npz")], "no-model"),
+]
+
+
+def _touch(path: Path) -> Path:
+    path.write_text("x")
+    return path
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@dataclass
+class Outcome:
+    """What one case did: exit code, the first stderr line, whether it passes."""
+
+    case: Case
+    code: int
+    message: str
+    traceback: bool
+
+    @property
+    def passed(self) -> bool:
+        return (self.code == self.case.expect and not self.traceback
+                and self.case.mentions.lower() in self.message.lower())
+
+
+def run_case(case: Case) -> Outcome:
+    """Build ``case`` in a fresh temporary folder and run its command in-process."""
+    from residualsim.cli import main
+
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        argv = case.build(Path(tmp))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:  # argparse refusals
+                code = exit_.code if isinstance(exit_.code, int) else 2
+        text = err.getvalue()
+    lines = [line for line in text.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    return Outcome(case, code, first.strip(), "Traceback" in text)
+
+
+def main() -> int:
+    outcomes = [run_case(case) for case in CASES]
+    print("| # | case | exit | message (first error line) | ok |")
+    print("|---|---|---|---|---|")
+    for number, outcome in enumerate(outcomes, 1):
+        message = outcome.message.replace("|", "\\|")
+        if len(message) > 160:
+            message = message[:157] + "..."
+        print(f"| {number} | {outcome.case.name} | {outcome.code} | {message} | "
+              f"{'yes' if outcome.passed else 'NO'} |")
+    failed = [o for o in outcomes if not o.passed]
+    print(f"\n{len(outcomes) - len(failed)} of {len(outcomes)} cases handled well",
+          file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
