@@ -246,7 +246,7 @@ CASES: list[Case] = [
         "lateral_friction=-1", "--out", str(d / "p.npz")], "lateral_friction"),
     Case("--params: a calibration folder without summary", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
-        str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "cal"),
+        str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "without summary.json"),
     Case("rollout --horizon nan", lambda d: [
         "rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0", "--horizon", "nan",
         "--out", str(d / "r.npz")], "--horizon"),

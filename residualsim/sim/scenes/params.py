@@ -141,6 +141,9 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     if path.is_dir() and (path / "summary.json").is_file():  # a calibration directory
         path = path / "summary.json"
         text = str(path)
+    elif path.is_dir():
+        raise ParameterError(f"{path}: a folder without summary.json, so not a calibration "
+                             "(give name=value pairs, a JSON file or a calibrate --out folder)")
     if text.endswith(".json") or path.is_file():
         content = read_json(path, missing=f"{path}: parameter file not found",
                             error=ParameterError, unique_keys=True)
