@@ -19,6 +19,7 @@ import sys
 
 from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, residual,
                              simulate)
+from residualsim.cli.options import Parser
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
 
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from residualsim import __version__
 
-    parser = argparse.ArgumentParser(prog="residualsim", description=__doc__.splitlines()[0])
+    parser = Parser(prog="residualsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"residualsim {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     commands = parser.add_subparsers(dest="command", required=True)
