@@ -17,8 +17,8 @@ import logging
 import os
 import sys
 
-from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, residual,
-                             simulate)
+from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, report,
+                             residual, simulate)
 from residualsim.cli.options import Parser
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
@@ -26,7 +26,7 @@ from residualsim.parallel import parallel_backend
 __all__ = ["main", "build_parser"]
 
 #: The command groups, in the order ``residualsim --help`` lists them.
-GROUPS = (demo, simulate, data, calibrate, residual, belief, evaluate, bench)
+GROUPS = (demo, simulate, data, calibrate, residual, belief, evaluate, report, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
