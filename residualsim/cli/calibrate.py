@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from residualsim.atomic import check_output
 from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_seed,
@@ -50,8 +51,6 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     split = split_options(args)
     initial = None
     if args.method == "mpec" or args.init == "mpec":
-        from pathlib import Path
-
         from residualsim.sysid.mpec.calibration import calibrate_mpec
 
         mpec_out = args.out if args.method == "mpec" else Path(args.out) / "mpec-init"
@@ -88,6 +87,12 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
             "validation_count", "backend", "complementarity_violation", "solver_status",
             "iterations", "warnings", "seconds")
+    if (summary.get("data") or {}).get("kind") == "trajectories":
+        from residualsim.cli.report import report_command
+
+        _note(args, "report: " + report_command(
+            str(Path(args.out) / "report.html"), calibration=args.out, data=args.data,
+            split="validation" if summary.get("validation_count") else "all"))
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 

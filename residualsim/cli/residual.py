@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
 from residualsim.cli.options import (add_allow_implausible, add_force, add_scene, add_seed,
@@ -38,6 +39,11 @@ def cmd_train(args: argparse.Namespace) -> None:
               f"({100 * figures['improvement']:.1f} % lower); rotation "
               f"{figures['validation_rotation_deg']:.1f} deg vs "
               f"{figures['engine_validation_rotation_deg']:.1f} deg", file=sys.stderr)
+    if not args.quiet:
+        from residualsim.cli.report import report_command
+
+        print("report: " + report_command(str(Path(args.out) / "report.html"), model=args.out,
+                                          data=args.data), file=sys.stderr)
     json_line({"command": "train", "out": str(args.out), **figures})
 
 

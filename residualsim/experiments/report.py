@@ -343,8 +343,8 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
             "Recorded (dashed) against each prediction from the recorded first state: base "
             "link x, y, z (m, world frame) and the angle turned since the first sample "
             "(deg)" + (", joints (rad or m)" if recordings[traj_id].n_joints else "") + "."
-            + bands,
-            [c for cs in commands.values() for c in cs] + [report_command]))
+            + bands + " The predictions are those of the commands under Errors.",
+            [report_command]))
         bar.update()
     per_recording = "".join(_figure_html(f) for f in figures)
     if len(recordings) > len(shown):
