@@ -19,23 +19,24 @@ import signal
 import sys
 import threading
 
-from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, residual,
-                             simulate)
+from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, report,
+                             residual, simulate)
 from residualsim.atomic import check_outside_inputs
+from residualsim.cli.options import Parser
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
 
 __all__ = ["main", "build_parser"]
 
 #: The command groups, in the order ``residualsim --help`` lists them.
-GROUPS = (demo, simulate, data, calibrate, residual, belief, evaluate, bench)
+GROUPS = (demo, simulate, data, calibrate, residual, belief, evaluate, report, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``residualsim`` command."""
     from residualsim import __version__
 
-    parser = argparse.ArgumentParser(prog="residualsim", description=__doc__.splitlines()[0])
+    parser = Parser(prog="residualsim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"residualsim {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -101,8 +102,32 @@ def main(argv: list[str] | None = None) -> int:
     return _main(argv)
 
 
+#: ``RESIDUALSIM_TINY=1``: every budget capped, for smoke runs (the README test runs the
+#: README's commands so): option -> (cap, value set when the option is absent or None).
+TINY_CAPS = {"samples": (4, None), "burn_in": (2, None), "budget": (8, None),
+             "particles": (20, None), "validate_every": (8, None), "chains": (2, None),
+             "max_trajectories": (3, 3), "max_tosses": (3, 3), "initial_draws": (0, 0),
+             "tosses": (3, None), "figures": (2, None)}
+
+
+def _apply_tiny(args: argparse.Namespace) -> None:
+    """Cap the budgets of ``args`` (:data:`TINY_CAPS`) when ``RESIDUALSIM_TINY`` is set."""
+    if os.environ.get("RESIDUALSIM_TINY", "") in ("", "0") or args.command == "data":
+        return  # data synthesize's --samples is a toss's length, not a budget
+    for name, (cap, absent) in TINY_CAPS.items():
+        if not hasattr(args, name):
+            continue
+        value = getattr(args, name)
+        if value is None:
+            setattr(args, name, absent)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            setattr(args, name, min(value, cap))
+    print("residualsim: RESIDUALSIM_TINY is set: budgets capped (smoke run)", file=sys.stderr)
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    _apply_tiny(args)
     installed = (threading.current_thread() is threading.main_thread()
                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     if installed:

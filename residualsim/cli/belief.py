@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (add_allow_implausible, add_force, add_workers, count,
-                                     json_line, state_option)
+from residualsim.cli.options import (add_allow_implausible, add_force, add_seed, add_workers,
+                                     count, json_line, state_option)
 from residualsim.data.bundled import PRETRAINED_CUBE
 
 
@@ -32,21 +32,26 @@ def register(commands) -> None:
     ro.add_argument("--model", default=str(PRETRAINED_CUBE),
                     help="model directory (default: the shipped cube model)")
     ro.add_argument("--state", type=state_option,
-                    help="13 numbers: position m, quaternion w,x,y,z, velocity m/s, angular "
-                         "velocity rad/s (world frame)")
+                    help="the initial state, comma-separated: 13 numbers for a free body "
+                         "(position m, quaternion w,x,y,z, velocity m/s, angular velocity "
+                         "rad/s; world frame), or the scene's full state, 13 + 2 per joint "
+                         "for an articulated object (then the joint positions, rad or m, and "
+                         "the joint velocities, rad/s or m/s, in URDF order) (default: give "
+                         "--toss instead)")
     ro.add_argument("--toss", help="start from this recorded toss instead (with --data) and "
-                    "draw it in the plot")
+                    "draw it in the plot (default: give --state instead)")
     ro.add_argument("--data", help="recordings for --toss (default $RESIDUALSIM_DATA/...)")
     ro.add_argument("--horizon", type=float, help="seconds (default: the toss's length, or "
                     "1.5 s)")
-    ro.add_argument("--samples", type=count(1), default=64)
+    ro.add_argument("--samples", type=count(1), default=64, help="sampled rollouts")
     ro.add_argument("--particles", type=count(0), default=1000,
                     help="belief particles per contact event (0: no beliefs)")
     ro.add_argument("--events", type=count(1), default=3, help="contact events to follow")
-    ro.add_argument("--seed", type=int, default=0)
+    add_seed(ro)
     ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
     ro.add_argument("--out", required=True, help=".npz file to write")
-    ro.add_argument("--plot", help="PNG of the particle clouds after each contact")
+    ro.add_argument("--plot", help="PNG of the particle clouds after each contact "
+                    "(default: no plot)")
     add_force(ro)
     add_allow_implausible(ro)
     add_workers(ro)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from residualsim.cli.options import count, json_line, kappa_option
+from residualsim.cli.options import SCENE_HELP, add_seed, count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
-
-SCENE_HELP = "cube (default), a built-in scene, a scene file (.toml) or a .urdf"
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> None:
@@ -138,7 +136,8 @@ def register(commands) -> None:
                         "(default $RESIDUALSIM_DATA/<scene's set>; skipped without)")
     engine.add_argument("--tosses", type=count(1), default=20,
                         help="sampled tosses timed for the wrapper overhead")
-    engine.add_argument("--repeats", type=count(1), default=5)
+    engine.add_argument("--repeats", type=count(1), default=5, help="timing repeats (the "
+                        "fastest counts)")
     engine.set_defaults(run=cmd_bench_engine)
     bcal = bench_commands.add_parser(
         "calibration", help="Metropolis-Hastings step cost, 1 vs 2 workers, projected time")
@@ -146,23 +145,27 @@ def register(commands) -> None:
     bcal.add_argument("--data", help="the scene's recordings (default "
                       "$RESIDUALSIM_DATA/<scene's set>)")
     bcal.add_argument("--tosses", type=count(1), default=100, help="first N recordings")
-    bcal.add_argument("--substeps", type=count(1), default=1)
-    bcal.add_argument("--chains", type=count(1), default=2)
-    bcal.add_argument("--samples", type=count(1), default=3000)
-    bcal.add_argument("--burn-in", type=count(0), default=1000)
+    bcal.add_argument("--substeps", type=count(1), default=1,
+                      help="engine steps per recorded sample")
+    bcal.add_argument("--chains", type=count(1), default=2, help="Metropolis-Hastings chains")
+    bcal.add_argument("--samples", type=count(1), default=3000,
+                      help="kept draws per chain, for the projected time")
+    bcal.add_argument("--burn-in", type=count(0), default=1000,
+                      help="discarded steps per chain, for the projected time")
     bcal.add_argument("--probe-steps", type=count(1), default=20,
                       help="sampler steps timed per worker count")
     bcal.add_argument("--sampler-steps", type=count(0), default=200, help="also run real "
                       "chains this long, plain and with delayed acceptance (0: skip)")
-    bcal.add_argument("--delayed-acceptance", type=float, default=0.25, metavar="FRACTION")
+    bcal.add_argument("--delayed-acceptance", type=float, default=0.25, metavar="FRACTION",
+                      help="share of the recordings each proposal is screened on")
     bcal.set_defaults(run=cmd_bench_calibration)
     bres = bench_commands.add_parser(
         "residual", help="residual rollout cost against the calibrated engine alone")
     bres.add_argument("--model", default=str(PRETRAINED_CUBE), help="model directory "
                       "(default: the shipped cube model)")
     bres.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
-    bres.add_argument("--tosses", type=count(1), default=40)
-    bres.add_argument("--repeats", type=count(1), default=5)
+    bres.add_argument("--tosses", type=count(1), default=40, help="validation tosses timed")
+    bres.add_argument("--repeats", type=count(1), default=5, help="timing repeats")
     bres.set_defaults(run=cmd_bench_residual)
 
     bexe = bench_commands.add_parser(
@@ -172,7 +175,7 @@ def register(commands) -> None:
     bexe.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
     bexe.add_argument("--tosses", type=count(1), default=40, help="training tosses used")
     bexe.add_argument("--candidates", type=count(1), default=8, help="per batch")
-    bexe.add_argument("--repeats", type=count(1), default=3)
+    bexe.add_argument("--repeats", type=count(1), default=3, help="timing repeats")
     bexe.set_defaults(run=cmd_bench_executors)
 
     bbel = bench_commands.add_parser(
@@ -181,15 +184,18 @@ def register(commands) -> None:
                       "(default: the shipped cube model)")
     bbel.add_argument("--data", help="real tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
     bbel.add_argument("--tosses", type=count(1), default=4, help="validation tosses")
-    bbel.add_argument("--particles", type=count(2), default=1000)
-    bbel.add_argument("--events", type=count(1), default=3)
-    bbel.add_argument("--workers", type=count(1), default=2)
-    bbel.add_argument("--seed", type=int, default=0)
+    bbel.add_argument("--particles", type=count(2), default=1000,
+                      help="belief particles per contact event")
+    bbel.add_argument("--events", type=count(1), default=3, help="contact events to follow")
+    bbel.add_argument("--workers", type=count(1), default=2, help="worker processes")
+    add_seed(bbel)
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(
         "identify-loop", help="generate an arm-loop recording and identify the loop springs")
-    bid.add_argument("--method", choices=("lsq", "gradient", "homotopy", "mh"), default="lsq")
+    bid.add_argument("--method", choices=("lsq", "gradient", "homotopy", "mh"), default="lsq",
+                     help="identification method: least squares, gradient descent, homotopy "
+                     "or Metropolis-Hastings")
     bid.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
     bid.add_argument("--generator-links", type=int, choices=(12, 24), default=12,
@@ -197,13 +203,13 @@ def register(commands) -> None:
     bid.add_argument("--offsets", action="store_true",
                      help="estimate the 7 joint-angle sensor offsets with kappa")
     bid.add_argument("--offset-rad", type=float, default=0.0,
-                     help="std of the sensor zero offsets put in the recording")
-    bid.add_argument("--workers", type=count(1), default=2)
+                     help="std of the sensor zero offsets put in the recording, rad")
+    bid.add_argument("--workers", type=count(1), default=2, help="worker processes")
     bid.add_argument("--seed", type=int, default=0, help="noise seed of the recording")
     bid.set_defaults(run=cmd_bench_identify_loop)
     bmp = bench_commands.add_parser("mpec", help="MPEC identification of synthetic particles")
     bmp.add_argument("--particles", type=count(2), default=2000, help="particle filter size")
-    bmp.add_argument("--seed", type=int, default=0)
+    add_seed(bmp)
     bmp.add_argument("--cube-tosses", type=count(0), default=0, help="also time the cube MPEC "
                      "on the first N training tosses against MH (2 chains) on them")
     bmp.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/<cube's set>)")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (add_allow_implausible, add_split_options, add_workers,
-                                     bounds_option, count, json_line, kappa_option,
+from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_seed,
+                                     add_split_options, add_workers, bounds_option, count, json_line, kappa_option,
                                      mapping_option, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
@@ -50,8 +51,6 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     split = split_options(args)
     initial = None
     if args.method == "mpec" or args.init == "mpec":
-        from pathlib import Path
-
         from residualsim.sysid.mpec.calibration import calibrate_mpec
 
         mpec_out = args.out if args.method == "mpec" else Path(args.out) / "mpec-init"
@@ -88,6 +87,12 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
             "validation_count", "backend", "complementarity_violation", "solver_status",
             "iterations", "warnings", "seconds")
+    if (summary.get("data") or {}).get("kind") == "trajectories":
+        from residualsim.cli.report import report_command
+
+        _note(args, "report: " + report_command(
+            str(Path(args.out) / "report.html"), calibration=args.out, data=args.data,
+            split="validation" if summary.get("validation_count") else "all"))
     json_line({"command": "calibrate", "out": str(args.out),
                 **{k: summary[k] for k in keys if k in summary}})
 
@@ -97,12 +102,14 @@ def register(commands) -> None:
     cal = commands.add_parser(
         "calibrate", help="posterior (Metropolis-Hastings) or point estimate of engine "
         "parameters from recordings")
-    cal.add_argument("--scene", default="cube")
+    cal.add_argument("--scene", default="cube", help=SCENE_HELP.replace(
+        " (default cube", "; or arm-loop, the arm + loop's spring stiffnesses (default cube"))
     cal.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     cal.add_argument("--params", default="lateral_friction,restitution",
                      help="comma-separated parameters to calibrate (default "
                      "lateral_friction,restitution)")
-    cal.add_argument("--out", required=True, help="output directory")
+    cal.add_argument("--out", required=True, help="output directory (summary.json, "
+                     "posterior.npz, corner.png, trace.png)")
     cal.add_argument("--method", choices=("mh", "nevergrad", "mpec", "lsq", "gradient",
                                           "homotopy"),
                      default="mh", help="mh, nevergrad or mpec (complementarity-constrained, "
@@ -117,13 +124,15 @@ def register(commands) -> None:
                      help="arm-loop homotopy/lsq: estimate the joint-angle sensor offsets too")
     cal.add_argument("--samples", type=count(1), default=3000, help="kept draws per chain")
     cal.add_argument("--burn-in", type=count(0), default=1000, help="steps discarded per chain")
-    cal.add_argument("--chains", type=count(1), default=2)
+    cal.add_argument("--chains", type=count(1), default=2, help="Metropolis-Hastings chains")
     cal.add_argument("--proposal-scale", type=float, default=0.05,
                      help="random-walk step in units of each parameter's range (default 0.05)")
     cal.add_argument("--no-adapt", action="store_true",
                      help="keep the proposal fixed during burn-in too (the paper's setting)")
-    cal.add_argument("--bounds", help="name=LOW:HIGH,... search bounds")
-    cal.add_argument("--prior", help="name=uniform|loguniform|normal:MEAN:STD,...")
+    cal.add_argument("--bounds", help="name=LOW:HIGH,... search bounds, in each parameter's "
+                     "unit (default: each parameter's valid range)")
+    cal.add_argument("--prior", help="name=uniform|loguniform|normal:MEAN:STD,... "
+                     "(default: uniform within the bounds)")
     cal.add_argument("--noise", type=float,
                      help="observation noise scale (m; m/s for impacts); default estimated")
     cal.add_argument("--substeps", type=count(1), help="engine substeps per sample "
@@ -133,22 +142,24 @@ def register(commands) -> None:
                      "fitted state only)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
-                     "before the rest (exact; e.g. 0.25)")
+                     "before the rest (exact; e.g. 0.25) (default: off)")
     cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W",
                      help="trajectories: weight of the squared rotation angle (times r_g^2) "
                      "against the squared position error (default 1)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),
-                     help="only the first N recordings of the split")
-    cal.add_argument("--budget", type=count(1), default=200, help="nevergrad evaluations")
+                     help="only the first N recordings of the split (default: all)")
+    cal.add_argument("--budget", type=count(1), default=200,
+                     help="nevergrad: loss evaluations")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"
                      " between checkpoints")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
-    cal.add_argument("--seed", type=int, default=0)
-    cal.add_argument("--no-plots", action="store_true")
+    add_seed(cal)
+    cal.add_argument("--no-plots", action="store_true",
+                     help="skip corner.png and trace.png (default: draw them)")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(cal)
     add_allow_implausible(cal)

@@ -6,7 +6,8 @@ import argparse
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import add_allow_implausible, add_workers, count, json_line
+from residualsim.cli.options import (add_allow_implausible, add_seed, add_workers, count,
+                                     json_line)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError, ParameterError
 
@@ -61,27 +62,38 @@ def register(commands) -> None:
     data = commands.add_parser("data", help="inspect and make data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     info = data_commands.add_parser("info", help="counts, durations, rates, first contacts")
-    info.add_argument("path")
+    info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
-                      "file, .urdf or built-in name) and find first contacts on its shapes")
+                      "file, .urdf or built-in name) and find first contacts on its shapes "
+                      "(default: the recordings alone)")
     add_allow_implausible(info)
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
     synth.add_argument("--scene", default="cube",
-                       help="cube (ContactNets format), a scene file or .urdf (CSV poses), "
-                            "or arm-loop")
-    synth.add_argument("--params", help="true parameters: k=v,... or JSON (required for the "
-                       "cube; the arm-loop's truth is the loop model's own stiffness)")
-    synth.add_argument("--like", help="start from this set's initial states and lengths")
-    synth.add_argument("--limit", type=count(1), help="with --like: only the first N recordings")
-    synth.add_argument("--count", type=count(1), default=8, help="sampled tosses without --like")
-    synth.add_argument("--samples", type=count(2), default=110, help="samples per sampled toss")
+                       help="cube (ContactNets format), a scene file (.toml) or .urdf read "
+                            "from that path (CSV poses), or arm-loop (default cube)")
+    synth.add_argument("--params", help="the true engine parameters: k=v,... or a JSON file; "
+                       "required for the cube and for scene files (not for arm-loop, whose "
+                       "truth is the loop model's own stiffness)")
+    synth.add_argument("--like", help="start from this set's initial states and lengths "
+                       "(default: sampled tosses)")
+    synth.add_argument("--limit", type=count(1), help="with --like: only the first N "
+                       "recordings (default: all)")
+    synth.add_argument("--count", type=count(1), default=8,
+                       help="sampled tosses, without --like")
+    synth.add_argument("--samples", type=count(2), default=110,
+                       help="samples per sampled toss")
     synth.add_argument("--rate", type=float, help="Hz of sampled tosses (default: 148 for "
                        "the cube, 100 for a scene file)")
-    synth.add_argument("--out", required=True)
-    synth.add_argument("--noise-m", type=float, default=0.0, help="position noise std, m")
-    synth.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--out", required=True, help="folder to write (refused if it exists, "
+                       "unless --force)")
+    synth.add_argument("--noise-m", type=float, default=0.0,
+                       help="std of the Gaussian noise added to each position axis (and "
+                       "prismatic joint), m")
+    synth.add_argument("--noise-rad", type=float, default=0.0,
+                       help="std of the orientation noise, rad, per axis of a random rotation "
+                       "vector (and of revolute joints)")
+    add_seed(synth)
     synth.add_argument("--substeps", type=count(1),
                        help="engine substeps per sample (default: the scene's)")
     synth.add_argument("--force", action="store_true", help="replace an existing --out")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import add_workers, count, json_line
+from residualsim.cli.options import add_seed, add_workers, count, json_line
 from residualsim.data.bundled import REAL_SAMPLES
 from residualsim.parallel import default_workers
 
@@ -34,7 +34,7 @@ def register(commands) -> None:
                       help="stochastic samples per toss (default 32)")
     demo.add_argument("--particles", type=count(2), default=300,
                       help="belief particles per contact event (default 300)")
-    demo.add_argument("--seed", type=int, default=0)
+    add_seed(demo)
     demo.add_argument("--quiet", action="store_true", help="no progress")
     add_workers(demo)
     demo.set_defaults(run=cmd_demo, workers=min(2, default_workers()))

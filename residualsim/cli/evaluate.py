@@ -6,8 +6,9 @@ import argparse
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (SPLITS, add_allow_implausible, add_split_options,
-                                     add_workers, count, json_line, nonnegative_float)
+from residualsim.cli.options import (SPLITS, add_allow_implausible, add_seed,
+                                     add_split_options, add_workers, count, json_line,
+                                     nonnegative_float)
 from residualsim.data.bundled import PRETRAINED
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError
@@ -107,7 +108,7 @@ def register(commands) -> None:
                     help="cube: nevergrad evaluations per MDN fit")
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",
                     help="cube: the split scored (validation is used for early stopping)")
-    ev.add_argument("--seed", type=int, default=0)
+    add_seed(ev)
     ev.add_argument("--params", metavar="P",
                     help="cube: engine parameters for every method instead of the model's "
                          "calibrated ones: k=v,..., a JSON file, or 'default' (PyBullet's)")
@@ -126,12 +127,14 @@ def register(commands) -> None:
                     "model)")
     un.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     un.add_argument("--samples", type=count(2), default=64, help="samples S (default 64)")
-    un.add_argument("--seed", type=int, default=0)
-    un.add_argument("--plot", metavar="FILE.png", help="reliability plot of the sampled rows")
-    un.add_argument("--out", metavar="FILE.json", help="the full result (every row's scores)")
+    add_seed(un)
+    un.add_argument("--plot", metavar="FILE.png", help="reliability plot of the sampled rows "
+                    "(default: no plot)")
+    un.add_argument("--out", metavar="FILE.json", help="the full result (every row's scores) "
+                    "(default: not written)")
     un.add_argument("--split", choices=SPLITS, default="validation",
                     help="which split of the recordings (default validation)")
-    un.add_argument("--limit", type=count(1), help="only the first N recordings")
+    un.add_argument("--limit", type=count(1), help="only the first N recordings (default: all)")
     add_split_options(un)
     add_allow_implausible(un)
     add_workers(un)

@@ -12,10 +12,51 @@ from residualsim.data.splits import SPLITS
 from residualsim.errors import ParameterError
 from residualsim.parallel import BACKENDS
 
-__all__ = ["SPLITS", "count", "float_list", "nonnegative_float", "state_option",
+__all__ = ["SPLITS", "HelpFormatter", "Parser", "add_scene", "add_seed", "count", "float_list", "nonnegative_float", "state_option",
            "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
            "add_split_options", "add_selection", "split_options", "add_force",
            "add_allow_implausible", "add_recording_options"]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's help ends with its default, unless the text already states one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text or default is None
+                or default is False or default == argparse.SUPPRESS):
+            return text
+        if isinstance(default, (list, tuple)):
+            default = ",".join(str(v) for v in default)
+        return f"{text} (default {str(default).replace('%', '%%')})"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose sub-commands share :class:`HelpFormatter`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+#: ``--scene``: where the object is read from.
+SCENE_HELP = ("the object: a built-in scene (cube, planar-ellipse, planar-dice) or a scene "
+              "file (.toml) or .urdf, read from that path relative to the working directory "
+              "(default cube: the ContactNets cube, side 0.1048 m)")
+
+
+def add_scene(sub: argparse.ArgumentParser, **kwargs) -> None:
+    """``--scene`` with the help that says where it is read from and its default."""
+    sub.add_argument("--scene", default="cube", help=SCENE_HELP, **kwargs)
+
+
+def add_seed(sub: argparse.ArgumentParser, what: str = "") -> None:
+    """``--seed``: the seed of every random draw (same seed, same result for any worker
+    count)."""
+    sub.add_argument("--seed", type=int, default=0,
+                     help=(what or "random seed") + "; same seed, same result for any "
+                     "worker count (default 0)")
 
 
 def count(minimum: int):
@@ -187,14 +228,16 @@ def add_split_options(sub: argparse.ArgumentParser) -> None:
                        help="shares of the hash split (default 0.7,0.15,0.15)")
     group.add_argument("--split-ids", metavar="FILE",
                        help='explicit split: a JSON file {"train": [...], "validation": '
-                            '[...], "test": [...]} of recording ids')
+                            '[...], "test": [...]} of recording ids (default: the hash '
+                            'split of --split-fractions)')
 
 
 def add_selection(sub: argparse.ArgumentParser) -> None:
     """``--split``, ``--limit`` and the split options: which recordings a command runs on."""
     sub.add_argument("--split", choices=SPLITS, default="all",
                      help="which split of the recordings (default all)")
-    sub.add_argument("--limit", type=count(1), help="only the first N recordings")
+    sub.add_argument("--limit", type=count(1),
+                     help="only the first N recordings of the split (default: all)")
     add_split_options(sub)
 
 

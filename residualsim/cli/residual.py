@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
-from residualsim.cli.options import (add_allow_implausible, add_force, add_selection,
-                                     add_split_options, add_workers, count, float_list,
-                                     json_line, split_options)
+from residualsim.cli.options import (add_allow_implausible, add_force, add_scene, add_seed,
+                                     add_selection, add_split_options, add_workers, count,
+                                     float_list, json_line, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -38,6 +39,11 @@ def cmd_train(args: argparse.Namespace) -> None:
               f"({100 * figures['improvement']:.1f} % lower); rotation "
               f"{figures['validation_rotation_deg']:.1f} deg vs "
               f"{figures['engine_validation_rotation_deg']:.1f} deg", file=sys.stderr)
+    if not args.quiet:
+        from residualsim.cli.report import report_command
+
+        print("report: " + report_command(str(Path(args.out) / "report.html"), model=args.out,
+                                          data=args.data), file=sys.stderr)
     json_line({"command": "train", "out": str(args.out), **figures})
 
 
@@ -84,19 +90,22 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
 def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     tr = commands.add_parser("train", help="train the residual contact model (nevergrad)")
-    tr.add_argument("--scene", default="cube")
+    add_scene(tr)
     tr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     tr.add_argument("--calibration", help="calibration directory (default: engine defaults)")
     tr.add_argument("--out", required=True, help="model directory to write")
-    tr.add_argument("--budget", type=count(1), default=800, help="nevergrad evaluations")
+    tr.add_argument("--budget", type=count(1), default=800,
+                    help="nevergrad: training-loss evaluations")
     tr.add_argument("--max-tosses", type=count(1),
-                    help="only the first N training recordings")
+                    help="only the first N training recordings (default: all)")
     tr.add_argument("--samples", type=count(0), default=0, help="policy samples per "
                     "recording in the loss (default 0: the mean prediction)")
     tr.add_argument("--hidden", type=count(1), nargs="+", default=[16],
                     help="hidden layer widths (default 16)")
-    tr.add_argument("--components", type=count(1), default=2, help="mixture components")
-    tr.add_argument("--sigma", type=float, default=0.1, help="initial mutation scale on θ")
+    tr.add_argument("--components", type=count(1), default=2,
+                    help="Gaussian components of the mixture-density network")
+    tr.add_argument("--sigma", type=float, default=0.1,
+                    help="initial mutation scale on the network weights θ (unitless)")
     tr.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     tr.add_argument("--batch-size", type=count(1), default=8,
                     help="candidates evaluated together")
@@ -104,12 +113,13 @@ def register(commands) -> None:
                     help="weight of the rotation error (x radius of gyration) in the loss")
     tr.add_argument("--contact-mode", action="store_true",
                     help="the policy also reads the number of points touching at each event")
-    tr.add_argument("--validate-every", type=count(1), default=48, help="evaluations")
+    tr.add_argument("--validate-every", type=count(1), default=48,
+                    help="evaluations between validation checks")
     tr.add_argument("--patience", type=count(1), default=6,
                     help="validation checks without improvement before stopping")
     tr.add_argument("--substeps", type=count(1),
                     help="engine substeps (default: the calibration's, else the scene's)")
-    tr.add_argument("--seed", type=int, default=0)
+    add_seed(tr)
     tr.add_argument("--checkpoint-every", type=count(1),
                     help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
@@ -125,7 +135,7 @@ def register(commands) -> None:
     pr.add_argument("--out", required=True, help="prediction file to write (.npz)")
     pr.add_argument("--samples", type=count(0), default=0,
                     help="stochastic samples per recording (default 0: the mean prediction)")
-    pr.add_argument("--seed", type=int, default=0)
+    add_seed(pr, "seed of the sampled rollouts")
     pr.add_argument("--no-residual", action="store_true",
                     help="the model's calibrated engine alone")
     add_selection(pr)
@@ -138,7 +148,7 @@ def register(commands) -> None:
         "fit-spread", help="set a model's sampling spread from its training tosses")
     fs.add_argument("--model", required=True, help="model directory to start from")
     fs.add_argument("--out", help="new model directory to write (the --model directory is "
-                    "left untouched)")
+                    "left untouched) (default: none; give --out or --in-place)")
     fs.add_argument("--in-place", action="store_true",
                     help="rewrite --model itself instead (its MODEL_CARD.md, if any, gets a "
                          "note that the spread changed after it was written)")
@@ -151,10 +161,10 @@ def register(commands) -> None:
                          "spread too narrow)")
     fs.add_argument("--with-validation", action="store_true",
                     help="score the validation split's tosses too, pooled with those")
-    fs.add_argument("--samples", type=count(2), default=32)
+    fs.add_argument("--samples", type=count(2), default=32, help="samples per toss")
     fs.add_argument("--grid", type=float_list, default=(1.0, 1.5, 2.0, 3.0, 4.0),
                     help="spreads to try (default 1,1.5,2,3,4)")
-    fs.add_argument("--seed", type=int, default=0)
+    add_seed(fs)
     fs.add_argument("--criterion", choices=("energy", "coverage", "reliability"),
                     default="energy",
                     help="energy: lowest energy score (default); coverage: 50 %% and 90 %% "

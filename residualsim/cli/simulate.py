@@ -8,8 +8,8 @@ from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
 from residualsim.cli.options import (add_allow_implausible, add_force, add_recording_options,
-                                     add_selection,
-                                     add_workers, count, json_line, split_options)
+                                     add_scene, add_selection, add_workers, count, json_line,
+                                     split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -50,12 +50,14 @@ def cmd_score(args: argparse.Namespace) -> None:
 def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     sim = commands.add_parser("simulate", help="roll the plain engine from recorded states")
-    sim.add_argument("--scene", default="cube")
+    add_scene(sim)
     sim.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     sim.add_argument("--out", required=True, help="prediction file to write (.npz)")
     sim.add_argument("--params", help="engine parameters: k=v,..., a JSON file or a "
-                     "calibration directory (its substeps are used too)")
-    sim.add_argument("--substeps", type=count(1), help="internal steps per sample")
+                     "calibration directory (its substeps are used too) (default: "
+                     "PyBullet's defaults)")
+    sim.add_argument("--substeps", type=count(1), help="engine steps per recorded sample "
+                     "(default: the calibration's, else the scene's)")
     add_selection(sim)
     add_force(sim)
     add_allow_implausible(sim)
@@ -63,11 +65,13 @@ def register(commands) -> None:
     sim.set_defaults(run=cmd_simulate)
 
     score = commands.add_parser("score", help="score a prediction file against recordings")
-    score.add_argument("--pred", required=True)
+    score.add_argument("--pred", required=True, metavar="FILE.npz",
+                       help="prediction file (simulate or predict writes one)")
     score.add_argument("--data", help="recordings (default: the folder the prediction file "
                        "records, else $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
     add_recording_options(score)
     score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
-                       "(coverage of the 10 %%..90 %% sample regions; needs S > 1)")
+                       "(coverage of the 10 %%..90 %% sample regions; needs S > 1) "
+                       "(default: no plot)")
     score.set_defaults(run=cmd_score)

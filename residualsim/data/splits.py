@@ -280,8 +280,12 @@ def split_from_lists(ids: Iterable[str | int], train: Sequence[str | int] = (),
             owner[key] = name
     unknown = sorted(set(owner) - set(known))
     if unknown:
+        from residualsim.data.ids import nearest_ids
+
         shown = ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
-        raise ParameterError(f"{len(unknown)} listed id(s) are not among the recordings: {shown}")
+        raise ParameterError(f"{len(unknown)} listed id(s) are not among the recordings: {shown}"
+                             f" (nearest to {unknown[0]!r}: "
+                             f"{', '.join(nearest_ids(unknown[0], known))})")
     return {name: [i for i in known if owner.get(i) == name] for name in SPLIT_NAMES}
 
 

@@ -349,10 +349,12 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     layout = make_scene(model.scene)
     recorded = None
     if toss is not None:
-        trajectories = load_recordings(resolve_data(data, model.scene), model.scene,
-                                       1.0 / model.dt_s)
+        path = resolve_data(data, model.scene)
+        trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s)
         if toss not in trajectories:
-            raise DataError(f"no toss {toss!r} in the recordings")
+            from residualsim.data.ids import unknown_id
+
+            raise DataError(unknown_id("toss", toss, trajectories, str(path)))
         recording = trajectories[toss]
         state = make_scene(model.scene).state_from_trajectory(recording, 0)
         recorded = recording.positions_m

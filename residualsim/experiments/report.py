@@ -1,0 +1,388 @@
+"""``residualsim report``: one self-contained HTML page to judge a calibration or a model by.
+
+The page holds, for the recordings of one split:
+
+* the error table of PyBullet's default engine, the calibrated engine and the residual model
+  (position RMSE m, final position error m, rotation error degrees, coverage of the sampled
+  50 % / 90 % regions);
+* per recording (the first ``max_figures``), the recorded trajectory against each
+  prediction: x, y, z of the base link (m, world frame), the angle turned since the first
+  sample (degrees) and the joints (rad or m), with the 50 % and 90 % bands of the sampled
+  residual rollouts;
+* where the calibration is a Metropolis-Hastings posterior, its corner and trace plots,
+  R-hat, bulk ESS and the convergence warnings;
+* the reliability curve of the sampled rollouts.
+
+Every figure is a PNG inlined as base64 and captioned with the commands that reproduce it;
+the page references nothing outside itself (no network, no server). It is written
+atomically.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residualsim.atomic import atomic_write_text
+from residualsim.data.datasets import resolve_data
+from residualsim.data.splits import DEFAULT_FRACTIONS, select_recordings
+from residualsim.errors import DataError, ParameterError
+from residualsim.sim.recordings import load_recordings
+
+__all__ = ["build_report", "DEFAULT_FIGURES"]
+
+PathLike = str | os.PathLike[str]
+
+#: Per-recording figures drawn by default (the first N recordings of the split).
+DEFAULT_FIGURES = 6
+
+_COLOURS = {"default": "tab:grey", "calibrated": "tab:blue", "residual": "tab:orange"}
+_WIDTHS = {"default": 1.4, "calibrated": 2.6, "residual": 1.2}
+_LABELS = {"default": "PyBullet defaults", "calibrated": "calibrated engine",
+           "residual": "residual model (mean)"}
+
+
+@dataclass
+class _Figure:
+    title: str
+    png: bytes
+    caption: str
+    commands: list[str] = field(default_factory=list)
+
+
+def _png(figure) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _png_from_file_writer(write: Callable[[Path], None]) -> bytes:
+    """PNG bytes of a plotting function that writes a file (corner, trace, reliability)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "figure.png"
+        write(path)
+        return path.read_bytes()
+
+
+def _cmd(*argv: Any) -> str:
+    return "residualsim " + " ".join(shlex.quote(str(a)) for a in argv if a is not None)
+
+
+def _split_args(split: str, fractions, lists_file: str | None) -> list[str]:
+    extra = ["--split", split]
+    if lists_file:
+        extra += ["--split-ids", lists_file]
+    elif fractions is not None and tuple(fractions) != DEFAULT_FRACTIONS:
+        extra += ["--split-fractions", ",".join(f"{f:g}" for f in fractions)]
+    return extra
+
+
+def _angle_deg(quats: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Angle (degrees) turned since ``start`` (w-x-y-z), for quaternions (..., 4)."""
+    from residualsim.sim.rotations import geodesic_angle
+
+    return np.degrees(geodesic_angle(quats, np.broadcast_to(start, quats.shape)))
+
+
+def _trajectory_figure(recording, means: Mapping[str, Any], sampled) -> bytes:
+    """x, y, z (m), the angle turned (deg) and the joints against time for one recording."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = recording.times_s - recording.times_s[0]
+    start = recording.quat_wxyz[0]
+    n_joints = recording.n_joints
+    panels = [("x", "m"), ("y", "m"), ("z", "m"), ("angle turned", "deg")]
+    panels += [(f"joint {name}", "rad or m") for name in recording.joint_names]
+    columns = 2
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(10, 2.3 * rows), sharex=True,
+                                squeeze=False)
+
+    def series(prediction) -> list[np.ndarray]:  # (S, T) per panel
+        values = [prediction.position[..., k] for k in range(3)]
+        values.append(_angle_deg(prediction.quaternion, start))
+        if n_joints and prediction.joint_positions is not None:
+            values += [prediction.joint_positions[..., j] for j in range(n_joints)]
+        return values
+
+    recorded = [recording.positions_m[:, k] for k in range(3)]
+    recorded.append(_angle_deg(recording.quat_wxyz, start))
+    if n_joints:
+        recorded += [recording.joint_positions[:, j] for j in range(n_joints)]
+    bands = series(sampled) if sampled is not None else None
+    for index, ((name, unit), axis) in enumerate(zip(panels, axes.flat)):
+        if bands is not None and index < len(bands):
+            for low, high, alpha, label in ((5, 95, 0.18, "residual samples, 90 %"),
+                                            (25, 75, 0.35, "residual samples, 50 %")):
+                lo, hi = np.percentile(bands[index], [low, high], axis=0)
+                axis.fill_between(t[:len(lo)], lo, hi, color=_COLOURS["residual"],
+                                  alpha=alpha, lw=0, label=label)
+        for key, prediction in means.items():  # wide to narrow: equal lines stay visible
+            values = series(prediction)
+            if index < len(values):
+                axis.plot(t[:values[index].shape[1]], values[index][0], color=_COLOURS[key],
+                          lw=_WIDTHS[key], label=_LABELS[key])
+        axis.plot(t, recorded[index], color="k", lw=1.6, ls="--", label="recorded")
+        axis.set_ylabel(f"{name} [{unit}]")
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(panels):]:
+        axis.set_axis_off()
+    for axis in axes[-1]:
+        axis.set_xlabel("time since the first sample [s]")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), fontsize=8,
+                  bbox_to_anchor=(0.5, 1.0), frameon=False)
+    figure.tight_layout(rect=(0, 0, 1, 0.94))
+    return _png(figure)
+
+
+def _error_table(scores: Mapping[str, dict], split: str, n: int) -> str:
+    columns = [("position_rmse_m", "position RMSE [m]", "{:.4f}"),
+               ("final_error_m", "final position error [m]", "{:.4f}"),
+               ("rotation_error_deg", "rotation error [deg]", "{:.1f}"),
+               ("joint_rmse", "joint RMSE [rad or m]", "{:.4f}"),
+               ("coverage_50", "in 50 % region", "{:.0%}"),
+               ("coverage_90", "in 90 % region", "{:.0%}")]
+    used = [c for c in columns if any(s.get(c[0]) is not None for s in scores.values())]
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in used)
+    body = []
+    for key, score in scores.items():
+        cells = "".join(
+            f"<td>{'–' if score.get(name) is None else fmt.format(score[name])}</td>"
+            for name, _, fmt in used)
+        body.append(f"<tr><th>{html.escape(key)}</th>{cells}</tr>")
+    return (f"<table><caption>{n} recordings of the {html.escape(split)} split; means over "
+            f"recordings (final: the last sample; rotation: the geodesic angle, averaged over "
+            f"time)</caption><tr><th>engine</th>{head}</tr>{''.join(body)}</table>")
+
+
+def _page(title: str, sections: Sequence[tuple[str, str]]) -> str:
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+             "color:#222}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid "
+             "#bbb;padding:4px 8px;text-align:right}th:first-child{text-align:left}"
+             "caption{caption-side:bottom;font-size:90%;color:#555;text-align:left}"
+             "figure{margin:1.5em 0}img{max-width:100%;border:1px solid #ddd}"
+             "figcaption{font-size:90%;color:#444}code{background:#f4f4f4;padding:1px 3px;"
+             "font-size:85%}.warn{color:#a40}")
+    body = "".join(f"<h2>{html.escape(h)}</h2>{content}" for h, content in sections)
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+            f"{html.escape(title)}</title><style>{style}</style></head><body><h1>"
+            f"{html.escape(title)}</h1>{body}</body></html>\n")
+
+
+def _figure_html(figure: _Figure) -> str:
+    encoded = base64.b64encode(figure.png).decode("ascii")
+    commands = "<br>".join(f"<code>{html.escape(c)}</code>" for c in figure.commands)
+    return (f"<figure><img alt=\"{html.escape(figure.title)}\" "
+            f"src=\"data:image/png;base64,{encoded}\"><figcaption><b>"
+            f"{html.escape(figure.title)}.</b> {html.escape(figure.caption)}"
+            f"{'<br>Reproduce: ' + commands if commands else ''}</figcaption></figure>")
+
+
+def _posterior_section(calibration: Path, summary: Mapping[str, Any]) -> tuple[str, list]:
+    """Corner and trace plots, R-hat, ESS and warnings of an MH calibration, if any."""
+    from residualsim.sysid.plots import corner_plot, trace_plot
+    from residualsim.sysid.posterior import Posterior
+
+    path = calibration / "posterior.npz"
+    if summary.get("method") != "mh" or not path.is_file():
+        return (f"<p>{html.escape(str(calibration))}: a {html.escape(str(summary.get('method')))}"
+                " point estimate, no posterior to show.</p>"), []
+    posterior = Posterior.load(path)
+    rows = "".join(
+        f"<tr><th>{html.escape(name)}</th><td>{summary.get('median', {}).get(name, float('nan')):.4g}"
+        f"</td><td>{summary.get('q05', {}).get(name, float('nan')):.4g} – "
+        f"{summary.get('q95', {}).get(name, float('nan')):.4g}</td>"
+        f"<td>{(summary.get('rhat') or {}).get(name, float('nan')):.3f}</td>"
+        f"<td>{(summary.get('ess') or {}).get(name, float('nan')):.0f}</td></tr>"
+        for name in posterior.names)
+    warnings = summary.get("warnings") or []
+    notes = ("".join(f"<li class=\"warn\">{html.escape(w)}</li>" for w in warnings)
+             or "<li>no convergence warnings</li>")
+    table = (f"<table><tr><th>parameter</th><th>median</th><th>5 %–95 %</th><th>R-hat</th>"
+             f"<th>bulk ESS</th></tr>{rows}</table><ul>{notes}</ul>")
+    again = f"(redrawn from {calibration / 'posterior.npz'}; calibrate writes corner.png and " \
+            "trace.png beside it)"
+    figures = [
+        _Figure("Posterior: corner plot", _png_from_file_writer(
+            lambda p: corner_plot(posterior, p)),
+            "Pairwise and marginal histograms of the kept draws, 5/50/95 % marked " + again,
+            [str(summary.get("command") or "residualsim calibrate ... (see summary.json)")]),
+        _Figure("Posterior: trace plot", _png_from_file_writer(
+            lambda p: trace_plot(posterior, p)),
+            "Each parameter against step for every chain, burn-in shaded " + again,
+            [str(summary.get("command") or "residualsim calibrate ... (see summary.json)")])]
+    return table, figures
+
+
+def build_report(out: PathLike, *, model: PathLike | None = None,
+                 calibration: PathLike | None = None, data: PathLike | None = None,
+                 split: str = "all", samples: int = 32, seed: int = 0,
+                 max_figures: int = DEFAULT_FIGURES, n_workers: int = 1,
+                 fractions: Sequence[float] | None = None,
+                 lists: Mapping[str, Sequence[str]] | None = None,
+                 lists_file: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Write the HTML report of a model and/or a calibration on ``data`` to ``out``.
+
+    ``data`` defaults to ``$RESIDUALSIM_DATA/<the scene's set>``; ``split`` is ``"all"`` or
+    a split name (``fractions`` / ``lists`` choose the splits); ``samples`` sampled residual
+    rollouts per recording give the bands and the reliability curve (needs ``model``);
+    ``max_figures`` bounds the per-recording figures (the first N recordings). Returns the
+    figures of the report (``out``, ``bytes``, ``figures``, ``recordings``, ``split``,
+    ``seconds``). DataError for impact data or a model and calibration of different scenes.
+    """
+    from tqdm.auto import tqdm
+
+    from residualsim.evaluation.metrics import score_trajectories
+    from residualsim.experiments.jobs import predict_dataset, simulate_dataset
+    from residualsim.sim.scenes import make_scene, same_scene
+    from residualsim.sysid.calibrate import load_calibration
+
+    if model is None and calibration is None:
+        raise ParameterError("report needs --model DIR and/or --calibration DIR")
+    started = time.perf_counter()
+    loaded_model = loaded_cal = None
+    if model is not None:
+        from residualsim.residual.policy import ResidualModel
+
+        loaded_model = ResidualModel.load(model)
+        if loaded_model.info.get("kind") == "impacts":
+            raise DataError(f"{model}: a model of single impacts; the report draws trajectories")
+    if calibration is not None:
+        loaded_cal = load_calibration(calibration)
+    scene = loaded_model.scene if loaded_model is not None else loaded_cal.scene
+    if loaded_model is not None and loaded_cal is not None and not same_scene(
+            loaded_model.scene, loaded_cal.scene):
+        raise DataError(f"{calibration}: calibrated for {loaded_cal.scene!r}, but {model} "
+                        f"is a model of {scene!r}")
+    substeps = loaded_model.substeps if loaded_model is not None else loaded_cal.substeps
+    path = resolve_data(None if data is None else str(data), scene)
+    from residualsim.data import detect_format
+
+    if detect_format(path) == "mcube":
+        raise DataError(f"{path}: planar impacts; the report draws trajectory recordings")
+    recordings = select_recordings(load_recordings(path, scene), split,
+                                   fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                   source=str(path))
+    select = dict(split=split, fractions=fractions, lists=lists)
+    where = ["--data", path, *_split_args(split, fractions, lists_file)]
+    stages = 2 + (loaded_model is not None) * 2 + min(max_figures, len(recordings)) + 2
+    bar = tqdm(total=stages, disable=not progress, unit="step", desc="report")
+    means: dict[str, Any] = {}
+    commands: dict[str, list[str]] = {}
+    means["default"], _ = simulate_dataset(scene, path, None, n_workers, substeps, **select)
+    commands["default"] = [_cmd("simulate", "--scene", scene, "--substeps", substeps, *where,
+                                "--out", "default.npz")]
+    bar.update()
+    if loaded_cal is not None:
+        means["calibrated"], _ = simulate_dataset(scene, path, str(calibration), n_workers,
+                                                  None, **select)
+        commands["calibrated"] = [_cmd("simulate", "--scene", scene, "--params", calibration,
+                                       *where, "--out", "calibrated.npz")]
+    else:
+        means["calibrated"], _ = predict_dataset(model, str(path), n_workers=n_workers,
+                                                 residual=False, **select)
+        commands["calibrated"] = [_cmd("predict", "--model", model, "--no-residual", *where,
+                                       "--out", "calibrated.npz")]
+    bar.update()
+    sampled = None
+    if loaded_model is not None:
+        means["residual"], _ = predict_dataset(model, str(path), n_workers=n_workers, **select)
+        commands["residual"] = [_cmd("predict", "--model", model, *where, "--out",
+                                     "residual.npz")]
+        bar.update()
+        if samples >= 2:
+            sampled, _ = predict_dataset(model, str(path), samples=samples, seed=seed,
+                                         n_workers=n_workers, **select)
+            commands["sampled"] = [_cmd("predict", "--model", model, *where, "--samples",
+                                        samples, "--seed", seed, "--out", "sampled.npz")]
+        bar.update()
+    side = getattr(make_scene(scene), "side_m", None)
+    scores = {_LABELS[k]: score_trajectories(p, recordings, side_m=side).aggregate()
+              for k, p in means.items()}
+    sampled_score = None
+    if sampled is not None:
+        sampled_score = score_trajectories(sampled, recordings, side_m=side)
+        scores[f"residual model, {samples} samples"] = sampled_score.aggregate()
+    table = _error_table(scores, split, len(recordings))
+    score_commands = "".join(
+        f"<li><code>{html.escape(c)}</code> then <code>residualsim score --pred "
+        f"{html.escape(c.rsplit(' ', 1)[-1])}</code></li>"
+        for cs in commands.values() for c in cs)
+    sections = [("Errors", table + f"<p>Reproduce the rows:</p><ul>{score_commands}</ul>")]
+
+    figures: list[_Figure] = []
+    shown = list(recordings)[:max_figures]
+    report_command = _cmd("report", *(["--model", model] if model else []),
+                          *(["--calibration", calibration] if calibration else []), *where,
+                          "--samples", samples, "--seed", seed, "--figures", max_figures,
+                          "--out", out)
+    for traj_id in shown:
+        png = _trajectory_figure(recordings[traj_id], {k: p[traj_id] for k, p in means.items()},
+                                 sampled[traj_id] if sampled is not None else None)
+        bands = (f" Bands: the central 50 % and 90 % of {samples} sampled residual rollouts "
+                 f"(seed {seed}) at each time." if sampled is not None else "")
+        figures.append(_Figure(
+            f"Recording {traj_id}", png,
+            "Recorded (dashed) against each prediction from the recorded first state: base "
+            "link x, y, z (m, world frame) and the angle turned since the first sample "
+            "(deg)" + (", joints (rad or m)" if recordings[traj_id].n_joints else "") + "."
+            + bands + " The predictions are those of the commands under Errors.",
+            [report_command]))
+        bar.update()
+    per_recording = "".join(_figure_html(f) for f in figures)
+    if len(recordings) > len(shown):
+        per_recording += (f"<p>{len(recordings) - len(shown)} more recordings are in the "
+                          f"table but not drawn (--figures N draws more).</p>")
+    sections.append(("Trajectories", per_recording))
+
+    if loaded_cal is not None:
+        text, posterior_figures = _posterior_section(Path(calibration), loaded_cal.summary)
+        sections.append(("Calibration", text + "".join(_figure_html(f)
+                                                       for f in posterior_figures)))
+        figures += posterior_figures
+    bar.update()
+    if sampled_score is not None:
+        from residualsim.evaluation.plots import reliability_plot
+
+        names = {"final_xy": "final position on the table (x-y)",
+                 "final": "final position (3D)"}
+        curves = {names[k]: v for k, v in sampled_score.reliability().items() if k in names}
+        reliability = _Figure(
+            "Reliability", _png_from_file_writer(lambda p: reliability_plot(
+                curves, p, n_samples=samples, title=f"{len(recordings)} recordings, "
+                f"S = {samples}")),
+            "Coverage of the central 10 %..90 % sample regions of the final position (3D and "
+            "on the table plane) against their level; below the diagonal: overconfident. "
+            "At rest the samples barely spread in height, so the 3D regions are thin: read "
+            "the x-y curve for where the object ends up.",
+            commands["sampled"] + ["residualsim score --pred sampled.npz --plot rel.png"])
+        figures.append(reliability)
+        sections.append(("Reliability", _figure_html(reliability)))
+    bar.update()
+    bar.close()
+    title = f"residualsim report: {scene}, {split} split of {path}"
+    page = _page(title, sections)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, page)
+    return {"out": str(out), "bytes": len(page.encode()), "figures": len(figures),
+            "recordings": len(recordings), "drawn": len(shown), "split": split,
+            "seconds": time.perf_counter() - started}

@@ -1,0 +1,70 @@
+"""``residualsim report``: one self-contained HTML page (figures inline, nothing external)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from residualsim.cli import main
+from residualsim.data.bundled import PRETRAINED_CUBE, REAL_SAMPLES, SYNTHETIC_SAMPLES
+from residualsim.experiments.report import build_report
+
+
+def _images(page: str) -> list[bytes]:
+    sources = re.findall(r'<img [^>]*src="([^"]*)"', page)
+    assert all(s.startswith("data:image/png;base64,") for s in sources), sources
+    return [base64.b64decode(s.split(",", 1)[1]) for s in sources]
+
+
+def _self_contained(page: str) -> None:
+    assert "http://" not in page and "https://" not in page and 'src="//' not in page
+    assert not re.search(r'(src|href)="(?!data:)', page)  # no file, script or style links
+
+
+@pytest.mark.slow
+def test_report_of_the_shipped_model_on_the_bundled_tosses(tmp_path, capsys):
+    out = tmp_path / "sub" / "report.html"
+    code = main(["report", "--model", str(PRETRAINED_CUBE), "--data", str(REAL_SAMPLES),
+                 "--split", "all", "--samples", "4", "--figures", "3", "--workers", "2",
+                 "--quiet", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    record = json.loads(captured.out.strip().splitlines()[-1])
+    assert record["recordings"] == 8 and record["drawn"] == 3
+    page = out.read_text()
+    images = _images(page)
+    assert len(images) >= 4 and record["figures"] == len(images) == 4  # 3 tosses + reliability
+    assert all(png.startswith(b"\x89PNG") and len(png) > 5000 for png in images)
+    _self_contained(page)
+    for row in ("PyBullet defaults", "calibrated engine", "residual model (mean)",
+                "position RMSE [m]", "rotation error [deg]", "all split"):
+        assert row in page
+    assert page.count("Reproduce:") == len(images)
+    assert "5 more recordings are in the table but not drawn" in page
+    # Refused before any work when it exists.
+    assert main(["report", "--model", str(PRETRAINED_CUBE), "--data", str(REAL_SAMPLES),
+                 "--out", str(out)]) == 2
+
+
+@pytest.mark.slow
+def test_report_of_an_mh_calibration_shows_the_posterior(tmp_path):
+    from residualsim.sysid.calibrate import calibrate
+
+    calibrate("cube", SYNTHETIC_SAMPLES, ["restitution"], tmp_path / "cal", method="mh",
+              samples=20, burn_in=10, chains=2, max_items=2, substeps=2, plots=False)
+    figures = build_report(tmp_path / "r.html", calibration=tmp_path / "cal",
+                           data=SYNTHETIC_SAMPLES, split="all", max_figures=1, progress=False)
+    page = (tmp_path / "r.html").read_text()
+    assert figures["figures"] == len(_images(page)) == 3  # one toss, corner, trace
+    assert "R-hat" in page and "bulk ESS" in page and "restitution" in page
+    assert "Posterior: corner plot" in page and "Posterior: trace plot" in page
+    assert "residual model" not in page  # no model: no residual rows or bands
+    _self_contained(page)
+
+
+def test_report_needs_a_model_or_a_calibration(tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "r.html")]) == 2
+    assert "--model DIR and/or --calibration DIR" in capsys.readouterr().err
