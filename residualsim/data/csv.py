@@ -123,11 +123,39 @@ def _read_rows(path: Path) -> tuple[list[str], list[int], list[list[str]], str |
     else:
         header = _split(kept[0][1], sep)
         numbers = [n for n, _ in kept[1:]]
-        rows = [_split(line, sep) for _, line in kept[1:]]
+        rows = _LazyRows([line for _, line in kept[1:]], sep)
     if len(rows) < _MIN_ROWS:
         raise DataError(f"{path}: {len(rows)} sample row(s), a recording needs at least "
                         f"{_MIN_ROWS}")
     return header, numbers, rows, sep
+
+
+class _LazyRows:
+    """Sample lines split on demand: :func:`_to_table` converts them all at once (one split
+    of the joined text, one conversion per column) and splits single lines only to name a
+    bad one."""
+
+    def __init__(self, lines: list[str], sep: str | None) -> None:
+        self.lines, self.sep = lines, sep
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, index: int) -> list[str]:
+        return _split(self.lines[index], self.sep)
+
+    def lengths(self) -> np.ndarray:
+        if self.sep is None:
+            counts = (len(line.split()) for line in self.lines)
+        else:
+            counts = (line.count(self.sep) + 1 for line in self.lines)
+        return np.fromiter(counts, dtype=np.int64, count=len(self.lines))
+
+    def cells(self) -> list[str]:
+        """Every cell, row by row (the lengths checked first)."""
+        if self.sep is None:
+            return " ".join(self.lines).split()
+        return self.sep.join(self.lines).split(self.sep)
 
 
 def _read_quoted(path: Path, raw_lines: list[str], sep: str | None
@@ -164,7 +192,10 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
 
     Vectorised: one conversion per column; the per-cell loop runs only to name a bad cell."""
     width = len(header)
-    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    if isinstance(rows, _LazyRows):
+        lengths = rows.lengths()
+    else:
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     bad = np.flatnonzero(lengths != width)
     if bad.size:
         i = int(bad[0])
@@ -175,6 +206,14 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
                     "separate the columns with semicolons)")
         raise DataError(f"{path}: line {numbers[i]} has {lengths[i]} cells, the header "
                         f"{width}{hint}")
+    if isinstance(rows, _LazyRows):
+        try:
+            table = np.array(rows.cells(), dtype=np.float64).reshape(len(rows), width)
+        except ValueError:  # name the bad cell below
+            rows = [rows[i] for i in range(len(rows))]
+        else:
+            _check_finite(path, header, numbers, rows, table)
+            return table
     table = np.empty((len(rows), width))
     for j, name in enumerate(header):
         cells = [r[j] for r in rows]
@@ -190,12 +229,17 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
                     raise DataError(f"{path}: line {numbers[i]}, column {name!r}: {cell!r} "
                                     "is not a number") from None
             table[:, j] = [float(c) for c in cells]
-        finite = np.isfinite(table[:, j])
-        if not finite.all():
-            i = int(np.argmin(finite))
-            raise DataError(f"{path}: line {numbers[i]}, column {name!r}: {cells[i]!r} is "
-                            "not a finite number")
+    _check_finite(path, header, numbers, rows, table)
     return table
+
+
+def _check_finite(path: Path, header: list[str], numbers: list[int], rows,
+                  table: np.ndarray) -> None:
+    finite = np.isfinite(table)
+    if not finite.all():
+        i, j = (int(k) for k in np.argwhere(~finite)[0])
+        raise DataError(f"{path}: line {numbers[i]}, column {header[j]!r}: {rows[i][j]!r} is "
+                        "not a finite number")
 
 
 def _schema(path: Path, header: list[str], planar: bool | None,

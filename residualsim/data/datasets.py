@@ -259,6 +259,9 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
         if index is not None:
             contact_times.append(traj.times_s[index] - traj.times_s[0])
         shares += _phase_seconds(traj, index)
+    result["reading"] = READING_RULES
+    result["split"] = {name: len(ids) for name, ids in split_ids([t.traj_id for t in trajs]).items()}
+    result["files"] = [file_summary(t) for t in trajs]
     contact: dict[str, Any] = {"tolerance_m": CONTACT_TOLERANCE_M, "count": len(contact_times)}
     contact["without_contact"] = n_free - len(contact_times)
     contact["criteria"] = sorted(criteria)
@@ -272,6 +275,30 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
     result["splits"] = {"rule": split_rule(None, None),
                         **{k: len(v) for k, v in split_ids(list(loaded)).items()}}
     return result
+
+
+#: How recordings are read, as ``data info`` states it (README "Your own object" has more).
+READING_RULES = ("CSV: comma/semicolon/tab/whitespace separators, # comments, BOM, CRLF; "
+                 "times need only increase; files not uniform (1e-6) are resampled onto "
+                 "their nominal grid from t = 0 (positions linear, quaternions slerp), a "
+                 "folder of several rates to --rate-hz, else a model's or calibration's, "
+                 "else its most common rate; gaps > 3 periods reported")
+
+
+def file_summary(traj: Trajectory) -> dict[str, Any]:
+    """One recording's time base for ``data info``: ``id``, the recorded nominal
+    ``rate_hz``, ``jitter_ms`` (std of the steps' deviations from whole periods),
+    ``dropped`` samples, ``long_gaps`` (more than 3 periods: ``"<periods>@<t s>"``),
+    ``resampled_hz`` (None: read as recorded) and ``samples`` as loaded."""
+    base = traj.metadata.get("time_base")
+    if base is None:  # read as recorded: uniform
+        base = {"recorded_rate_hz": traj.rate_hz, "jitter_s": 0.0, "dropped_samples": 0,
+                "long_gaps": [], "resampled_hz": None}
+    return {"id": traj.traj_id, "rate_hz": round(float(base["recorded_rate_hz"]), 4),
+            "jitter_ms": round(1000 * float(base["jitter_s"]), 4),
+            "dropped": int(base["dropped_samples"]),
+            "long_gaps": [f"{g['periods']}@{g['t_s']:.3f}s" for g in base["long_gaps"]],
+            "resampled_hz": base["resampled_hz"], "samples": traj.n_samples}
 
 
 #: A recording is at rest from the first sample after which its speed stays below these.
@@ -335,6 +362,10 @@ def describe(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         (min/median/max), ``duration_s`` (min/median/max/total, s), ``rate_hz`` (median Hz,
         ``all_equal``), ``joints`` (``count`` and ``names`` of the first trajectory's,
         ``all_equal``), ``velocities`` (how many ``recorded`` and ``estimated``),
+        ``reading`` (the reading rules, one line), ``split`` (train/validation/test
+        sizes of :func:`~residualsim.data.splits.split_ids` at the default fractions),
+        ``files`` (one :func:`file_summary` per recording: recorded rate, jitter, dropped
+        samples, long gaps, resampled rate),
         ``first_contact_s`` (min/median/max s after the first sample, with ``count``,
         ``without_contact``, the ``criteria`` used, ``tolerance_m`` of the cube's and
         ``threshold_mps2`` of the others'; None when every trajectory is planar) and
@@ -383,7 +414,17 @@ def format_description(description: dict[str, Any]) -> str:
         pairs; floats to 4 significant digits.
     """
     width = max((len(str(k)) for k in description), default=0)
-    return "\n".join(f"{str(k):<{width}}  {_format_value(v)}" for k, v in description.items())
+    lines = [f"{str(k):<{width}}  {_format_value(v)}" for k, v in description.items()
+             if k != "files"]
+    files = description.get("files")
+    if files:
+        keys = list(files[0])
+        cells = [[_format_value(f.get(k)) or "-" for k in keys] for f in files]
+        widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+        lines.append("per file:")
+        lines += ["  " + "  ".join(f"{v:<{w}}" for v, w in zip(row, widths)).rstrip()
+                  for row in [keys, *cells]]
+    return "\n".join(lines)
 
 
 #: Where each built-in scene's real set lives below ``$RESIDUALSIM_DATA``.

@@ -17,8 +17,8 @@ simulation has always used); a uniform file at the wanted rate is loaded bit for
 is, times not shifted.
 
 Resampling (anything else): the grid starts at the first time stamp and is shifted to start
-at t = 0 (the offset is kept in ``metadata["time_base"]["offset_s"]``); it ends at or before
-the last stamp. Positions, joints and recorded velocities are interpolated linearly,
+at t = 0 (the offset is kept in ``metadata["time_base"]["offset_s"]``); it ends at the
+last stamp or up to :data:`END_SLACK` = 5 % of a period after it (a jittered last stamp). Positions, joints and recorded velocities are interpolated linearly,
 quaternions by slerp (shortest arc, the sign kept on the input's hemisphere). Linear, not
 cubic: the error of linear interpolation in free flight is at most g·dt²/8 (0.12 mm at
 100 Hz, 0.09 mm at 120 Hz, below the tracking noise), and a cubic overshoots at impacts
@@ -46,6 +46,10 @@ UNIFORM_RELATIVE = 1e-6
 SNAP_RELATIVE = 2e-3
 #: Gaps spanning more than this many nominal periods are reported.
 LONG_GAP_PERIODS = 3
+#: The grid's last sample may lie this many periods past the last stamp (a jittered last
+#: stamp a little early still ends the grid where the recording ends; the value there is
+#: the last stamp's).
+END_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray
     (grid times (N,) from 0 s, dict of the resampled columns)
     """
     rel = np.asarray(times_s, dtype=np.float64) - float(times_s[0])
-    n = int(np.floor(rel[-1] / period_s + 1e-3)) + 1
+    n = int(np.floor(rel[-1] / period_s + END_SLACK)) + 1
     grid = np.arange(n) * period_s
     grid[-1] = min(grid[-1], rel[-1])  # never extrapolate past the last stamp by rounding
     out: dict[str, np.ndarray] = {}

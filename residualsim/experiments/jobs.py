@@ -48,9 +48,13 @@ def describe_for_scene(path: PathLike, scene: str) -> dict:
     """``data info DIR --scene FILE``: the data set's summary (:func:`residualsim.data.describe`)
     checked against the object, with its first contacts found on the object's own
     collision shapes (seconds after the first sample; min, median, max) and, for pose-only
-    recordings, how well the initial-state fits matched the free flight (m)."""
+    recordings, how well the initial-state fits matched the free flight (m); per file
+    also the free-flight samples before the first contact (``flight_samples``) and the
+    gravity fitted on them (``g_fit_mps2``, :func:`residualsim.sim.plausibility.gravity_fit`;
+    None when too short to tell)."""
     from residualsim.data import describe
     from residualsim.sim.engine import Engine
+    from residualsim.sim.plausibility import gravity_fit
     from residualsim.sim.recordings import free_flight_samples
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import make_scene
@@ -61,11 +65,17 @@ def describe_for_scene(path: PathLike, scene: str) -> dict:
     recordings = load_recordings(path, scene)
     layout = make_scene(scene)
     firsts = []
+    files = {f["id"]: f for f in description.get("files", [])}
     with Engine(scene, settings=recording_settings(scene, recordings)) as engine:
-        for recording in recordings.values():
+        for key, recording in recordings.items():
             n = free_flight_samples(engine, recording)
             if n < min(recording.n_samples, 30):
                 firsts.append(float(recording.times_s[n] - recording.times_s[0]))
+            fit = gravity_fit(engine, recording, n)
+            if key in files:
+                files[key]["flight_samples"] = n
+                files[key]["g_fit_mps2"] = None if fit is None else \
+                    round(fit.magnitude_mps2, 3)
     fits = [r.metadata["initial_fit_rms_m"] for r in recordings.values()
             if "initial_fit_rms_m" in r.metadata]
     description["scene"] = {"name": layout.name, "mass_kg": layout.mass_kg,

@@ -1,0 +1,102 @@
+"""Recordings in the wrong units or conventions are refused with the cause named (issue 34
+§1): gravity fitted on the free flight (millimetres, centimetres, milliseconds, a y-up
+export), quaternions in x-y-z-w order under a w-x-y-z header (the bundled hinge and L
+examples, synthetic tosses), ``--allow-implausible`` lets them through."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from residualsim.data import load_trajectories, save_csv_trajectories
+from residualsim.data.read_options import reading_options
+from residualsim.errors import DataError
+from residualsim.sim.engine import Engine
+from residualsim.sim.plausibility import gravity_fit
+from residualsim.sim.recordings import allow_implausible, free_flight_samples, prepare_recordings
+from residualsim.sim.rotations import quat_multiply
+from residualsim.sim.synthesize import synthesize_tosses
+
+ROOT = Path(__file__).resolve().parents[1]
+HINGE = str(ROOT / "assets" / "examples" / "hinge.toml")
+ELL = str(ROOT / "assets" / "examples" / "ell.toml")
+TRUTH = "lateral_friction=0.4,restitution=0.3"
+
+
+@pytest.fixture(scope="module")
+def tosses(tmp_path_factory) -> dict[str, dict]:
+    """Synthetic poses-only tosses of the hinge and the L (1 s at 100 Hz), as CSV files."""
+    root = tmp_path_factory.mktemp("plausibility")
+    out = {}
+    for name, scene in (("hinge", HINGE), ("ell", ELL)):
+        made = synthesize_tosses(TRUTH, n_tosses=2, n_samples=100, rng=4, scene=scene)
+        save_csv_trajectories(root / name, made)
+        out[name] = load_trajectories(root / name)
+    return out
+
+
+def _changed(trajs: dict, **arrays) -> dict:
+    return {k: dataclasses.replace(t, **{name: f(t) for name, f in arrays.items()})
+            for k, t in trajs.items()}
+
+
+def test_clean_recordings_fit_gravity(tosses):
+    with Engine(HINGE) as engine:
+        for traj in tosses["hinge"].values():
+            fit = gravity_fit(engine, traj, free_flight_samples(engine, traj))
+            assert fit is not None and fit.samples >= 6
+            assert abs(fit.magnitude_mps2 - 9.81) < 0.5  # the whole body's centre of mass
+            assert fit.tilt_deg(np.array([0.0, 0.0, -1.0])) < 3.0
+    prepare_recordings(HINGE, tosses["hinge"])
+
+
+@pytest.mark.parametrize("change, cause", [
+    (dict(positions_m=lambda t: 1000 * t.positions_m),
+     r"\d+ times g.*positions look like millimetres"),
+    (dict(positions_m=lambda t: 100 * t.positions_m),
+     r"positions look like centimetres"),
+    (dict(times_s=lambda t: 1000 * t.times_s), r"times look like milliseconds"),
+    (dict(positions_m=lambda t: t.positions_m[:, [0, 2, 1]] * [1, 1, -1],
+          quat_wxyz=lambda t: quat_multiply(
+              np.broadcast_to([np.sqrt(0.5), -np.sqrt(0.5), 0, 0], t.quat_wxyz.shape),
+              t.quat_wxyz)),
+     r"gravity is along -y: an export with another up axis \(y-up\)"),
+])
+def test_wrong_units_and_axes_are_refused_naming_the_cause(tosses, change, cause):
+    trajs = _changed(tosses["hinge"], **change)
+    with pytest.raises(DataError, match=rf"csv:.*synthetic-0\.csv: the free flight \(samples 0 "
+                                        rf"to \d+\) falls with .*{cause}.*pass "
+                                        r"--allow-implausible"):
+        prepare_recordings(HINGE, trajs)
+
+
+def test_allow_implausible_lets_the_units_through_with_a_warning(tosses, caplog):
+    trajs = _changed(tosses["hinge"], positions_m=lambda t: t.positions_m * [1, 1, 1.0] * 100)
+    with allow_implausible(), pytest.raises(DataError) as refused:
+        prepare_recordings(HINGE, trajs)  # later checks still see another object's poses
+    assert "centimetres (divide them by 100) (accepted: --allow-implausible)" in caplog.text
+    assert "falls with" not in str(refused.value)
+
+
+@pytest.mark.parametrize("example", ["hinge", "ell"])
+def test_xyzw_under_a_wxyz_header_is_detected_and_the_option_reads_it(tosses, tmp_path,
+                                                                       example):
+    scene = HINGE if example == "hinge" else ELL
+    swapped = _changed(tosses[example], quat_wxyz=lambda t: t.quat_wxyz[:, [1, 2, 3, 0]])
+    save_csv_trajectories(tmp_path, swapped)  # x, y, z, w values under qw, qx, qy, qz
+    wrong = load_trajectories(tmp_path)
+    with pytest.raises(DataError, match=r"the quaternions look like x-y-z-w order: .* pass "
+                                        r"--quaternion-order xyzw"):
+        prepare_recordings(scene, wrong)
+    with reading_options(quaternion_order="xyzw"):
+        right = load_trajectories(tmp_path)
+    for key, traj in right.items():
+        np.testing.assert_allclose(traj.quat_wxyz, tosses[example][key].quat_wxyz, atol=1e-15)
+    prepare_recordings(scene, right)
+    save_csv_trajectories(tmp_path / "plain", tosses[example])
+    with reading_options(quaternion_order="xyzw"), pytest.raises(
+            DataError, match=r"look like w-x-y-z order: .*drop --quaternion-order xyzw"):
+        prepare_recordings(scene, load_trajectories(tmp_path / "plain"))
