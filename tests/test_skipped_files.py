@@ -29,3 +29,14 @@ def test_clean_folder_loads_without_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="residualsim.data"):
         load_trajectories(SYNTHETIC)
     assert not [r for r in caplog.records if "skipped" in r.getMessage()]
+
+
+def test_foreign_file_beside_csv_recordings_is_named(tmp_path, caplog):
+    from residualsim.data import save_csv_trajectories
+
+    save_csv_trajectories(tmp_path, load_trajectories(SYNTHETIC), with_velocities=True)
+    (tmp_path / "notes.txt").write_text("calibration notes")
+    with caplog.at_level(logging.WARNING, logger="residualsim.data"):
+        assert len(load_trajectories(tmp_path)) == 8
+    warned = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(warned) == 1 and "notes.txt" in warned[0]

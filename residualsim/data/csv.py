@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from residualsim.atomic import atomic_open
-from residualsim.data.npz import _id_key, save_each
+from residualsim.data.listing import recording_files
+from residualsim.data.npz import save_each
 from residualsim.data.read_options import QUATERNION_ORDERS, current_reading_options
 from residualsim.data.timebase import (UNIFORM_RELATIVE, TimeBase, analyse_times,
                                        common_rate_hz, resample)
@@ -572,7 +573,7 @@ def load_csv_trajectories(directory: str | os.PathLike[str], *, rate_hz: float |
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: no such directory")
-    files = sorted((p for p in directory.glob("*.csv") if p.is_file()), key=_id_key)
+    files = recording_files(directory, ".csv")
     if not files:
         raise DataError(f"{directory}: no .csv recordings found")
     order = _options(quaternion_order)

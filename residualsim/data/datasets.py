@@ -260,7 +260,6 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
             contact_times.append(traj.times_s[index] - traj.times_s[0])
         shares += _phase_seconds(traj, index)
     result["reading"] = READING_RULES
-    result["split"] = {name: len(ids) for name, ids in split_ids([t.traj_id for t in trajs]).items()}
     result["files"] = [file_summary(t) for t in trajs]
     contact: dict[str, Any] = {"tolerance_m": CONTACT_TOLERANCE_M, "count": len(contact_times)}
     contact["without_contact"] = n_free - len(contact_times)

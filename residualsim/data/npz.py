@@ -265,7 +265,6 @@ def save_each(directory: str | os.PathLike[str],
     return written
 
 
-_id_key = id_key  # the sort key's old name here (csv.py reads it)
 
 
 def load_trajectories(directory: str | os.PathLike[str]) -> dict[str, Trajectory]:
