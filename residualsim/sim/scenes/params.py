@@ -126,7 +126,9 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
 
     A JSON file may hold the mapping itself or a ``{"params": {...}}`` or
     ``{"median": {...}}`` object (a calibration summary); a directory holding a
-    ``summary.json`` (a calibration output) is read through that file. Values not given keep ``base``
+    ``summary.json`` (a calibration output) is read through that file. A summary with a
+    ``"body"`` (a calibration of the body and joints) gives an
+    :class:`~residualsim.sim.scenes.body.ObjectParams` carrying it. Values not given keep ``base``
     (default: :class:`EngineParams` defaults).
     """
     base = base or EngineParams()
@@ -144,6 +146,7 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     if text.endswith(".json") or path.is_file():
         content = read_json(path, missing=f"{path}: parameter file not found",
                             error=ParameterError, unique_keys=True)
+        body = content.get("body") if isinstance(content, dict) else None
         if isinstance(content, dict):
             for key in ("params", "median"):
                 if isinstance(content.get(key), dict):
@@ -157,7 +160,12 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                 raise ParameterError(f"{path}: {name} must be a number, got "
                                      f"{json.dumps(value)}")
         try:
-            return base.replace(**content)
+            params = base.replace(**content)
+            if isinstance(body, dict):  # a calibration of the body too
+                from residualsim.sim.scenes.body import BodyParams, ObjectParams
+
+                params = ObjectParams.of(params, BodyParams.from_json(body, str(path)))
+            return params
         except ParameterError as exc:
             raise ParameterError(f"{path}: {exc}") from None
     changes: dict[str, float] = {}
