@@ -387,17 +387,19 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 corner_plot(posterior, out / "corner.png")
                 trace_plot(posterior, out / "trace.png")
         elif method == "lsq":
-            from residualsim.sysid.lsq import fit_least_squares
+            if kind != "trajectories":
+                raise ParameterError("method 'lsq' fits trajectories, not impacts")
+            from residualsim.sysid.lsq import staged_least_squares
 
-            found = fit_least_squares(
-                lambda x: likelihood.errors([space.engine_params(row) for row in x]), space,
-                budget=budget, checkpoint=out / "lsq-checkpoint.json", resume=resume,
-                fingerprint=fingerprint, progress=progress)
+            found = staged_least_squares(
+                scene, train, space, likelihood, budget=budget, out=out, resume=resume,
+                fingerprint=fingerprint, progress=progress, n_workers=n_workers,
+                rotation_weight=rotation_weight)
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],
                            "evaluations": found["evaluations"], "failed": found["failed"],
-                           "lsq_status": found["status"], "warnings": []})
+                           "lsq_stages": found["stages"], "warnings": []})
         else:
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed, start=space.start(),
