@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from residualsim.errors import ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.scenes import EngineParams, parse_params
-from residualsim.sim.scenes.body import (BodyParams, JointDynamics, LinkInertial, ObjectParams,
-                                         check_inertia, inertia_matrix, link_aabbs, read_body,
-                                         write_urdf)
+from residualsim.sim.scenes.body import (JointDynamics, LinkInertial, check_inertia,
+                                         inertia_matrix, link_aabbs, read_body, write_urdf)
+from residualsim.sim.scenes.params import ObjectParams
 from residualsim.sysid.bodyspace import body_space, expand_names
 from residualsim.sysid.paramspace import ParamSpace
 
@@ -306,3 +306,24 @@ def test_calibrate_cli_refuses_body_of_a_built_in_scene(tmp_path, capsys):
                  "--params", "contact,body", "--method", "lsq", "--out", str(tmp_path / "c")])
     assert code == 2
     assert "scene file or URDF" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["mh", "nevergrad"])
+def test_every_method_takes_body_names(tmp_path, method):
+    """MH samples a posterior over a joint's damping and a link's mass ratio; nevergrad
+    searches them; both write the body into the summary."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=25, rng=1,
+                               scene=str(HINGE), rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["joint.elbow.damping", "body.arm.mass_ratio"]
+    summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal", method=method,
+                        samples=6, burn_in=2, budget=8, split="all", plots=False)
+    assert summary["calibrated"] == names
+    assert summary["body"]["joints"][0]["name"] == "elbow"
+    assert summary["total_mass_kg"]["value"] == pytest.approx(0.48)
+    if method == "mh":
+        assert set(summary["median"]) == set(names)

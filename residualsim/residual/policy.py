@@ -441,7 +441,8 @@ class ResidualModel:
             make_scene(scene)
             params = parse_params({k: float(v) for k, v in dict(header["params"]).items()})
             if header.get("body") is not None:  # the identified body travels with the model
-                from residualsim.sim.scenes.body import BodyParams, ObjectParams
+                from residualsim.sim.scenes.body import BodyParams
+                from residualsim.sim.scenes.params import ObjectParams
 
                 params = ObjectParams.of(params, BodyParams.from_json(header["body"],
                                                                       str(path)))

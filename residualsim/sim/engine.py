@@ -19,7 +19,8 @@ import numpy as np
 import pybullet as pb
 
 from residualsim.errors import ParameterError
-from residualsim.sim.scenes.body import body_of, body_urdf
+from residualsim.sim.scenes.body import body_urdf
+from residualsim.sim.scenes.params import body_of
 from residualsim.sim.contact import ContactModel, contact_frame, contact_model, is_touching
 from residualsim.sim.scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params
 from residualsim.sim.skips import CHECK_EVERY, FreeFlight, RestDetector

@@ -41,7 +41,8 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
 from residualsim.sysid.mcmc import MetropolisHastings, as_generator
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sim.scenes import EngineParams, make_scene
-from residualsim.sim.scenes.body import BodyParams, ObjectParams, body_of
+from residualsim.sim.scenes.body import BodyParams
+from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
 
 __all__ = ["calibrate", "engine_from_option", "point_estimate", "convergence_warnings",

@@ -65,7 +65,7 @@ from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
-from residualsim.sim.scenes.body import body_of
+from residualsim.sim.scenes.params import body_of
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR"]

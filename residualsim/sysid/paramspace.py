@@ -261,7 +261,7 @@ class ParamSpace:
         values = dict(zip(self.names, map(float, x)))
         if self.body_space is None:
             return self.base.replace(**values)
-        from residualsim.sim.scenes.body import ObjectParams
+        from residualsim.sim.scenes.params import ObjectParams
         from residualsim.sysid.bodyspace import is_body_name
 
         body = {k: v for k, v in values.items() if is_body_name(k)}

@@ -10,8 +10,8 @@ links, joints, collision shapes; only ``<inertial>`` and ``<dynamics>`` replaced
 reloading the object (:func:`body_urdf`): PyBullet's ``changeDynamics`` can neither move a
 link's inertial frame nor set a full inertia tensor. A reload costs about 2 ms.
 
-:class:`ObjectParams` carries a body beside the contact parameters, so every place that hands
-:class:`~residualsim.sim.scenes.params.EngineParams` to an engine carries the body too.
+:class:`~residualsim.sim.scenes.params.ObjectParams` carries a body beside the contact
+parameters, so every place that hands parameters to an engine carries the body too.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text
 from residualsim.errors import ParameterError, SceneError
-from residualsim.sim.scenes.params import ENGINE_PARAMS, EngineParams
 
-__all__ = ["LinkInertial", "JointDynamics", "BodyParams", "ObjectParams", "read_body",
-           "write_urdf", "urdf_text", "body_urdf", "inertia_matrix", "inertia_tuple", "check_inertia",
-           "link_aabbs", "body_of"]
+__all__ = ["LinkInertial", "JointDynamics", "BodyParams", "read_body", "write_urdf",
+           "urdf_text", "body_urdf", "inertia_matrix", "inertia_tuple", "check_inertia",
+           "link_aabbs"]
 
 
 def inertia_matrix(values) -> np.ndarray:
@@ -144,29 +143,6 @@ class BodyParams:
         return cls(links, joints)
 
 
-@dataclasses.dataclass(frozen=True)
-class ObjectParams(EngineParams):
-    """Contact parameters plus the object's ``body`` (None: the URDF's own). An engine given
-    these reloads its object with the body (:class:`~residualsim.sim.engine.Engine`)."""
-
-    body: BodyParams | None = None
-
-    def replace(self, **changes: float) -> ObjectParams:
-        plain = EngineParams.replace(self, **changes)
-        return ObjectParams(**plain.as_dict(), body=self.body)
-
-    @classmethod
-    def of(cls, params: EngineParams, body: BodyParams | None) -> EngineParams:
-        """``params`` with ``body`` (a plain EngineParams when body is None)."""
-        contact = {spec.name: getattr(params, spec.name) for spec in ENGINE_PARAMS}
-        return EngineParams(**contact) if body is None else cls(**contact, body=body)
-
-
-def body_of(params: EngineParams) -> BodyParams | None:
-    """The body an engine parameter set carries (None: the URDF's own)."""
-    return getattr(params, "body", None)
-
-
 # --- URDF in and out ------------------------------------------------------------------------
 def _rpy_matrix(rpy) -> np.ndarray:
     roll, pitch, yaw = rpy
@@ -243,7 +219,7 @@ def _set_child(parent: ElementTree.Element, tag: str, **attributes: str) -> None
 
 
 def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
-              contact: EngineParams | None = None,
+              contact: "EngineParams | None" = None,
               relative_to: str | os.PathLike[str] | None = None) -> str:
     """The URDF ``source`` with ``body``'s inertials and joint dynamics and, with
     ``contact``, each link's ``<contact>`` coefficients (the effective pair values against a
@@ -302,7 +278,7 @@ def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
 
 
 def write_urdf(source: str | os.PathLike[str], out: str | os.PathLike[str],
-               body: BodyParams | None = None, contact: EngineParams | None = None) -> Path:
+               body: BodyParams | None = None, contact: "EngineParams | None" = None) -> Path:
     """Write :func:`urdf_text` to ``out`` atomically (mesh paths relative to it)."""
     out = Path(out)
     text = urdf_text(source, body, contact, relative_to=out.parent)

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from residualsim.atomic import read_json
 from residualsim.errors import ParameterError
+from residualsim.sim.scenes.body import BodyParams
 
-__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "parse_params"]
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "ObjectParams",
+           "body_of", "parse_params"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,34 @@ class EngineParams:
         return {k: (v if math.isfinite(v) else "inf") for k, v in self.as_dict().items()}
 
 
+@dataclass(frozen=True)
+class ObjectParams(EngineParams):
+    """Contact parameters plus the object's ``body`` (None: the URDF's own). An engine given
+    these reloads its object with the body (:class:`~residualsim.sim.engine.Engine`)."""
+
+    body: BodyParams | None = None
+
+    def replace(self, **changes: float) -> ObjectParams:
+        plain = EngineParams.replace(self, **changes)
+        return ObjectParams(**plain.as_dict(), body=self.body)
+
+    @classmethod
+    def of(cls, params: EngineParams, body: BodyParams | None) -> EngineParams:
+        """``params`` with ``body`` (a plain EngineParams when body is None)."""
+        contact = {spec.name: getattr(params, spec.name) for spec in ENGINE_PARAMS}
+        return EngineParams(**contact) if body is None else cls(**contact, body=body)
+
+
+def body_of(params: EngineParams) -> BodyParams | None:
+    """The body an engine parameter set carries (None: the URDF's own)."""
+    return getattr(params, "body", None)
+
+
+def body_of(params: EngineParams) -> BodyParams | None:
+    """The body an engine parameter set carries (None: the URDF's own)."""
+    return getattr(params, "body", None)
+
+
 def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                  base: EngineParams | None = None) -> EngineParams:
     """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
@@ -162,8 +192,6 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         try:
             params = base.replace(**content)
             if isinstance(body, dict):  # a calibration of the body too
-                from residualsim.sim.scenes.body import BodyParams, ObjectParams
-
                 params = ObjectParams.of(params, BodyParams.from_json(body, str(path)))
             return params
         except ParameterError as exc:
