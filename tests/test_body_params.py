@@ -321,9 +321,32 @@ def test_every_method_takes_body_names(tmp_path, method):
     save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
     names = ["joint.elbow.damping", "body.arm.mass_ratio"]
     summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal", method=method,
-                        samples=6, burn_in=2, budget=8, split="all", plots=False)
+                        samples=3, burn_in=1, chains=1, budget=8, split="all",
+                        plots=False)
     assert summary["calibrated"] == names
     assert summary["body"]["joints"][0]["name"] == "elbow"
     assert summary["total_mass_kg"]["value"] == pytest.approx(0.48)
     if method == "mh":
         assert set(summary["median"]) == set(names)
+
+
+def test_calibrate_cli_exports_the_identified_urdf(tmp_path, capsys):
+    from residualsim.cli import main
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+
+    save_csv_trajectories(tmp_path / "data", synthesize_tosses(
+        {"lateral_friction": 0.3}, n_tosses=2, n_samples=20, rng=2, scene=str(HINGE),
+        rate_hz=100.0), with_velocities=True)
+    common = ["calibrate", "--scene", str(HINGE), "--data", str(tmp_path / "data"),
+              "--params", "joints", "--method", "lsq", "--budget", "4", "--split", "all",
+              "--no-plots", "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "bad"), "--export-urdf",
+                 str(tmp_path / "x.txt")]) == 2
+    assert "name a .urdf file" in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "cal"), "--export-urdf",
+                 str(tmp_path / "x.urdf")]) == 0
+    assert _loaded(tmp_path / "x.urdf")["links"] == _loaded(HINGE_URDF)["links"]
+    summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
+    assert read_body(tmp_path / "x.urdf").joints[0].damping == pytest.approx(
+        summary["body"]["joints"][0]["damping"])

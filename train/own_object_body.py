@@ -151,10 +151,12 @@ def residual_stage(scene: Path, data: Path, calibration: Path, out: Path,
     if not (model_dir / "model.json").is_file():
         print(f"residualsim train --scene {scene} --data {data} --calibration {calibration} "
               f"--out {model_dir} --budget {args.residual_budget} --hidden 6 "
-              f"--max-tosses {args.max_trajectories} --workers {args.workers}", flush=True)
+              f"--validate-every 8 --max-tosses {args.residual_tosses} --workers "
+              f"{args.workers}", flush=True)
         run_training(str(scene), data, model_dir, calibration=calibration,
-                     config=TrainingConfig(budget=args.residual_budget, hidden=(6,)),
-                     max_trajectories=args.max_trajectories, n_workers=args.workers,
+                     config=TrainingConfig(budget=args.residual_budget, hidden=(6,),
+                                           validate_every=8),
+                     max_trajectories=args.residual_tosses, n_workers=args.workers,
                      resume=(model_dir / "checkpoint.npz").exists())
     recordings = load_recordings(data, str(scene))
     test = {k: recordings[k] for k in split_ids(list(recordings))["test"]}
@@ -181,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contact-budget", type=int, default=60,
                         help="lsq evaluations of the contact-only calibration")
     parser.add_argument("--residual-budget", type=int, default=96)
+    parser.add_argument("--residual-tosses", type=int, default=100,
+                        help="training tosses of the residual")
     parser.add_argument("--poses-only", action="store_true",
                         help="CSV without velocities (initial states fitted)")
     parser.add_argument("--stages", nargs="+", default=["contact", "full-nevergrad",

@@ -166,8 +166,15 @@ class Engine:
         return self.scene.settings.dt_s
 
     def set_params(self, params) -> None:
-        """Set contact parameters (EngineParams, mapping, ``k=v`` string or JSON file)."""
+        """Set contact parameters (EngineParams, mapping, ``k=v`` string or JSON file); an
+        :class:`~residualsim.sim.scenes.ObjectParams` with a body reloads the object with it
+        (a plain EngineParams: the URDF's own body)."""
         params = parse_params(params, base=self._params)
+        if body_of(params) is not None and (getattr(self._nominal_scene, "spec", None) is None
+                                            or self._nominal_scene.planar):
+            raise ParameterError(f"scene {self._nominal_scene.name!r} takes no body "
+                                 "parameters: they need a free object from a scene file or "
+                                 "URDF")
         self._params = params
         if body_of(params) != self._body:
             self._build()  # a new body: reload the object from its modified URDF
