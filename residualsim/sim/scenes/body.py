@@ -168,8 +168,10 @@ def _floats(text: str | None, n: int, default: float = 0.0) -> list[float]:
 
 
 def _parse(path: Path) -> ElementTree.ElementTree:
+    """The URDF's XML tree, its comments kept (an export keeps the user's notes)."""
     try:
-        return ElementTree.parse(path)
+        parser = ElementTree.XMLParser(target=ElementTree.TreeBuilder(insert_comments=True))
+        return ElementTree.parse(path, parser=parser)
     except (ElementTree.ParseError, OSError) as exc:
         raise SceneError(f"{path}: cannot read this URDF ({exc})") from None
 
