@@ -149,7 +149,9 @@ def register(commands) -> None:
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split")
     cal.add_argument("--budget", type=count(1), default=200, help="nevergrad or lsq "
-                     "evaluations (parameter sets, each rolled out on every recording)")
+                     "evaluations (parameter sets, each rolled out on every recording); lsq "
+                     "with body or joint names: the body stage's, on free flight, and at "
+                     "most 12 (k + 1) more for the k contact coefficients")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"
