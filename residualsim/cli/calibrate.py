@@ -44,9 +44,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              "trajectories of a free body")
     if args.scene == "arm-loop":
         return _identify_loop(args)
-    if args.method not in ("mh", "nevergrad", "mpec"):
+    if args.method not in ("mh", "nevergrad", "mpec", "lsq"):
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
-                             f"{args.scene} with mh, nevergrad or mpec")
+                             f"{args.scene} with mh, nevergrad, lsq or mpec")
+    if args.export_urdf is not None:
+        check_output(args.export_urdf, kind="file", command="calibrate", flag="--export-urdf",
+                     force=args.resume)
+        if not str(args.export_urdf).endswith(".urdf"):
+            raise ParameterError(f"--export-urdf {args.export_urdf}: name a .urdf file")
     data = resolve_data(args.data, args.scene)
     split = split_options(args)
     initial = None
@@ -74,7 +79,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
-            rotation_weight=args.rotation_weight)
+            rotation_weight=args.rotation_weight, export_urdf=args.export_urdf)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -107,14 +112,25 @@ def register(commands) -> None:
     cal.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     cal.add_argument("--params", default="lateral_friction,restitution",
                      help="comma-separated parameters to calibrate (default "
-                     "lateral_friction,restitution)")
+                     "lateral_friction,restitution): names or groups: contact (lateral, "
+                     "spinning, rolling friction, restitution), soft_contact (stiffness, "
+                     "damping), and for an object from a scene file or URDF body (per link: "
+                     "centre of mass, inertia, mass ratio; total mass kept) and joints (per "
+                     "joint: damping, friction); single names body.<link>.com_x, "
+                     "body.<link>.moment_1, body.<link>.axes_x, body.<link>.mass_ratio, "
+                     "joint.<joint>.damping, joint.<joint>.friction (README)")
+    cal.add_argument("--export-urdf", metavar="FILE.urdf",
+                     help="also write the scene's URDF with the identified values (inertials, "
+                     "joint dynamics, contact coefficients in each link's <contact>)")
     cal.add_argument("--out", required=True, help="output directory (summary.json, "
                      "posterior.npz, corner.png, trace.png)")
     cal.add_argument("--method", choices=("mh", "nevergrad", "mpec", "lsq", "gradient",
                                           "homotopy"),
-                     default="mh", help="mh, nevergrad or mpec (complementarity-constrained, "
-                     "no simulator; fits lateral_friction, restitution); for --scene arm-loop: "
-                     "lsq, gradient, homotopy or mh")
+                     default="mh", help="mh, nevergrad, lsq (least squares on trajectory "
+                     "error, finite differences; fast for many parameters, --budget parameter "
+                     "sets) or mpec (complementarity-constrained, no simulator; fits "
+                     "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
+                     "homotopy or mh")
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
                      help="mh: start the chains at the best Sobol points (default) or at the "
                      "MPEC estimate (written to OUT/mpec-init)")
@@ -150,8 +166,10 @@ def register(commands) -> None:
                      help="recordings to calibrate on (default: the training split)")
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split (default: all)")
-    cal.add_argument("--budget", type=count(1), default=200,
-                     help="nevergrad: loss evaluations")
+    cal.add_argument("--budget", type=count(1), default=200, help="nevergrad or lsq "
+                     "evaluations (parameter sets, each rolled out on every recording); lsq "
+                     "with body or joint names: the body stage's, on free flight, and at "
+                     "most 12 (k + 1) more for the k contact coefficients")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"

@@ -364,7 +364,8 @@ _MODEL_FORMAT = "residualsim.model/1"
 class ResidualModel:
     """Everything a rollout needs: the policy, the (calibrated) engine and its settings.
 
-    A model directory holds ``model.json`` (format, scene, engine parameters, ``dt_s`` and
+    A model directory holds ``model.json`` (format, scene, engine parameters, the identified
+    body when the calibration had one (:mod:`residualsim.sim.scenes.body`), ``dt_s`` and
     ``substeps`` the policy was trained at, the contact guard, training provenance and
     figures), ``policy.json`` and ``policy.npz`` (see :class:`ResidualPolicy`).
     """
@@ -410,6 +411,8 @@ class ResidualModel:
         header = {"format": _MODEL_FORMAT, "residualsim_version": __version__,
                   "scene": _scene_for_header(self.scene, directory),
                   "params": self.params.as_json(),
+                  **({"body": self.params.body.as_json()}
+                     if getattr(self.params, "body", None) is not None else {}),
                   "settings": {"dt_s": self.dt_s, "substeps": self.substeps},
                   "guard": dataclasses.asdict(self.guard), "spread": self.spread,
                   "state_noise": (None if self.state_noise is None
@@ -437,6 +440,12 @@ class ResidualModel:
             scene = _scene_from_header(str(header["scene"]), directory)
             make_scene(scene)
             params = parse_params({k: float(v) for k, v in dict(header["params"]).items()})
+            if header.get("body") is not None:  # the identified body travels with the model
+                from residualsim.sim.scenes.body import BodyParams
+                from residualsim.sim.scenes.params import ObjectParams
+
+                params = ObjectParams.of(params, BodyParams.from_json(header["body"],
+                                                                      str(path)))
             dt_s = float(header["settings"]["dt_s"])
             substeps = int(header["settings"]["substeps"])
             guard = ContactGuard(**dict(header.get("guard", {})))

@@ -288,6 +288,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
 
         fingerprint = {"scene": scene, "train": sorted(train), "validation": sorted(validation),
                        "params": params.as_json(), "substeps": substeps,
+                       **({"body": params.body.as_json()}
+                          if getattr(params, "body", None) is not None else {}),
                        "config": _json_config(config), "n_parameters": policy.n_parameters,
                        "scaling": [policy.feature_mean.tolist(), policy.feature_std.tolist(),
                                    policy.impulse_scale_ns]}

@@ -12,11 +12,15 @@ initial state), matching the recorded sample index.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from residualsim.sim.bullet import pb
 
+from residualsim.errors import ParameterError
+from residualsim.sim.scenes.body import body_urdf
+from residualsim.sim.scenes.params import body_of
 from residualsim.sim.contact import ContactModel, contact_frame, contact_model, is_touching
 from residualsim.sim.scenes import EngineParams, EngineSettings, Scene, make_scene, parse_params
 from residualsim.sim.skips import CHECK_EVERY, FreeFlight, RestDetector
@@ -104,9 +108,10 @@ class Engine:
 
     def __init__(self, scene: str | Scene = "cube", params=None,
                  settings: EngineSettings | None = None) -> None:
-        self.scene = make_scene(scene, settings)
+        self.scene = self._nominal_scene = make_scene(scene, settings)
         self.client = pb.connect(pb.DIRECT)
         self._params = parse_params(params)
+        self._body = None
         self._build()
 
     # --- world ----------------------------------------------------------------------------
@@ -126,10 +131,29 @@ class Engine:
         if settings.erp is not None:
             options.update(erp=settings.erp, contactERP=settings.erp, frictionERP=settings.erp)
         pb.setPhysicsEngineParameter(physicsClientId=cid, **options)
+        self._use_body(body_of(self._params))
         self.scene.build(cid)
         self.scene.apply_params(self._params)
         self._soft = self._params.soft_contact
         self._flight: FreeFlight | None | bool = False  # built on first use
+
+    def _use_body(self, body) -> None:
+        """Make ``self.scene`` the nominal scene with ``body`` (None: the URDF's own); a
+        body needs a scene built from a URDF (:mod:`residualsim.sim.scenes.body`)."""
+        if body == self._body:
+            return
+        nominal = self._nominal_scene
+        if body is None:
+            self.scene = nominal
+        else:
+            spec = getattr(nominal, "spec", None)
+            if spec is None or nominal.planar:
+                raise ParameterError(f"scene {nominal.name!r} takes no body parameters: they "
+                                     "need a free object from a scene file or URDF")
+            path = body_urdf(spec.urdf, body)
+            self.scene = type(nominal)(dataclasses.replace(spec, urdf=path),
+                                       settings=nominal.settings)
+        self._body = body
 
     @property
     def params(self) -> EngineParams:
@@ -142,10 +166,19 @@ class Engine:
         return self.scene.settings.dt_s
 
     def set_params(self, params) -> None:
-        """Set contact parameters (EngineParams, mapping, ``k=v`` string or JSON file)."""
+        """Set contact parameters (EngineParams, mapping, ``k=v`` string or JSON file); an
+        :class:`~residualsim.sim.scenes.ObjectParams` with a body reloads the object with it
+        (a plain EngineParams: the URDF's own body)."""
         params = parse_params(params, base=self._params)
+        if body_of(params) is not None and (getattr(self._nominal_scene, "spec", None) is None
+                                            or self._nominal_scene.planar):
+            raise ParameterError(f"scene {self._nominal_scene.name!r} takes no body "
+                                 "parameters: they need a free object from a scene file or "
+                                 "URDF")
         self._params = params
-        if self._soft and not params.soft_contact:
+        if body_of(params) != self._body:
+            self._build()  # a new body: reload the object from its modified URDF
+        elif self._soft and not params.soft_contact:
             # Bullet cannot switch a body back from soft to rigid contact: rebuild.
             self._build()
         else:

@@ -41,6 +41,8 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
 from residualsim.sysid.mcmc import MetropolisHastings, as_generator
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sim.scenes import EngineParams, make_scene
+from residualsim.sim.scenes.body import BodyParams
+from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
 
 __all__ = ["calibrate", "engine_from_option", "point_estimate", "convergence_warnings",
@@ -116,6 +118,9 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
         raise DataError(f"{summary_path}: not a residualsim calibration summary")
     try:
         params = EngineParams(**{k: float(v) for k, v in summary["params"].items()})
+        if isinstance(summary.get("body"), dict):
+            params = ObjectParams.of(params, BodyParams.from_json(summary["body"],
+                                                                  str(summary_path)))
         return Calibration(scene=str(summary["scene"]), params=params,
                            substeps=int(summary["settings"]["substeps"]), summary=summary,
                            path=summary_path.parent)
@@ -151,8 +156,9 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
                    rng: int | None = 0, checkpoint: str | os.PathLike[str] | None = None,
                    resume: bool = False, checkpoint_every: int | None = None,
                    fingerprint: Mapping[str, Any] | None = None,
-                   progress: bool = False) -> dict[str, Any]:
-    """Minimise ``loss(x (n, d)) -> (n,)`` over the space with a pinned nevergrad optimiser.
+                   progress: bool = False, start: np.ndarray | None = None) -> dict[str, Any]:
+    """Minimise ``loss(x (n, d)) -> (n,)`` over the space with a pinned nevergrad optimiser,
+    from unit coordinates ``start`` (default the middle of the box).
 
     Candidates are asked and told in batches of ``batch_size`` (reproducible for a seed and
     evaluated together by the likelihood's workers). The history is checkpointed as JSON
@@ -166,7 +172,8 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
 
     seed = rng if isinstance(rng, int) else int(as_generator(rng).integers(2**31))
     fingerprint = {**dict(fingerprint or {}), "space": space.as_json()}
-    result = minimize(lambda z: loss(space.from_unit(z)), np.full(space.ndim, 0.5),
+    init = np.full(space.ndim, 0.5) if start is None else np.asarray(start, dtype=float)
+    result = minimize(lambda z: loss(space.from_unit(z)), init,
                       budget=budget, lower=0.0, upper=1.0, optimizer=optimizer,
                       batch_size=batch_size, seed=seed, checkpoint=checkpoint, resume=resume,
                       checkpoint_every=checkpoint_every, fingerprint=fingerprint,
@@ -276,7 +283,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               split_lists: Mapping[str, Sequence[str]] | None = None,
               initial_draws: int | None = None,
               delayed_acceptance: float | None = None,
-              rotation_weight: float = 1.0) -> dict[str, Any]:
+              rotation_weight: float = 1.0,
+              export_urdf: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -298,15 +306,19 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     :mod:`residualsim.sysid.likelihood`); the summary's ``train_rms_error`` (m) and
     ``noise_estimate`` are of that weighted error, so with w != 1 they do not compare with
     an unweighted calibration's (``train/calibration_crossloss.py`` re-scores unweighted).
+    ``names`` may hold groups (``contact``, ``soft_contact``, ``body``, ``joints``) and
+    body and joint names (:mod:`residualsim.sysid.bodyspace`); ``method="lsq"`` is least
+    squares on trajectory error (:mod:`residualsim.sysid.lsq`, ``budget`` parameter sets).
+    ``export_urdf``: also write the scene's URDF with the identified values there.
     Returns the summary written to ``out/summary.json``.
     """
-    if method not in ("mh", "nevergrad"):
-        raise ParameterError(f"method must be 'mh' or 'nevergrad', got {method!r}")
+    if method not in ("mh", "nevergrad", "lsq"):
+        raise ParameterError(f"method must be 'mh', 'nevergrad' or 'lsq', got {method!r}")
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
-    space = ParamSpace(names, bounds=bounds, priors=priors)
+    space = ParamSpace(names, bounds=bounds, priors=priors, scene=scene)
     kind, train, validation = _load_split(scene, data, split, max_items,
                                           fractions=split_fractions, lists=split_lists)
     if kind == "impacts":
@@ -379,9 +391,23 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
                 corner_plot(posterior, out / "corner.png")
                 trace_plot(posterior, out / "trace.png")
+        elif method == "lsq":
+            if kind != "trajectories":
+                raise ParameterError("method 'lsq' fits trajectories, not impacts")
+            from residualsim.sysid.lsq import staged_least_squares
+
+            found = staged_least_squares(
+                scene, train, space, likelihood, budget=budget, out=out, resume=resume,
+                fingerprint=fingerprint, progress=progress, n_workers=n_workers,
+                rotation_weight=rotation_weight)
+            atomic_write_text(out / "history.json", json.dumps(found["history"]))
+            point = dict(zip(space.names, found["x"]))
+            result.update({"best": point, "loss": found["loss"],
+                           "evaluations": found["evaluations"], "failed": found["failed"],
+                           "lsq_stages": found["stages"], "warnings": []})
         else:
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
-                                   batch_size=4, rng=seed,
+                                   batch_size=4, rng=seed, start=space.start(),
                                    checkpoint=out / "nevergrad-checkpoint.npz", resume=resume,
                                    checkpoint_every=checkpoint_every, fingerprint=fingerprint,
                                    progress=progress)
@@ -408,9 +434,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         result.setdefault("warnings", []).append(warning + " (--split-fractions or "
                                                  "--split-ids choose the splits)")
         log.warning("%s: %s", out, result["warnings"][-1])
+    body = body_of(params)
     summary = {
         "format": SUMMARY_FORMAT, "method": method, "scene": scene,
         "params": params.as_json(), "calibrated": space.names,
+        **({"body": body.as_json(),
+            "total_mass_kg": {"value": body.mass_kg, "note": "kept from the URDF: poses "
+                              "alone cannot observe the total mass"}} if body else {}),
         **result,
         "settings": {"dt_s": settings.dt_s, "substeps": settings.substeps},
         "data": {"path": str(data), "kind": kind, "split": split,
@@ -425,7 +455,22 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "seconds": time.perf_counter() - started,
     }
     atomic_write_text(out / "summary.json", json.dumps(_json_safe(summary), indent=2))
+    if export_urdf is not None:
+        export_calibrated_urdf(scene, params, export_urdf)
     return summary
+
+
+def export_calibrated_urdf(scene: str, params: EngineParams,
+                           out: str | os.PathLike[str]) -> Path:
+    """Write the scene's URDF with ``params``' body (if any) and contact coefficients in
+    each link's ``<contact>`` element (:func:`residualsim.sim.scenes.body.write_urdf`)."""
+    from residualsim.sim.scenes.body import write_urdf
+
+    spec = getattr(make_scene(scene), "spec", None)
+    if spec is None:
+        raise ParameterError(f"scene {scene!r} is built in: --export-urdf needs an object "
+                             "from a scene file or URDF")
+    return write_urdf(spec.urdf, out, body=body_of(params), contact=params)
 
 
 def _json_safe(value: Any) -> Any:

@@ -65,6 +65,7 @@ from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
+from residualsim.sim.scenes.params import body_of
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR"]
@@ -102,6 +103,30 @@ def trajectory_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]
     return errors
 
 
+def trajectory_residuals(engine: Engine, item: tuple, batch: Sequence[EngineParams]
+                         ) -> np.ndarray:
+    """Worker function: the residual vector of one recording for each parameter set, shape
+    (len(batch), (T-1) * (4 + n_joints)): per sample the position error (3, m, world), the
+    weighted rotation angle r_g·angle (m) and each joint's error times its scale (m); the
+    squares of one row sum to (T-1)·e_i (see :func:`trajectory_errors`). A failed rollout
+    gives a row of 1 m."""
+    initial_state, positions, quat, radius, *joint_item = item
+    rows = []
+    for params in batch:
+        if engine.params != params:
+            engine.set_params(params)
+        states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
+        sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
+        parts = [sim_positions[1:] - positions,
+                 (radius * geodesic_angle(sim_quat[1:], quat))[:, None]]
+        if joint_item:
+            joints, scale = joint_item
+            parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
+        row = np.concatenate(parts, axis=1).ravel()
+        rows.append(row if np.all(np.isfinite(row)) else np.ones_like(row))
+    return np.array(rows)
+
+
 def impact_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]) -> np.ndarray:
     """Worker function: squared post-velocity error of one impact for each parameter set.
 
@@ -115,6 +140,12 @@ def impact_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]) ->
         error = float(np.sum(((velocity - post_velocity) * scale) ** 2))
         errors[k] = error if math.isfinite(error) else math.inf
     return errors
+
+
+def _several_bodies(batch: Sequence[EngineParams]) -> bool:
+    """Whether the parameter sets carry different bodies (an engine reloads its object for
+    each: evaluated one set at a time, a worker reloads once per set, not once per item)."""
+    return len(batch) > 1 and len({body_of(params) for params in batch}) > 1
 
 
 class _Likelihood:
@@ -148,6 +179,8 @@ class _Likelihood:
         """Per-item errors e_i, shape (len(batch), n_items), in the items' order (effective
         errors over initial-state draws, see the module doc)."""
         batch = list(batch)
+        if _several_bodies(batch):  # one at a time: each worker reloads a body once, not per item
+            return np.concatenate([self.errors([params]) for params in batch])
         per_item = self._pool.map(self._function, batch)
         n_rollouts = int(self.group_sizes.sum())
         self.n_rollouts += len(batch) * n_rollouts
@@ -157,6 +190,20 @@ class _Likelihood:
         starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]])
         return np.stack([self._effective_error(raw[:, a:a + k])
                          for a, k in zip(starts, self.group_sizes)], axis=1)
+
+    def residuals(self, batch: Sequence[EngineParams]) -> np.ndarray:
+        """Per-sample residuals of every rollout (trajectories only), shape (len(batch), m):
+        each item's :func:`trajectory_residuals` side by side, every initial-state draw
+        of a recording included."""
+        if self._function is not trajectory_errors:
+            raise ParameterError("per-sample residuals are for trajectories")
+        batch = list(batch)
+        if _several_bodies(batch):
+            return np.concatenate([self.residuals([params]) for params in batch])
+        per_item = self._pool.map(trajectory_residuals, batch)
+        self.n_rollouts += len(batch) * int(self.group_sizes.sum())
+        return np.concatenate([np.asarray(rows, dtype=np.float64) for rows in per_item],
+                              axis=1)
 
     def _effective_error(self, draws: np.ndarray) -> np.ndarray:
         """The one error (len(batch),) with the likelihood of the mean over ``draws``
@@ -229,6 +276,9 @@ class TrajectoryLikelihood(_Likelihood):
     rotation_weight : float
         w > 0 multiplying the squared-angle term of e_i (r_g² → w·r_g²); joint errors keep
         their own scale.
+    horizons : sequence of int, optional
+        Per recording, compare only this many samples after the first (at least 1): e.g.
+        the free flight before the first contact (``calibrate --method lsq``'s body stage).
     """
 
     _function = staticmethod(trajectory_errors)
@@ -236,7 +286,9 @@ class TrajectoryLikelihood(_Likelihood):
     def __init__(self, scene: str, trajectories: Mapping[str, Trajectory],
                  substeps: int | None = None, noise_m: float | None = None,
                  n_workers: int = 1, initial_draws: int = 0, seed: int = 0,
-                 rotation_weight: float = 1.0) -> None:
+                 rotation_weight: float = 1.0, horizons: Sequence[int] | None = None) -> None:
+        if horizons is not None and len(horizons) != len(trajectories):
+            raise ParameterError(f"{len(horizons)} horizons for {len(trajectories)} recordings")
         if int(initial_draws) != initial_draws or initial_draws < 0:
             raise ParameterError(f"initial_draws must be an integer >= 0, got {initial_draws}")
         if not (math.isfinite(rotation_weight) and rotation_weight > 0):
@@ -257,6 +309,8 @@ class TrajectoryLikelihood(_Likelihood):
                 raise DataError(f"{traj.source or traj.traj_id}: needs at least 2 samples")
             states = np.array([layout.state_from_trajectory(traj, i)
                                for i in range(traj.n_samples)])
+            if horizons is not None:  # compare the first samples only (e.g. free flight)
+                states = states[:max(2, int(horizons[index]) + 1)]
             positions, quat, _, _ = layout.rigid_motion(states)
             starts = [states[0]]
             if initial_draws and "initial_state_covariance" in traj.metadata:

@@ -10,6 +10,7 @@ what a random walk on z needs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from residualsim.errors import ParameterError
-from residualsim.sim.scenes.params import ENGINE_PARAMS, SPRING_PARAMS, EngineParams
+from residualsim.sim.scenes.params import (ENGINE_PARAMS, SPRING_PARAMS, EngineParams,
+                                           ParamSpec)
 
 __all__ = ["Uniform", "LogUniform", "Normal", "Prior", "Parameter", "ParamSpace",
            "CALIBRATION_BOUNDS", "parse_prior"]
@@ -104,9 +106,11 @@ class Parameter:
     high: float
     log_scale: bool
     prior: Prior
+    #: The spec of a body or joint parameter (its scene's; engine parameters: None).
+    spec: ParamSpec | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        spec = _SPECS.get(self.name)
+        spec = self.spec or _SPECS.get(self.name)
         if spec is None:
             raise ParameterError(f"unknown engine parameter {self.name!r}; known: "
                                  f"{', '.join(_SPECS)}")
@@ -116,7 +120,11 @@ class Parameter:
         if not self.low < self.high:
             raise ParameterError(f"{self.name}: lower bound {self.low} must be below the "
                                  f"upper bound {self.high}")
-        if self.low < spec.low or self.high > spec.high:
+        if self.spec is not None and ".com_" not in self.name and ".axes_" not in self.name:
+            if self.low < 0:  # moments, mass ratios, joint losses: any range >= 0
+                raise ParameterError(f"{self.name}: bounds [{self.low}, {self.high}] must "
+                                     f"be >= 0 {spec.unit}")
+        elif self.low < spec.low or self.high > spec.high:
             raise ParameterError(f"{self.name}: bounds [{self.low}, {self.high}] leave the "
                                  f"valid range [{spec.low}, {spec.high}] {spec.unit}")
         if (self.log_scale or isinstance(self.prior, LogUniform)) and self.low <= 0:
@@ -125,7 +133,7 @@ class Parameter:
 
     @property
     def unit(self) -> str:
-        return _SPECS[self.name].unit
+        return (self.spec or _SPECS[self.name]).unit
 
     def as_json(self) -> dict:
         return {"name": self.name, "low": self.low, "high": self.high,
@@ -146,12 +154,26 @@ class ParamSpace:
         Default: uniform in natural units, log-uniform for log-scale parameters.
     base : EngineParams, optional
         Values of the parameters that are not calibrated (default: engine defaults).
+    scene : str, optional
+        The scene, needed for the groups ``body`` and ``joints`` and for body and joint
+        names (:mod:`residualsim.sysid.bodyspace`); groups are expanded in place.
     """
 
     def __init__(self, names: Sequence[str], bounds: Mapping[str, Sequence[float]] | None = None,
                  priors: Mapping[str, Prior | str] | None = None,
-                 base: EngineParams | None = None) -> None:
+                 base: EngineParams | None = None, scene: str | None = None) -> None:
+        from residualsim.sysid.bodyspace import body_space, expand_names, is_body_name
+
         names = [str(n).strip() for n in names]
+        if names and all(names) and len(set(names)) == len(names):
+            names = expand_names(names, scene)
+        self.scene = scene if any(is_body_name(n) for n in names) else None
+        if self.scene is None and any(is_body_name(n) for n in names):
+            raise ParameterError("body and joint parameters need a scene")
+        self.body_space = body_space(self.scene) if self.scene is not None else None
+        specs = dict(_SPECS)
+        if self.body_space is not None:
+            specs.update(self.body_space.specs)
         if not names or not all(names):
             raise ParameterError("give at least one parameter name to calibrate")
         if len(set(names)) != len(names):
@@ -162,10 +184,12 @@ class ParamSpace:
                                  f"calibrated ({', '.join(names)})")
         parameters = []
         for name in names:
-            spec = _SPECS.get(name)
+            spec = specs.get(name)
             if spec is None:
-                raise ParameterError(f"unknown engine parameter {name!r}; known: "
-                                     f"{', '.join(_SPECS)}")
+                known = ", ".join([*_SPECS, "contact", "soft_contact", "body", "joints"])
+                raise ParameterError(f"unknown engine parameter {name!r}; known: {known}, "
+                                     "and for an object from a scene file or URDF "
+                                     "body.<link>.* and joint.<joint>.* (README)")
             low, high = bounds.get(name, CALIBRATION_BOUNDS.get(name, (spec.low, spec.high)))
             prior = priors.get(name) or (LogUniform() if spec.log_scale else Uniform())
             if isinstance(prior, str):
@@ -173,7 +197,8 @@ class ParamSpace:
                     prior = parse_prior(prior)
                 except ParameterError as exc:
                     raise ParameterError(f"{name}: {exc}") from None
-            parameters.append(Parameter(name, float(low), float(high), spec.log_scale, prior))
+            parameters.append(Parameter(name, float(low), float(high), spec.log_scale, prior,
+                                        spec if is_body_name(name) else None))
         self.parameters: tuple[Parameter, ...] = tuple(parameters)
         self.base = base or EngineParams()
         self._low = np.array([p.low for p in parameters])
@@ -230,13 +255,36 @@ class ParamSpace:
         return np.where(inside, total, -np.inf)
 
     def engine_params(self, x: Sequence[float]) -> EngineParams:
-        """Full engine parameters: ``base`` with the calibrated values set to ``x``."""
-        return self.base.replace(**dict(zip(self.names, map(float, x))))
+        """Full engine parameters: ``base`` with the calibrated values set to ``x``; with
+        body or joint names, an :class:`~residualsim.sim.scenes.body.ObjectParams` whose
+        body has them (the rest at the URDF's values)."""
+        values = dict(zip(self.names, map(float, x)))
+        if self.body_space is None:
+            return self.base.replace(**values)
+        from residualsim.sim.scenes.params import ObjectParams
+        from residualsim.sysid.bodyspace import is_body_name
+
+        body = {k: v for k, v in values.items() if is_body_name(k)}
+        contact = self.base.replace(**{k: v for k, v in values.items() if not is_body_name(k)})
+        return ObjectParams.of(contact, self.body_space.body(body))
+
+    def start(self) -> np.ndarray:
+        """Unit coordinates to start a point estimate from: the middle of each engine
+        parameter's range, the URDF's value of each body and joint parameter."""
+        x = self.from_unit(np.full(self.ndim, 0.5))
+        for i, parameter in enumerate(self.parameters):
+            if parameter.spec is not None:
+                x[i] = np.clip(parameter.spec.default, parameter.low, parameter.high)
+        z = self.to_unit(x)
+        return z
 
     # --- persistence --------------------------------------------------------------------------
     def as_json(self) -> dict:
-        return {"parameters": [p.as_json() for p in self.parameters],
-                "base": self.base.as_json()}
+        content = {"parameters": [p.as_json() for p in self.parameters],
+                   "base": self.base.as_json()}
+        if self.scene is not None:
+            content["scene"] = self.scene
+        return content
 
     @classmethod
     def from_json(cls, content: Mapping) -> ParamSpace:
@@ -245,7 +293,8 @@ class ParamSpace:
             return cls([p["name"] for p in parameters],
                        bounds={p["name"]: (p["low"], p["high"]) for p in parameters},
                        priors={p["name"]: p["prior"] for p in parameters},
-                       base=EngineParams(**{k: float(v) for k, v in content["base"].items()}))
+                       base=EngineParams(**{k: float(v) for k, v in content["base"].items()}),
+                       scene=content.get("scene"))
         except (KeyError, TypeError) as exc:
             raise ParameterError(f"not a parameter-space description ({exc})") from None
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from residualsim.atomic import read_json
 from residualsim.errors import ParameterError
+from residualsim.sim.scenes.body import BodyParams
 
-__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "parse_params"]
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "ObjectParams",
+           "body_of", "parse_params"]
 
 
 @dataclass(frozen=True)
@@ -120,13 +122,43 @@ class EngineParams:
         return {k: (v if math.isfinite(v) else "inf") for k, v in self.as_dict().items()}
 
 
+@dataclass(frozen=True)
+class ObjectParams(EngineParams):
+    """Contact parameters plus the object's ``body`` (None: the URDF's own). An engine given
+    these reloads its object with the body (:class:`~residualsim.sim.engine.Engine`)."""
+
+    body: BodyParams | None = None
+
+    def replace(self, **changes: float) -> ObjectParams:
+        plain = EngineParams.replace(self, **changes)
+        return ObjectParams(**plain.as_dict(), body=self.body)
+
+    @classmethod
+    def of(cls, params: EngineParams, body: BodyParams | None) -> EngineParams:
+        """``params`` with ``body`` (a plain EngineParams when body is None)."""
+        contact = {spec.name: getattr(params, spec.name) for spec in ENGINE_PARAMS}
+        return EngineParams(**contact) if body is None else cls(**contact, body=body)
+
+
+def body_of(params: EngineParams) -> BodyParams | None:
+    """The body an engine parameter set carries (None: the URDF's own)."""
+    return getattr(params, "body", None)
+
+
+def body_of(params: EngineParams) -> BodyParams | None:
+    """The body an engine parameter set carries (None: the URDF's own)."""
+    return getattr(params, "body", None)
+
+
 def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                  base: EngineParams | None = None) -> EngineParams:
     """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
 
     A JSON file may hold the mapping itself or a ``{"params": {...}}`` or
     ``{"median": {...}}`` object (a calibration summary); a directory holding a
-    ``summary.json`` (a calibration output) is read through that file. Values not given keep ``base``
+    ``summary.json`` (a calibration output) is read through that file. A summary with a
+    ``"body"`` (a calibration of the body and joints) gives an
+    :class:`~residualsim.sim.scenes.body.ObjectParams` carrying it. Values not given keep ``base``
     (default: :class:`EngineParams` defaults).
     """
     base = base or EngineParams()
@@ -147,6 +179,7 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     if text.endswith(".json") or path.is_file():
         content = read_json(path, missing=f"{path}: parameter file not found",
                             error=ParameterError, unique_keys=True)
+        body = content.get("body") if isinstance(content, dict) else None
         if isinstance(content, dict):
             for key in ("params", "median"):
                 if isinstance(content.get(key), dict):
@@ -160,7 +193,10 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                 raise ParameterError(f"{path}: {name} must be a number, got "
                                      f"{json.dumps(value)}")
         try:
-            return base.replace(**content)
+            params = base.replace(**content)
+            if isinstance(body, dict):  # a calibration of the body too
+                params = ObjectParams.of(params, BodyParams.from_json(body, str(path)))
+            return params
         except ParameterError as exc:
             raise ParameterError(f"{path}: {exc}") from None
     changes: dict[str, float] = {}

@@ -78,8 +78,9 @@ def urdf_info(path: Path) -> UrdfInfo:
     link without a collision shape, a missing mesh) or PyBullet does not load it.
     """
     check_urdf(path)
-    client = pb.connect(pb.DIRECT)
+    client = _info_client()
     try:
+        pb.resetSimulation(physicsClientId=client)
         body = load_urdf(client, str(path), basePosition=[0, 0, 1],
                          flags=pb.URDF_USE_INERTIA_FROM_FILE)
         base = pb.getDynamicsInfo(body, -1, physicsClientId=client)
@@ -108,7 +109,18 @@ def urdf_info(path: Path) -> UrdfInfo:
                         base_inertia=rot @ np.diag(base[2]) @ rot.T,
                         composite_inertia=composite)
     finally:
-        pb.disconnect(client)
+        pb.resetSimulation(physicsClientId=client)
+
+
+_INFO_CLIENT: list[int] = []
+
+
+def _info_client() -> int:
+    """One private DIRECT client per process for :func:`urdf_info` (connecting costs about
+    0.1 s, and calibrating a body reads a new URDF per candidate)."""
+    if not _INFO_CLIENT or not pb.isConnected(physicsClientId=_INFO_CLIENT[0]):
+        _INFO_CLIENT[:] = [pb.connect(pb.DIRECT)]
+    return _INFO_CLIENT[0]
 
 
 def _composite_inertia(client: int, body: int, n_links: int) -> np.ndarray:

@@ -1,0 +1,352 @@
+"""Body and joint parameters (issue 34 §2): consistency by construction, the engine applying
+a body, the URDF export round trip, the groups of ``--params``, and recovery of a known
+body from synthetic tosses."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+import pybullet as pb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from residualsim.errors import ParameterError
+from residualsim.sim.engine import Engine
+from residualsim.sim.scenes import EngineParams, parse_params
+from residualsim.sim.scenes.body import (JointDynamics, LinkInertial, check_inertia,
+                                         inertia_matrix, link_aabbs, read_body, write_urdf)
+from residualsim.sim.scenes.params import ObjectParams
+from residualsim.sysid.bodyspace import body_space, expand_names
+from residualsim.sysid.paramspace import ParamSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+HINGE = ROOT / "assets" / "examples" / "hinge.toml"
+HINGE_URDF = ROOT / "assets" / "examples" / "hinge.urdf"
+
+
+@pytest.fixture(scope="module")
+def hinge_space() -> ParamSpace:
+    return ParamSpace(["contact", "body", "joints"], scene=str(HINGE))
+
+
+@functools.lru_cache(maxsize=1)
+def _boxes() -> dict:
+    return link_aabbs(HINGE_URDF)
+
+
+# --- consistency by construction ------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=25, max_size=25))
+def test_every_point_of_the_space_is_a_physical_body(hinge_space, unit):
+    body = hinge_space.engine_params(hinge_space.from_unit(np.array(unit))).body
+    boxes = _boxes()
+    for link in body.links:
+        moments = np.linalg.eigvalsh(inertia_matrix(link.inertia))
+        assert moments[0] > 0
+        assert moments[0] + moments[1] >= moments[2] * (1 - 1e-9)  # triangle inequality
+        low, high = boxes[link.name]
+        assert np.all(np.asarray(link.com_m) >= low - 1e-12)
+        assert np.all(np.asarray(link.com_m) <= high + 1e-12)
+    assert body.mass_kg == pytest.approx(read_body(HINGE_URDF).mass_kg, rel=1e-12)
+    assert all(j.damping >= 0 and j.friction >= 0 for j in body.joints)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-10.0, 10.0), min_size=3, max_size=3),
+       st.lists(st.floats(1e-6, 1e-3), min_size=3, max_size=3))
+def test_inertia_from_second_moments_is_consistent_and_read_back(rotvec, moments):
+    """I = tr(Σ)1 − Σ for any rotation and positive second moments: positive definite, the
+    triangle inequality holds, and :meth:`BodySpace.values` inverts :meth:`BodySpace.body`
+    within the default ranges."""
+    from scipy.spatial.transform import Rotation
+
+    rot = Rotation.from_rotvec(rotvec).as_matrix()
+    s = np.array(moments)
+    inertia = rot @ np.diag(s.sum() - s) @ rot.T
+    check_inertia([inertia[0, 0], inertia[1, 1], inertia[2, 2], inertia[0, 1], inertia[0, 2],
+                   inertia[1, 2]], "test")
+
+
+def test_values_invert_body_within_the_ranges(hinge_space):
+    space = body_space(str(HINGE))
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        names = [n for n in space.specs if n.startswith("body.")]
+        values = {}
+        for name in names:
+            spec = space.specs[name]
+            low, high = spec.low, spec.high
+            if ".axes_" in name:
+                low, high = -0.3, 0.3
+            values[name] = float(np.exp(rng.uniform(np.log(low), np.log(high)))
+                                 if spec.log_scale else rng.uniform(low, high))
+        body = space.body(values)
+        back = space.body(space.values(body))
+        for a, b in zip(body.links, back.links):
+            np.testing.assert_allclose(a.inertia, b.inertia, rtol=1e-9, atol=1e-15)
+            np.testing.assert_allclose(a.com_m, b.com_m)
+            assert a.mass_kg == pytest.approx(b.mass_kg)
+
+
+def test_an_unphysical_inertia_is_refused():
+    with pytest.raises(ParameterError, match="triangle inequality"):
+        LinkInertial("bad", 1.0, (0, 0, 0), (1.0, 1.0, 3.0, 0, 0, 0))
+    with pytest.raises(ParameterError, match="positive definite"):
+        LinkInertial("bad", 1.0, (0, 0, 0), (1.0, -1.0, 1.0, 0, 0, 0))
+    with pytest.raises(ParameterError, match="damping"):
+        JointDynamics("j", damping=-1.0)
+
+
+# --- names and groups ---------------------------------------------------------------------------
+def test_groups_expand_to_documented_names(hinge_space):
+    names = hinge_space.names
+    assert names[:4] == ["lateral_friction", "restitution", "spinning_friction",
+                         "rolling_friction"]
+    for link in ("base", "arm"):
+        for suffix in ("com_x", "com_y", "com_z", "moment_1", "moment_2", "moment_3",
+                       "axes_x", "axes_y", "axes_z"):
+            assert f"body.{link}.{suffix}" in names
+    assert "body.arm.mass_ratio" in names and "body.base.mass_ratio" not in names
+    assert names[-2:] == ["joint.elbow.damping", "joint.elbow.friction"]
+    assert expand_names(["soft_contact", "lateral_friction"], None) == [
+        "contact_stiffness", "contact_damping", "lateral_friction"]
+    again = ParamSpace.from_json(json.loads(json.dumps(hinge_space.as_json())))
+    assert again == hinge_space and again.names == names
+
+
+def test_body_names_on_a_built_in_scene_are_one_clear_error():
+    with pytest.raises(ParameterError, match="scene file or URDF"):
+        ParamSpace(["body"], scene="cube")
+    with pytest.raises(ParameterError, match="unknown engine parameter 'body.nope.com_x'"):
+        ParamSpace(["body.nope.com_x"], scene=str(HINGE))
+
+
+def test_the_start_is_the_users_urdf(hinge_space):
+    params = hinge_space.engine_params(hinge_space.from_unit(hinge_space.start()))
+    nominal = read_body(HINGE_URDF)
+    for a, b in zip(params.body.links, nominal.links):
+        np.testing.assert_allclose(a.inertia, b.inertia, rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(a.com_m, b.com_m, atol=1e-15)
+        assert a.mass_kg == pytest.approx(b.mass_kg)
+
+
+# --- the engine applies a body ------------------------------------------------------------------
+def _toss():
+    from residualsim.sim.synthesize import toss_states
+
+    return toss_states(str(HINGE), 1, 3)[0]
+
+
+def test_engine_applies_a_body_and_returns_to_the_urdf():
+    state = _toss()
+    nominal = read_body(HINGE_URDF)
+    heavy = dataclasses.replace(nominal, links=tuple(
+        dataclasses.replace(l, inertia=tuple(2 * np.asarray(l.inertia))) for l in nominal.links))
+    with Engine(str(HINGE)) as engine:
+        plain = engine.rollout(state, 60).states
+        engine.set_params(ObjectParams(body=nominal))
+        np.testing.assert_array_equal(engine.rollout(state, 60).states, plain)
+        engine.set_params(ObjectParams(body=heavy))
+        assert np.abs(engine.rollout(state, 60).states[:, :3] - plain[:, :3]).max() > 1e-3
+        engine.set_params(EngineParams())  # a plain parameter set: the URDF's own body
+        np.testing.assert_array_equal(engine.rollout(state, 60).states, plain)
+
+
+def test_joint_damping_acts():
+    """URDF joint damping slows the joint in free flight (no gravity torque on the joint)."""
+    nominal = read_body(HINGE_URDF)
+    spins = []
+    for damping in (0.0, 0.02):
+        body = dataclasses.replace(nominal, joints=(JointDynamics("elbow", damping, 0.0),))
+        state = np.zeros(15)
+        state[2], state[3], state[14] = 0.5, 1.0, 3.0  # high up, joint spinning at 3 rad/s
+        with Engine(str(HINGE), ObjectParams(body=body)) as engine:
+            states = engine.rollout(state, 20, detect_contacts=False).states
+        spins.append(states[-1, 14] - states[-1, 12])  # joint velocity relative to the base
+    assert abs(spins[1]) < 0.8 * abs(spins[0])
+
+
+# --- URDF export ---------------------------------------------------------------------------------
+def _loaded(path: Path) -> dict:
+    """What makes the object: link and joint names, joint types, joint axes and collision
+    shapes (type, size, pose) in the world frame at zero joint angles (PyBullet reports them
+    in each link's inertial frame, which the identified inertia turns)."""
+    client = pb.connect(pb.DIRECT)
+    try:
+        body = pb.loadURDF(str(path), flags=pb.URDF_USE_INERTIA_FROM_FILE,
+                           physicsClientId=client)
+        n = pb.getNumJoints(body, physicsClientId=client)
+        joints = [pb.getJointInfo(body, k, physicsClientId=client) for k in range(n)]
+        frames = [pb.getBasePositionAndOrientation(body, physicsClientId=client)] + [
+            pb.getLinkState(body, k, computeForwardKinematics=1, physicsClientId=client)[:2]
+            for k in range(n)]
+
+        def rot(quat):
+            return np.array(pb.getMatrixFromQuaternion(quat)).reshape(3, 3)
+
+        shapes = []
+        for k, (pos, orn) in zip(range(-1, n), frames):
+            for shape in pb.getCollisionShapeData(body, k, physicsClientId=client):
+                world_pos, world_orn = pb.multiplyTransforms(pos, orn, shape[5], shape[6])
+                shapes.append((k, shape[2], tuple(np.round(shape[3], 9)),
+                               tuple(np.round(world_pos, 6)),
+                               tuple(np.round(rot(world_orn).ravel(), 6))))
+        axes = [tuple(np.round(rot(frames[k + 1][1]) @ np.asarray(j[13]), 6))
+                for k, j in enumerate(joints)]
+        dynamics = pb.getDynamicsInfo(body, 0, physicsClientId=client)
+        return {"links": [j[12].decode() for j in joints],
+                "joints": [(j[1].decode(), j[2], axis, j[6]) for j, axis in zip(joints, axes)],
+                "shapes": shapes, "lateral_friction": dynamics[1], "restitution": dynamics[5]}
+    finally:
+        pb.disconnect(client)
+
+
+def test_exported_urdf_is_the_same_object_with_the_identified_values(tmp_path, hinge_space):
+    rng = np.random.default_rng(0)
+    params = hinge_space.engine_params(hinge_space.from_unit(rng.uniform(size=25)))
+    out = write_urdf(HINGE_URDF, tmp_path / "out" / "identified.urdf", body=params.body,
+                     contact=params)
+    original, exported = _loaded(HINGE_URDF), _loaded(out)
+    assert exported["links"] == original["links"]
+    assert [j[:3] for j in exported["joints"]] == [j[:3] for j in original["joints"]]
+    assert exported["shapes"] == original["shapes"]
+    assert exported["joints"][0][3] == pytest.approx(params.body.joints[0].damping)
+    assert exported["lateral_friction"] == pytest.approx(params.lateral_friction)
+    assert exported["restitution"] == pytest.approx(params.restitution)
+    back = read_body(out)  # plain XML reading gives the identified body back
+    for a, b in zip(back.links, params.body.links):
+        np.testing.assert_allclose(a.inertia, b.inertia, rtol=1e-12)
+        np.testing.assert_allclose(a.com_m, b.com_m, rtol=1e-12)
+        assert a.mass_kg == pytest.approx(b.mass_kg, rel=1e-12)
+    root = ElementTree.parse(out).getroot()
+    contact = root.find("link/contact")
+    assert float(contact.find("lateral_friction").get("value")) == pytest.approx(
+        params.lateral_friction)
+    assert {e.tag for e in contact} == {"lateral_friction", "rolling_friction",
+                                        "spinning_friction", "restitution"}
+
+
+def test_a_mesh_path_stays_valid_in_the_export(tmp_path):
+    source = tmp_path / "src" / "obj.urdf"
+    source.parent.mkdir()
+    (source.parent / "meshes").mkdir()
+    (source.parent / "meshes" / "m.obj").write_text("v 0 0 0\n")
+    text = HINGE_URDF.read_text().replace(
+        '<visual><origin xyz="0.02 0 0"/><geometry><box size="0.12 0.06 0.04"/>',
+        '<visual><origin xyz="0.02 0 0"/><geometry><mesh filename="meshes/m.obj"/>')
+    source.write_text(text)
+    out = write_urdf(source, tmp_path / "elsewhere" / "o.urdf", body=read_body(source))
+    mesh = ElementTree.parse(out).getroot().find(".//mesh").get("filename")
+    assert (out.parent / mesh).resolve() == (source.parent / "meshes" / "m.obj").resolve()
+
+
+# --- recovery of a known body (small, fast) ----------------------------------------------------
+def test_lsq_recovers_a_known_body_from_synthetic_tosses(tmp_path):
+    """Tosses made with a true URDF (hinge damping 0.005, arm's centre of mass 6 mm off the
+    user's) and calibrated from the user's (no damping): least squares recovers both."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate, load_calibration
+
+    nominal = read_body(HINGE_URDF)
+    user = dataclasses.replace(nominal, joints=(JointDynamics("elbow", 0.0, 0.0),))
+    arm = user.link("arm")
+    truth = dataclasses.replace(user, links=(user.links[0], dataclasses.replace(
+        arm, com_m=(arm.com_m[0], 0.006, 0.0))), joints=(JointDynamics("elbow", 0.005, 0.0),))
+    scenes = {}
+    for label, body in (("user", user), ("true", truth)):
+        write_urdf(HINGE_URDF, tmp_path / f"{label}.urdf", body=body)
+        (tmp_path / f"{label}.toml").write_text(f'name = "hinge"\nurdf = "{label}.urdf"\n')
+        scenes[label] = str(tmp_path / f"{label}.toml")
+    tosses = synthesize_tosses({"lateral_friction": 0.3, "restitution": 0.4}, n_tosses=6,
+                               n_samples=40, rng=0, scene=scenes["true"], rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    summary = calibrate(scenes["user"], tmp_path / "data", ["joint.elbow.damping",
+                                                            "body.arm.com_y"],
+                        tmp_path / "cal", method="lsq", budget=40, split="all",
+                        bounds={"joint.elbow.damping": (0.0, 0.02)}, plots=False,
+                        export_urdf=tmp_path / "identified.urdf")
+    body = load_calibration(tmp_path / "cal").params.body
+    assert body.joint("elbow").damping == pytest.approx(0.005, rel=0.2)
+    assert body.link("arm").com_m[1] == pytest.approx(0.006, abs=0.002)
+    assert summary["body"]["joints"][0]["damping"] == body.joint("elbow").damping
+    # --params CAL carries the body into every command
+    assert parse_params(str(tmp_path / "cal")).body == body
+    assert read_body(tmp_path / "identified.urdf").joint("elbow").damping == pytest.approx(
+        body.joint("elbow").damping)
+
+
+def test_body_travels_with_a_model(tmp_path):
+    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.sim.rollout import ContactGuard
+
+    body = dataclasses.replace(read_body(HINGE_URDF),
+                               joints=(JointDynamics("elbow", 0.004, 0.001),))
+    policy = ResidualPolicy(n_features=9, hidden=(4,), n_components=1)
+    model = ResidualModel(scene=str(HINGE), policy=policy,
+                          params=ObjectParams(lateral_friction=0.3, body=body), dt_s=0.01,
+                          substeps=10, guard=ContactGuard())
+    model.save(tmp_path / "model")
+    again = ResidualModel.load(tmp_path / "model")
+    assert isinstance(again.params, ObjectParams) and again.params.body == body
+    assert again.params.lateral_friction == 0.3
+
+
+def test_calibrate_cli_refuses_body_of_a_built_in_scene(tmp_path, capsys):
+    from residualsim.cli import main
+
+    code = main(["calibrate", "--scene", "cube", "--data", str(ROOT / "data" / "samples" /
+                                                            "contactnets-cube"),
+                 "--params", "contact,body", "--method", "lsq", "--out", str(tmp_path / "c")])
+    assert code == 2
+    assert "scene file or URDF" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["mh", "nevergrad"])
+def test_every_method_takes_body_names(tmp_path, method):
+    """MH samples a posterior over a joint's damping and a link's mass ratio; nevergrad
+    searches them; both write the body into the summary."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=25, rng=1,
+                               scene=str(HINGE), rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["joint.elbow.damping", "body.arm.mass_ratio"]
+    summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal", method=method,
+                        samples=3, burn_in=1, chains=1, budget=8, split="all",
+                        plots=False)
+    assert summary["calibrated"] == names
+    assert summary["body"]["joints"][0]["name"] == "elbow"
+    assert summary["total_mass_kg"]["value"] == pytest.approx(0.48)
+    if method == "mh":
+        assert set(summary["median"]) == set(names)
+
+
+def test_calibrate_cli_exports_the_identified_urdf(tmp_path, capsys):
+    from residualsim.cli import main
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+
+    save_csv_trajectories(tmp_path / "data", synthesize_tosses(
+        {"lateral_friction": 0.3}, n_tosses=2, n_samples=20, rng=2, scene=str(HINGE),
+        rate_hz=100.0), with_velocities=True)
+    common = ["calibrate", "--scene", str(HINGE), "--data", str(tmp_path / "data"),
+              "--params", "joints", "--method", "lsq", "--budget", "4", "--split", "all",
+              "--no-plots", "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "bad"), "--export-urdf",
+                 str(tmp_path / "x.txt")]) == 2
+    assert "name a .urdf file" in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "cal"), "--export-urdf",
+                 str(tmp_path / "x.urdf")]) == 0
+    assert _loaded(tmp_path / "x.urdf")["links"] == _loaded(HINGE_URDF)["links"]
+    summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
+    assert read_body(tmp_path / "x.urdf").joints[0].damping == pytest.approx(
+        summary["body"]["joints"][0]["damping"])
