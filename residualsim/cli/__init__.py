@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 TINY_CAPS = {"samples": (4, None), "burn_in": (2, None), "budget": (8, None),
              "particles": (20, None), "validate_every": (8, None), "chains": (2, None),
              "max_trajectories": (3, 3), "max_tosses": (3, 3), "initial_draws": (0, 0),
-             "tosses": (3, None), "figures": (2, None)}
+             "tosses": (3, None), "figures": (2, None), "workers": (1, None)}
 
 
 def _apply_tiny(args: argparse.Namespace) -> None:

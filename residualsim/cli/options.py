@@ -27,8 +27,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if (not action.option_strings or "default" in text or default is None
                 or default is False or default == argparse.SUPPRESS):
             return text
-        if isinstance(default, (list, tuple)):
-            default = ",".join(str(v) for v in default)
+        default = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
         return f"{text} (default {str(default).replace('%', '%%')})"
 
 
@@ -52,8 +51,7 @@ def add_scene(sub: argparse.ArgumentParser, **kwargs) -> None:
 
 
 def add_seed(sub: argparse.ArgumentParser, what: str = "") -> None:
-    """``--seed``: the seed of every random draw (same seed, same result for any worker
-    count)."""
+    """``--seed``: the seed of every random draw (same result for any worker count)."""
     sub.add_argument("--seed", type=int, default=0,
                      help=(what or "random seed") + "; same seed, same result for any "
                      "worker count (default 0)")
