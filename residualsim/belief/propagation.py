@@ -33,7 +33,7 @@ from residualsim.errors import ParameterError
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
-           "propagate_belief", "PENETRATION_TOLERANCE_M"]
+           "propagate_belief", "PENETRATION_TOLERANCE_M", "METHODS"]
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
 #: at the deepest over the validation tosses with the engine alone (1.27 mm with the shipped
@@ -198,6 +198,12 @@ class BeliefStep:
     the horizon (they are at rest or still flying; kept out of the refit),
     ``n_rejected_penetration`` and ``n_rejected_energy``; ``rejected_fraction`` of the
     particles that met an event.
+
+    ``method`` "particles" or "conjugate" (:mod:`residualsim.belief.conjugate`): there the
+    counts are over sigma points (``n_drawn``: engine rollouts), ``particles`` are the
+    accepted sigma points' post-event states with the mean residual, and
+    ``rejected_mass`` is the removed probability mass over the mass that met an event
+    (what ``rejected_fraction`` then reports).
     """
 
     belief: GaussianMixtureBelief | None
@@ -207,14 +213,19 @@ class BeliefStep:
     n_no_event: int
     n_rejected_penetration: int
     n_rejected_energy: int
+    method: str = "particles"
+    rejected_mass: float | None = None
 
     @property
     def rejected_fraction(self) -> float:
+        if self.rejected_mass is not None:
+            return self.rejected_mass
         met = self.n_drawn - self.n_no_event
         return (self.n_rejected_penetration + self.n_rejected_energy) / met if met else 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {"drawn": self.n_drawn, "accepted": len(self.particles),
+        return {"method": self.method, "drawn": self.n_drawn,
+                "accepted": len(self.particles),
                 "no_event": self.n_no_event,
                 "rejected_penetration": self.n_rejected_penetration,
                 "rejected_energy": self.n_rejected_energy,
@@ -313,14 +324,22 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
                       n_rejected_energy=statuses.count("energy"))
 
 
+#: The belief steps :func:`propagate_belief` offers, the default first.
+METHODS = ("particles", "conjugate")
+
+
 def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
                      n_particles: int = 1000, horizon_s: float = 2.0, seed: int = 0,
-                     n_workers: int = 1, workers=None, **step_options: Any
-                     ) -> list[BeliefStep]:
-    """Chain :func:`stochastic_step` over ``n_events`` contact events with a
-    :class:`~residualsim.residual.policy.ResidualModel`, starting from ``initial``. Stops early
-    when fewer than 2 particles are accepted. ``horizon_s`` bounds the time searched for
-    each event; ``step_options`` go to :func:`stochastic_step`. ``workers``: running
+                     n_workers: int = 1, workers=None, method: str = METHODS[0],
+                     **step_options: Any) -> list[BeliefStep]:
+    """Chain belief steps over ``n_events`` contact events with a
+    :class:`~residualsim.residual.policy.ResidualModel`, starting from ``initial``.
+
+    ``method``: "particles" (:func:`stochastic_step`, ``n_particles`` per step) or
+    "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
+    residual's Gaussians added exactly; ``n_particles`` unused). Stops early when a step
+    leaves no belief. ``horizon_s`` bounds the time searched for each event;
+    ``step_options`` go to the step function. ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
     same steps for any number of workers."""
@@ -328,13 +347,24 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
 
     from residualsim.sim.pool import engine_workers
 
-    if int(n_events) < 1 or int(n_particles) < 2:
+    if method not in METHODS:
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if int(n_events) < 1 or (method == "particles" and int(n_particles) < 2):
         raise ParameterError(f"need n_events >= 1 and n_particles >= 2, got {n_events} and "
                              f"{n_particles}")
     planar = model.policy.n_outputs == 2  # (normal, tangent): a planar contact
     if initial.tangent.planar != planar:
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")
+    if method == "conjugate":
+        from residualsim.belief.conjugate import conjugate_step
+
+        def step_once(belief):
+            return conjugate_step(workers, model, belief, rng, max_steps, **step_options)
+    else:
+        def step_once(belief):
+            return stochastic_step(workers, model, belief, n_particles, rng, max_steps,
+                                   **step_options)
     settings = model.settings()
     max_steps = max(1, int(round(horizon_s / settings.dt_s)))
     rng = np.random.default_rng(seed)
@@ -344,8 +374,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     with contextlib.nullcontext(workers) if workers is not None else \
             engine_workers(model.scene, slots, len(slots), settings) as workers:
         for _ in range(int(n_events)):
-            step = stochastic_step(workers, model, belief, n_particles, rng, max_steps,
-                                   **step_options)
+            step = step_once(belief)
             steps.append(step)
             if step.belief is None:
                 break
