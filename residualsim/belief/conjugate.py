@@ -3,39 +3,47 @@
 The residual-learning paper propagates beliefs with a hybrid particle / Bayes filter, using
 "the conjugacy between the normal distributions predicted by the residual learner and the
 Gaussian mixture". One step, from the end of one contact event to the end of the next, per
-component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.propagation`):
+component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d of them):
 
-1. **Sigma points.** 2d points μ_k ± √(d + κ) columns of √Σ_k (weights 1 / (2(d + κ))), plus
-   μ_k itself with weight κ / (d + κ) when ``sigma_kappa`` κ > 0. κ = 0 (the default) is the
-   spherical cubature rule: every weight positive, exact for the mean and covariance of any
-   linear map.
+1. **Sigma points** (:func:`sigma_points`): 2d points μ_k ± √(d + κ) × the columns of √Σ_k
+   turned by a fixed random rotation (``sigma_rotations`` sets of them, default 1), weights
+   1 / (2d) each; κ = ``sigma_kappa`` > 0 adds μ_k with weight κ / (d + κ). Each set is the
+   spherical cubature rule: positive weights, exact mean and covariance for any linear map.
+   The rotation puts each point about one standard deviation out in every coordinate, as a
+   typical draw, instead of √d standard deviations out along one axis (on 4 validation
+   tosses, 5-substep model, without kernels: energy distance to a 4000-particle reference
+   summed over 3 contacts 0.73-1.30 rotated, 1.03-2.72 along the axes).
 2. **Flight and the event, deterministically.** Each sigma point is rolled out by the engine
    (no residual) to the end of its next contact event (``residual_rollout(...,
    stop_after_events=1)``): y_i, the post-step state, and the event's contact model, M and J
-   at the post-step configuration.
+   at the post-step configuration (free bodies and articulated objects alike: J acts on the
+   generalised velocity).
 3. **The residual, exactly.** The residual policy's output at that event is a Gaussian
    mixture over the impulse p (contact frame, N s): Σ_j w_ij N(m_ij, S_ij). An impulse
    changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the sigma point the
-   post-contact state is exactly y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates),
-   a Gaussian per residual component j. The post-step component (k, j) is the moment match of
-   these Gaussians over the sigma points, weighted by W_i w_ij: mean Σ W_i w_ij (y_i + D_i m_ij)
-   / Σ W_i w_ij, covariance the spread of those means plus Σ W_i w_ij D_i S_ij D_iᵀ / Σ W_i w_ij.
-   For a linear flight and an impulse mean affine in the state this is the closed form.
+   post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates), a
+   Gaussian per residual component j, added analytically (:func:`component_kernels`). Per
+   (i, j) this gives a kernel of mass W_i w_ij; per j the kernels' moments are exactly the
+   moment match over the sigma points, the closed form for a linear flight and an impulse
+   mean affine in the state. The kernels' spread (bandwidth h, Silverman's rule by default)
+   keeps the shape of the outcomes, e.g. a cube that may tip over either edge.
 4. **Feasibility.** Sigma points whose rollout sank deeper than ``penetration_tolerance_m`` or
-   whose energy rose across the event (the engine's own step) carry no mass. Of the impulse
-   distribution at each accepted sigma point, the share that would raise the energy or push
-   the contact point's normal velocity below the contact guard's floor (what
-   :class:`~residualsim.sim.rollout.ContactGuard` clamps for a sampled residual) is removed:
-   ρ_ij, the feasible fraction of ``feasibility_draws`` common draws of p, multiplies the
-   weight W_i w_ij. The removed mass over the mass that met an event is the step's
-   ``rejected_fraction``. Sigma points that meet no event (at rest, still flying at the
-   horizon) are left out, as the particle step leaves such particles out of its refit.
-5. **Reduction.** The K × J components are merged back to at most ``max_components`` by
+   whose energy rose across the event (the engine's own step) carry no mass; their share of
+   the mass that met an event is the step's ``rejected_fraction``, as the particle step
+   reports rejected particles. The residual impulse must not raise the energy nor push the
+   contact point's normal velocity below the contact guard's floor
+   (:class:`~residualsim.sim.rollout.ContactGuard`): ``feasibility="clamp"`` (default)
+   scales each of ``feasibility_draws`` common draws of p by the guard's α, as a sampled
+   residual is scaled in a rollout, and moment-matches the scaled impulses;
+   ``"truncate"`` removes the infeasible share of each (i, j) instead (reported as removed).
+   Sigma points that meet no event (at rest, still flying at the horizon) are left out, as
+   the particle step leaves such particles out of its refit.
+5. **Reduction.** The kernels are merged to at most ``max_components`` (K, default 4) by
    Runnalls' rule (:mod:`.reduction`).
 
-Rollouts per step: 2d (+1) per component, e.g. 24 per component for the cube (d = 12),
-instead of one per particle. Sigma points are deterministic and the feasibility draws come
-from the step's generator, so the step is seeded and independent of the worker count.
+Rollouts per step: 2d per component and rotation set, 24 for the cube (d = 12), instead of
+one per particle. Sigma points are deterministic and the draws come from the step's
+generator, so the step is seeded and independent of the worker count.
 """
 
 from __future__ import annotations
@@ -46,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from residualsim.belief.propagation import (BeliefStep, GaussianMixtureBelief,
-                                            PENETRATION_TOLERANCE_M, StateTangent, slot_particles)
+from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
+                                        GaussianMixtureBelief, StateTangent, slot_particles)
 from residualsim.belief.reduction import runnalls_reduce
 from residualsim.errors import ParameterError
 
@@ -254,7 +262,9 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    kernel_bandwidth: float | None = None) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
-    ``max_components`` K, ``sigma_kappa`` κ and ``feasibility_draws``. The returned step's
+    ``max_components`` K, ``sigma_kappa`` κ, ``sigma_rotations``, ``kernel_bandwidth`` h
+    (None: Silverman's rule for the sigma points of a component), ``feasibility`` and
+    ``feasibility_draws``. The returned step's
     ``particles`` are the accepted sigma points' post-event states with the residual's mean
     added; its counts are over sigma points (one engine rollout each) and its
     ``rejected_fraction`` is the removed probability mass."""

@@ -7,7 +7,7 @@ For distributions X and Y the (Székely-Rizzo) energy distance is
 zero exactly when X and Y are equal (``scipy.stats.energy_distance``'s definition, in
 several dimensions). Here it is estimated from n samples of each belief (V-statistics, so
 two samples of one belief give a small positive value of order n^-1/2), in the *reference*
-belief's tangent coordinates (:mod:`.propagation`), each coordinate divided by its standard
+belief's tangent coordinates (:mod:`.mixture`), each coordinate divided by its standard
 deviation under the reference: metres, radians and rad/s weigh alike.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial.distance import cdist
 
-from residualsim.belief.propagation import GaussianMixtureBelief
+from residualsim.belief.mixture import GaussianMixtureBelief
 from residualsim.errors import ParameterError
 
 __all__ = ["energy_distance", "belief_distance"]
