@@ -56,7 +56,7 @@ import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, slot_particles)
-from residualsim.belief.reduction import runnalls_reduce
+from residualsim.belief.reduction import merge_components, runnalls_reduce
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth", "velocity_coordinates",
@@ -338,8 +338,21 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     weights, mixture_means, covariances = runnalls_reduce(
         np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
         np.array([p[2] for p in parts]), int(max_components))
+    covariances = _positive_definite(weights, mixture_means, covariances)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
+
+
+def _positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+                       ) -> np.ndarray:
+    """Covariances with a floor on the diagonal: 1e-6 of the mixture's variance per
+    coordinate (plus 1e-12), as the particle step's fit regularises in standardised
+    coordinates. A kernel can be flat in some direction (the sigma points' scatter has rank
+    at most 2d; the residual moves velocities only), and a belief must be sampled."""
+    _, _, total = merge_components(weights, means, covariances)
+    floor = 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
+    covariances = 0.5 * (covariances + np.transpose(covariances, (0, 2, 1)))
+    return covariances + np.diag(floor)[None]
 
 
 def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool
