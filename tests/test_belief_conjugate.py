@@ -262,6 +262,7 @@ def test_conjugate_steps_are_post_event_beliefs(conjugate):
     assert len(conjugate) == 2
     for step in conjugate:
         assert step.belief is not None and 1 <= step.belief.n_components <= 4
+        np.linalg.cholesky(step.belief.covariances)  # positive definite: it can be sampled
         assert (step.particles[:, 2] < 0.1).all() and (step.elapsed_s > 0).all()
         assert 0.0 <= step.rejected_fraction <= 1.0
         assert step.summary()["method"] == "conjugate"
