@@ -322,3 +322,14 @@ def test_engine_alone_and_bad_options(model, initial):
     with pytest.raises(ParameterError):
         propagate_belief(model, initial, n_events=1, method="conjugate",
                          feasibility="ignore")
+
+
+def test_bench_methods_option_names_the_known_steps():
+    import argparse
+
+    from residualsim.cli.bench import _methods
+
+    assert _methods("particles, conjugate") == ("particles", "conjugate")
+    for bad in ("particles,kalman", ",", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _methods(bad)
