@@ -108,6 +108,9 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
     target_low, target_high : corners (x, y) m of the target rectangle.
     belief_particles : particles of the per-event beliefs in ``info`` (0: none).
     belief_events : contact events the beliefs follow.
+    belief_method : "particles" (default) or "conjugate"
+        (:func:`~residualsim.belief.propagation.propagate_belief`); with "conjugate" any
+        ``belief_particles`` > 0 just turns the beliefs on.
     n_workers : worker processes of the simulator.
     """
 
@@ -121,7 +124,7 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
                  target_low: tuple[float, float] = (-0.3, -0.3),
                  target_high: tuple[float, float] = (0.3, 0.3),
                  belief_particles: int = 32, belief_events: int = 3, n_workers: int = 1,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, belief_method: str = "particles") -> None:
         from residualsim.belief.simulator import StochasticSimulator
 
         if render_mode is not None:
@@ -130,6 +133,10 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"belief_particles must be 0 or >= 2, got {belief_particles}")
         if belief_events < 1:
             raise ValueError(f"belief_events must be >= 1, got {belief_events}")
+        if belief_method not in ("particles", "conjugate"):
+            raise ValueError(f"belief_method must be 'particles' or 'conjugate', got "
+                             f"{belief_method!r}")
+        self.belief_method = belief_method
         self.render_mode = render_mode
         self.stochastic = bool(stochastic)
         self.release_position_m = np.asarray(release_position_m, dtype=float)
@@ -179,7 +186,8 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         steps = self.simulator.beliefs(state, n_events=self.belief_events,
                                        n_particles=self.belief_particles,
                                        seed=int(self.np_random.integers(2 ** 31)),
-                                       deterministic_residual=not self.stochastic)
+                                       deterministic_residual=not self.stochastic,
+                                       method=self.belief_method)
         out = []
         for step in steps:
             summary = step.summary()

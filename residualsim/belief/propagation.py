@@ -1,15 +1,6 @@
 """Beliefs through contact: a Gaussian-mixture particle filter from event to event.
 
-A belief over a body's state is a Gaussian mixture p(s) = Σ_k w_k N(s | μ_k, Σ_k) over
-*tangent coordinates* (:class:`StateTangent`), because a mixture over raw quaternions is
-not a distribution over rotations:
-
-* cube (13-number state): position (3, m, world), rotation vector φ (3, rad, world frame)
-  with R = exp([φ]×) R_ref about the belief's reference orientation R_ref, velocity (3,
-  m/s, world), angular velocity (3, rad/s, world): 12 numbers;
-* an object with n joints (13 + 2n numbers): those 12, then the joint positions and
-  velocities (rad or m, rad/s or m/s) as they are: 12 + 2n numbers;
-* planar scenes (x, z, θ, ẋ, ż, θ̇): the state itself (θ is already a tangent coordinate).
+The beliefs themselves (tangent coordinates, mixtures) are in :mod:`.mixture`.
 
 The *dynamic stochastic step* (:func:`stochastic_step`) goes from the end of one contact
 event to the end of the next: draw m particles from the mixture, simulate each with the
@@ -23,203 +14,16 @@ chosen by BIC or fixed). :func:`propagate_belief` chains the steps.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
+                                        GaussianMixtureBelief, StateTangent, slot_particles)
 from residualsim.errors import ParameterError
-from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
-           "propagate_belief", "PENETRATION_TOLERANCE_M"]
-
-#: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
-#: at the deepest over the validation tosses with the engine alone (1.27 mm with the shipped
-#: residual; see its model card), so the tolerance sits just above the engine's own.
-PENETRATION_TOLERANCE_M = 0.002
-
-
-@dataclasses.dataclass(frozen=True)
-class StateTangent:
-    """Map between a scene's states and the tangent coordinates beliefs live in.
-
-    ``planar`` scenes use the state unchanged; 3D states use the rotation vector about
-    ``reference_wxyz`` (unit quaternion w-x-y-z, body to world) and keep an object's
-    ``n_joints`` joint positions and velocities as they are, see the module docstring.
-    """
-
-    planar: bool
-    reference_wxyz: tuple[float, float, float, float] = (1.0, 0.0, 0.0, 0.0)
-    n_joints: int = 0
-
-    @property
-    def size(self) -> int:
-        """Number of tangent coordinates (6 planar, 12 + 2n in 3D)."""
-        return 6 if self.planar else 12 + 2 * self.n_joints
-
-    @classmethod
-    def around(cls, states: np.ndarray, planar: bool) -> StateTangent:
-        """Tangent coordinates about the mean orientation of ``states`` (n, state size)."""
-        states = np.atleast_2d(np.asarray(states, dtype=float))
-        width = states.shape[1] if states.ndim == 2 else 0
-        fits = width == 6 if planar else width >= 13 and (width - 13) % 2 == 0
-        if states.ndim != 2 or not fits or not np.isfinite(states).all():
-            raise ParameterError(f"{'planar' if planar else '3D'} states must be finite rows "
-                                 f"of {6 if planar else '13 (+ 2 per joint)'} numbers, got "
-                                 f"shape {states.shape}")
-        if planar:
-            return cls(True)
-        mean = as_rotation(states[:, 3:7]).mean()
-        return cls(False, tuple(float(v) for v in as_quat_wxyz(mean)[0]), (width - 13) // 2)
-
-    def to_tangent(self, states: np.ndarray) -> np.ndarray:
-        """(n, state size) scene states -> (n, size) tangent coordinates."""
-        states = np.atleast_2d(np.asarray(states, dtype=float))
-        if self.planar:
-            return states.copy()
-        relative = quat_relative_rotvec(states[:, 3:7], np.array(self.reference_wxyz))
-        return np.column_stack([states[:, 0:3], relative, states[:, 7:]])
-
-    def from_tangent(self, tangent: np.ndarray) -> np.ndarray:
-        """(n, size) tangent coordinates -> (n, state size) scene states."""
-        tangent = np.atleast_2d(np.asarray(tangent, dtype=float))
-        if self.planar:
-            return tangent.copy()
-        quat = rotate_by_rotvec(np.array(self.reference_wxyz), tangent[:, 3:6])
-        quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)  # w >= 0: one sign per rotation
-        return np.column_stack([tangent[:, 0:3], quat, tangent[:, 6:]])
-
-
-@dataclasses.dataclass(frozen=True)
-class GaussianMixtureBelief:
-    """p(s) = Σ_k w_k N(s | μ_k, Σ_k) in the tangent coordinates of ``tangent``.
-
-    ``weights`` (K,), ``means`` (K, d), ``covariances`` (K, d, d); d = ``tangent.size``.
-    """
-
-    weights: np.ndarray
-    means: np.ndarray
-    covariances: np.ndarray
-    tangent: StateTangent
-
-    def __post_init__(self) -> None:
-        if np.ndim(self.means) != 2:
-            raise ParameterError(f"belief means must be a (K, d) matrix, got shape "
-                                 f"{np.shape(self.means)}")
-        k, d = np.shape(self.means)
-        if d != self.tangent.size or np.shape(self.weights) != (k,) or \
-                np.shape(self.covariances) != (k, d, d):
-            raise ParameterError(f"a belief needs weights (K,), means (K, {self.tangent.size}) "
-                                 f"and covariances (K, d, d); got {np.shape(self.weights)}, "
-                                 f"{np.shape(self.means)}, {np.shape(self.covariances)}")
-        if not math.isclose(float(np.sum(self.weights)), 1.0, abs_tol=1e-6) or \
-                np.min(self.weights) < 0:
-            raise ParameterError(f"belief weights must be >= 0 and sum to 1, got "
-                                 f"{np.asarray(self.weights).tolist()}")
-
-    @classmethod
-    def gaussian(cls, state: np.ndarray, std: Sequence[float] | np.ndarray, planar: bool
-                 ) -> GaussianMixtureBelief:
-        """One Gaussian about ``state`` with independent tangent standard deviations ``std``
-        (d,) (3D: m, rad, m/s, rad/s in the order of the module docstring)."""
-        tangent = StateTangent.around(state, planar)
-        std = np.asarray(std, dtype=float)
-        if std.shape != (tangent.size,) or not np.isfinite(std).all() or (std < 0).any():
-            raise ParameterError(f"std must be {tangent.size} numbers >= 0, got "
-                                 f"{std.tolist()}")
-        return cls(np.ones(1), tangent.to_tangent(state), np.diag(std ** 2)[None], tangent)
-
-    @classmethod
-    def fit(cls, states: np.ndarray, planar: bool, n_components: int | str = "bic",
-            max_components: int = 4, rng: int = 0) -> GaussianMixtureBelief:
-        """Fit a mixture to particles ``states`` (n, state size): ``n_components`` fixed, or
-        ``"bic"``: the best of 1..``max_components`` by the Bayesian information criterion.
-        Coordinates are standardised for the fit (metres and rad/s differ by orders of
-        magnitude); a small floor keeps the covariances of resting particles positive."""
-        from sklearn.mixture import GaussianMixture
-
-        states = np.atleast_2d(np.asarray(states, dtype=float))
-        tangent = StateTangent.around(states, planar)
-        points = tangent.to_tangent(states)
-        if len(points) < 2:
-            raise ParameterError(f"a mixture needs at least 2 particles, got {len(points)}")
-        centre, scale = points.mean(axis=0), np.maximum(points.std(axis=0), 1e-6)
-        unit = (points - centre) / scale
-        if n_components == "bic":
-            candidates = range(1, max(1, min(max_components, len(points) // 10)) + 1)
-        elif isinstance(n_components, int) and n_components >= 1:
-            candidates = [min(n_components, len(points))]
-        else:
-            raise ParameterError(f"n_components must be an integer >= 1 or 'bic', got "
-                                 f"{n_components!r}")
-        best, best_bic = None, math.inf
-        for k in candidates:
-            model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6, random_state=rng)
-            model.fit(unit)
-            bic = model.bic(unit)
-            if bic < best_bic:
-                best, best_bic = model, bic
-        covariances = best.covariances_ * np.outer(scale, scale)[None]
-        return cls(best.weights_ / best.weights_.sum(), best.means_ * scale + centre,
-                   covariances, tangent)
-
-    @property
-    def n_components(self) -> int:
-        return len(self.weights)
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` states (n, state size) drawn from the mixture."""
-        counts = rng.multinomial(n, self.weights)
-        points = [rng.multivariate_normal(mean, cov, size=c, method="cholesky")
-                  for mean, cov, c in zip(self.means, self.covariances, counts) if c]
-        points = np.vstack(points)[rng.permutation(n)]
-        return self.tangent.from_tangent(points)
-
-    def mean_state(self) -> np.ndarray:
-        """The mixture's mean, as a state (state size,)."""
-        return self.tangent.from_tangent(self.weights @ self.means)[0]
-
-    def as_json(self) -> dict[str, Any]:
-        return {"weights": self.weights.tolist(), "means": self.means.tolist(),
-                "covariances": self.covariances.tolist(), "planar": self.tangent.planar,
-                "reference_wxyz": list(self.tangent.reference_wxyz)}
-
-
-@dataclasses.dataclass(frozen=True)
-class BeliefStep:
-    """One dynamic stochastic step.
-
-    ``belief`` the mixture refitted to the accepted particles (None when fewer than 2 were
-    accepted); ``particles`` (m_acc, state size) the accepted post-event states;
-    ``elapsed_s`` (m_acc,) each accepted particle's time from the start of the step to the
-    end of its event; ``n_drawn``, ``n_no_event`` particles that met no contact event within
-    the horizon (they are at rest or still flying; kept out of the refit),
-    ``n_rejected_penetration`` and ``n_rejected_energy``; ``rejected_fraction`` of the
-    particles that met an event.
-    """
-
-    belief: GaussianMixtureBelief | None
-    particles: np.ndarray
-    elapsed_s: np.ndarray
-    n_drawn: int
-    n_no_event: int
-    n_rejected_penetration: int
-    n_rejected_energy: int
-
-    @property
-    def rejected_fraction(self) -> float:
-        met = self.n_drawn - self.n_no_event
-        return (self.n_rejected_penetration + self.n_rejected_energy) / met if met else 0.0
-
-    def summary(self) -> dict[str, Any]:
-        return {"drawn": self.n_drawn, "accepted": len(self.particles),
-                "no_event": self.n_no_event,
-                "rejected_penetration": self.n_rejected_penetration,
-                "rejected_energy": self.n_rejected_energy,
-                "rejected_fraction": self.rejected_fraction,
-                "components": 0 if self.belief is None else self.belief.n_components}
+           "propagate_belief", "PENETRATION_TOLERANCE_M", "METHODS", "slot_particles"]
 
 
 def _to_next_event(engine, state: np.ndarray, max_steps: int, policy, rng, guard,
@@ -252,17 +56,6 @@ class _StepRequest:
     max_steps: int
     penetration_tolerance_m: float
     energy_tolerance_j: float
-
-
-def slot_particles(engine, slot: int, request) -> Iterator[tuple[int, np.ndarray, Any]]:
-    """The particles worker ``slot`` runs: (index, initial state, random generator or None)
-    for every ``request.n_slots``-th state from ``slot``, with the engine set to
-    ``request.params`` first. ``request.seeds[i]`` seeds particle i (None: deterministic)."""
-    if engine.params != request.params:
-        engine.set_params(request.params)
-    for index in range(slot, len(request.states), request.n_slots):
-        rng = None if request.seeds is None else np.random.default_rng(request.seeds[index])
-        yield index, request.states[index], rng
 
 
 def _particle_tasks(engine, slot: int, request: _StepRequest) -> list:
@@ -313,14 +106,22 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
                       n_rejected_energy=statuses.count("energy"))
 
 
+#: The belief steps :func:`propagate_belief` offers, the default first.
+METHODS = ("particles", "conjugate")
+
+
 def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
                      n_particles: int = 1000, horizon_s: float = 2.0, seed: int = 0,
-                     n_workers: int = 1, workers=None, **step_options: Any
-                     ) -> list[BeliefStep]:
-    """Chain :func:`stochastic_step` over ``n_events`` contact events with a
-    :class:`~residualsim.residual.policy.ResidualModel`, starting from ``initial``. Stops early
-    when fewer than 2 particles are accepted. ``horizon_s`` bounds the time searched for
-    each event; ``step_options`` go to :func:`stochastic_step`. ``workers``: running
+                     n_workers: int = 1, workers=None, method: str = METHODS[0],
+                     **step_options: Any) -> list[BeliefStep]:
+    """Chain belief steps over ``n_events`` contact events with a
+    :class:`~residualsim.residual.policy.ResidualModel`, starting from ``initial``.
+
+    ``method``: "particles" (:func:`stochastic_step`, ``n_particles`` per step) or
+    "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
+    residual's Gaussians added exactly; ``n_particles`` unused). Stops early when a step
+    leaves no belief. ``horizon_s`` bounds the time searched for each event;
+    ``step_options`` go to the step function. ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
     same steps for any number of workers."""
@@ -328,13 +129,24 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
 
     from residualsim.sim.pool import engine_workers
 
-    if int(n_events) < 1 or int(n_particles) < 2:
+    if method not in METHODS:
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if int(n_events) < 1 or (method == "particles" and int(n_particles) < 2):
         raise ParameterError(f"need n_events >= 1 and n_particles >= 2, got {n_events} and "
                              f"{n_particles}")
     planar = model.policy.n_outputs == 2  # (normal, tangent): a planar contact
     if initial.tangent.planar != planar:
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")
+    if method == "conjugate":
+        from residualsim.belief.conjugate import conjugate_step
+
+        def step_once(belief):
+            return conjugate_step(workers, model, belief, rng, max_steps, **step_options)
+    else:
+        def step_once(belief):
+            return stochastic_step(workers, model, belief, n_particles, rng, max_steps,
+                                   **step_options)
     settings = model.settings()
     max_steps = max(1, int(round(horizon_s / settings.dt_s)))
     rng = np.random.default_rng(seed)
@@ -344,8 +156,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     with contextlib.nullcontext(workers) if workers is not None else \
             engine_workers(model.scene, slots, len(slots), settings) as workers:
         for _ in range(int(n_events)):
-            step = stochastic_step(workers, model, belief, n_particles, rng, max_steps,
-                                   **step_options)
+            step = step_once(belief)
             steps.append(step)
             if step.belief is None:
                 break

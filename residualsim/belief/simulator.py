@@ -196,7 +196,9 @@ class StochasticSimulator:
     def beliefs(self, initial, n_events: int = 3, n_particles: int = 1000, seed: int = 0,
                 initial_std: np.ndarray | None = None, **options: Any) -> list[BeliefStep]:
         """Per-contact beliefs (:func:`~residualsim.belief.propagation.propagate_belief`) from a belief
-        or from a state with ``initial_std`` (default :func:`default_initial_std`)."""
+        or from a state with ``initial_std`` (default :func:`default_initial_std`).
+        ``options`` go to ``propagate_belief``: ``method="conjugate"`` for the conjugate step
+        (:mod:`residualsim.belief.conjugate`), its ``max_components`` etc."""
         if not isinstance(initial, GaussianMixtureBelief):
             std = default_initial_std(self.model) if initial_std is None else initial_std
             initial = GaussianMixtureBelief.gaussian(np.asarray(initial, float), std,

@@ -20,6 +20,7 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     figures = rollout_job(args.model, args.out, state=args.state, toss=args.toss,
                           data=args.data, horizon_s=args.horizon, samples=args.samples,
                           particles=args.particles, events=args.events, seed=args.seed,
+                          belief_method=args.belief_method,
                           n_workers=args.workers, residual=not args.no_residual,
                           plot=args.plot)
     json_line({"command": "rollout", **figures})
@@ -47,6 +48,10 @@ def register(commands) -> None:
     ro.add_argument("--particles", type=count(0), default=1000,
                     help="belief particles per contact event (0: no beliefs)")
     ro.add_argument("--events", type=count(1), default=3, help="contact events to follow")
+    ro.add_argument("--belief-method", choices=("particles", "conjugate"), default="particles",
+                    help="belief step: particles (default; --particles per event) or "
+                         "conjugate (sigma points, the residual's Gaussians added exactly; "
+                         "24 rollouts per mixture component for the cube)")
     add_seed(ro)
     ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
     ro.add_argument("--out", required=True, help=".npz file to write")

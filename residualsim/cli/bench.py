@@ -62,7 +62,8 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
-                           n_events=args.events, seed=args.seed)
+                           n_events=args.events, seed=args.seed, methods=args.methods,
+                           reference_particles=args.reference_particles)
     print(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
           f"simulated, {report['particles']} particles, {report['workers']} workers:")
     print(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
@@ -75,6 +76,10 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
           f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
           f"penetration, {report['rejected_energy']} for energy gain "
           f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
+    for name, row in report.get("methods", {}).items():
+        print(f"  {name:>10}: {row['over_real_time']:.3f} x real time, {row['rollouts']} "
+              f"rollouts, distance to the {report['reference_particles']}-particle "
+              f"reference {row['distance_to_reference']:.3f} (summed over contacts)")
     json_line({"command": "bench beliefs", **report})
 
 
@@ -124,6 +129,18 @@ def cmd_bench_mpec(args: argparse.Namespace) -> None:
                                          n_workers=args.workers, mh_substeps=args.mh_substeps)
     print(format_mpec_report(report))
     json_line({"command": "bench mpec", **report})
+
+
+def _methods(text: str) -> tuple[str, ...]:
+    """--methods: a comma-separated list of belief steps."""
+    from residualsim.belief.propagation import METHODS
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in METHODS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"methods must be a comma-separated list of "
+                                         f"{', '.join(METHODS)}, got {text!r}")
+    return names
 
 
 def register(commands) -> None:
@@ -189,6 +206,11 @@ def register(commands) -> None:
     bbel.add_argument("--events", type=count(1), default=3, help="contact events to follow")
     bbel.add_argument("--workers", type=count(1), default=2, help="worker processes")
     add_seed(bbel)
+    bbel.add_argument("--methods", type=_methods, default=(), help="also compare belief "
+                      "steps, e.g. particles,conjugate: wall / simulated time, engine "
+                      "rollouts and the energy distance to a reference belief, per method")
+    bbel.add_argument("--reference-particles", type=count(2), default=20000,
+                      help="particles of the reference belief for --methods (default 20000)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

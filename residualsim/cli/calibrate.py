@@ -121,7 +121,8 @@ def register(commands) -> None:
                      "joint.<joint>.damping, joint.<joint>.friction (README)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
                      help="also write the scene's URDF with the identified values (inertials, "
-                     "joint dynamics, contact coefficients in each link's <contact>)")
+                     "joint dynamics, contact coefficients in each link's <contact>; default: "
+                     "none)")
     cal.add_argument("--out", required=True, help="output directory (summary.json, "
                      "posterior.npz, corner.png, trace.png)")
     cal.add_argument("--method", choices=("mh", "nevergrad", "mpec", "lsq", "gradient",

@@ -410,7 +410,8 @@ def _bare_tasks(engine, slot: int, request: _BareRequest) -> None:
 
 def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
                   n_workers: int = 2, n_events: int = 3, seed: int = 0,
-                  bare_substeps: tuple[int, ...] = (1,)) -> dict:
+                  bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
+                  reference_particles: int = 20000, distance_samples: int = 2000) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -426,6 +427,17 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
     meaningful at other substep counts: the model was calibrated at its own. Every pool
     runs one short rollout before the clocks start, so no row pays for starting workers.
+
+    ``methods`` (e.g. ``("particles", "conjugate")``): each belief method of
+    :func:`~residualsim.belief.propagation.propagate_belief` through the same ``n_events``
+    contacts from the same initial belief, timed in the same run, against a reference belief
+    (the particle step with ``reference_particles``, another seed): per method
+    ``over_real_time`` (its wall time over the simulated time, the recorded tosses' length
+    as for the other rows), ``rollouts`` (engine rollouts to an event, all tosses) and
+    ``distance_to_reference`` (:func:`~residualsim.belief.distance.belief_distance`,
+    ``distance_samples`` draws from each belief, summed over the contacts, averaged over
+    the tosses; a contact that a method's belief did not reach is left out and counted in
+    ``missing``).
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
@@ -437,6 +449,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     slots = list(range(max(1, int(n_workers))))
     bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
     bare_s = dict.fromkeys(bare_counts, 0.0)
+    method_rows: dict = {name: [] for name in methods}
     with contextlib.ExitStack() as stack:
         residual = stack.enter_context(StochasticSimulator(model, n_workers))
         engine = stack.enter_context(StochasticSimulator(model, n_workers, residual=False))
@@ -471,6 +484,10 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
                 start = time.perf_counter()
                 pool.map(_bare_tasks, request)
                 bare_s[n] += time.perf_counter() - start
+            if methods:
+                _bench_methods(residual, model, belief, methods, n_events, particles,
+                               reference_particles, distance_samples, seed, horizon,
+                               method_rows)
             for step in steps:
                 summary = step.summary()
                 totals["propagated"] += summary["drawn"]
@@ -483,7 +500,9 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
                          "max_penetration_m": float(runs.max_penetration_m.max())})
     simulated = sum(r["simulated_s"] for r in rows)
     met = totals["propagated"] - totals["no_event"]
-    return {"scene": model.scene, "n_trajectories": len(rows), "particles": particles,
+    extra = {"methods": _method_report(method_rows, simulated),
+             "reference_particles": reference_particles} if methods else {}
+    return {**extra, "scene": model.scene, "n_trajectories": len(rows), "particles": particles,
             "workers": n_workers,
             "substeps": model.substeps, "simulated_s": simulated,
             "residual_over_real_time": sum(r["residual_s"] for r in rows) / simulated,
@@ -495,3 +514,45 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             **totals, "rejected_fraction": (totals["rejected_penetration"] +
                                             totals["rejected_energy"]) / max(met, 1),
             "per_toss": rows}
+
+
+def _bench_methods(simulator, model, belief, methods, n_events: int, particles: int,
+                   reference_particles: int, distance_samples: int, seed: int,
+                   horizon_s: float, rows: dict) -> None:
+    """One toss of :func:`bench_beliefs`' method comparison: the reference belief, then each
+    method timed on the same workers; appends a row per method to ``rows``."""
+    from residualsim.belief.distance import belief_distance
+
+    reference = simulator.beliefs(belief, n_events=n_events, n_particles=reference_particles,
+                                  seed=seed + 1, method="particles")
+    for name in methods:
+        start = time.perf_counter()
+        steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles,
+                                  seed=seed, method=name)
+        wall = time.perf_counter() - start
+        distances, missing = [], 0
+        for k, ref in enumerate(reference):
+            ours = steps[k].belief if k < len(steps) else None
+            if ours is None or ref.belief is None:
+                missing += 1
+                continue
+            distances.append(belief_distance(ours, ref.belief, distance_samples, seed=k))
+        rows[name].append({"wall_s": wall, "simulated_s": horizon_s,
+                           "rollouts": int(sum(step.n_drawn for step in steps)),
+                           "distance": float(sum(distances)), "missing": missing,
+                           "per_contact": distances,
+                           "rejected_fraction": [step.rejected_fraction for step in steps]})
+
+
+def _method_report(rows: dict, simulated_s: float) -> dict:
+    """Per method: over_real_time, rollouts, distance_to_reference (see :func:`bench_beliefs`)."""
+    report = {}
+    for name, runs in rows.items():
+        report[name] = {
+            "over_real_time": sum(r["wall_s"] for r in runs) / simulated_s,
+            "rollouts": sum(r["rollouts"] for r in runs),
+            "distance_to_reference": float(np.mean([r["distance"] for r in runs])),
+            "missing": sum(r["missing"] for r in runs),
+            "wall_s": sum(r["wall_s"] for r in runs),
+            "per_toss": runs}
+    return report

@@ -332,14 +332,16 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
                 toss: str | None = None, data: str | None = None,
                 horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
                 events: int = 3, seed: int = 0, n_workers: int = 1, residual: bool = True,
-                plot: PathLike | None = None) -> dict:
+                plot: PathLike | None = None, belief_method: str = "particles") -> dict:
     """Stochastic rollouts and per-contact beliefs from one initial state or recorded toss.
 
     ``state``: 13 numbers (position m, quaternion w-x-y-z, velocity m/s, angular velocity
     rad/s, world frame) or the scene's state vector; or ``toss``, an id in ``data`` (then the
     sampled initial velocities follow the model's state noise). Writes ``out`` (.npz:
     sampled positions and quaternions, the particles and mixture of each event) and, with
-    ``plot``, the belief picture (PNG). Returns the command's figures.
+    ``plot``, the belief picture (PNG). ``belief_method``: the belief step
+    (:func:`~residualsim.belief.propagation.propagate_belief`'s ``method``; with "conjugate"
+    the event particles are its sigma points' outcomes). Returns the command's figures.
     """
     from residualsim.atomic import atomic_open
     from residualsim.belief.plot import belief_plot
@@ -394,7 +396,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
         runs = simulator.rollout(state, horizon, samples=samples, seed=seed,
                                  state_noise=toss is not None)  # a recorded state
         steps = simulator.beliefs(state, n_events=events, n_particles=particles,
-                                  seed=seed) if particles else []
+                                  seed=seed, method=belief_method) if particles else []
     arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,
               "times_s": runs.times_s, "initial_state": state, "n_events": runs.n_events,
               "max_penetration_m": runs.max_penetration_m,

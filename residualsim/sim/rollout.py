@@ -244,7 +244,9 @@ class ResidualRollout:
     contact frames ``frames`` (E, k, 3) (rows n, t1[, t2]: world-frame unit vectors, so the
     world-frame impulse is ``frames[e].T @ impulses[e]``); ``touching_counts`` (E,) the
     number of points touching the ground after each event's step (the contact mode: 1 a
-    corner, 2 an edge, 3 or more a face).
+    corner, 2 an edge, 3 or more a face); ``contact_models`` (E,) each event's
+    :class:`~residualsim.sim.contact.ContactModel` (M, J at the post-step configuration: the
+    velocity change of an impulse p is M⁻¹Jᵀp, which the conjugate beliefs add analytically).
     """
 
     positions_m: np.ndarray
@@ -259,6 +261,7 @@ class ResidualRollout:
     impulses: np.ndarray
     frames: np.ndarray
     touching_counts: np.ndarray
+    contact_models: tuple = ()
 
 
 def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
@@ -295,6 +298,7 @@ class _EventCorrector:
         self.impulses: list[np.ndarray] = []
         self.frames: list[np.ndarray] = []
         self.touching_counts: list[int] = []
+        self.models: list[ContactModel] = []
         self.energy_clamped = self.normal_clamped = self.engine_gain = 0
 
     def __call__(self, pre_state: np.ndarray, points: list[tuple], touching: list[tuple]
@@ -315,6 +319,7 @@ class _EventCorrector:
         if getattr(self.policy, "contact_mode", False):
             features = np.append(features, float(len(touching)))
         self.touching_counts.append(len(touching))
+        self.models.append(model)
         self.features.append(features)
         self.frames.append(model.frame)
         if self.policy is None:  # engine alone: count and describe the event only
@@ -473,7 +478,8 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         features=np.array(correct.features).reshape(-1, n_features),
         impulses=np.array(correct.impulses).reshape(-1, width),
         frames=np.array(correct.frames).reshape(-1, width, 3),
-        touching_counts=np.array(correct.touching_counts, dtype=np.int64))
+        touching_counts=np.array(correct.touching_counts, dtype=np.int64),
+        contact_models=tuple(correct.models))
 
 
 # --- batches of residual rollouts over worker processes -------------------------------------------

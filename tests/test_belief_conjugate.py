@@ -1,0 +1,335 @@
+"""The conjugate belief step (residualsim.belief.conjugate), Runnalls' reduction and the energy
+distance: closed forms for the linear-Gaussian case, then the shipped cube model against a
+particle filter on a synthetic toss.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from residualsim.belief.conjugate import (_guarded_impulses, component_kernels, sigma_points,
+                                          silverman_bandwidth, velocity_coordinates)
+from residualsim.belief.distance import belief_distance, energy_distance
+from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
+from residualsim.belief.reduction import merge_components, runnalls_reduce
+from residualsim.belief.simulator import INITIAL_STD, toss_state
+from residualsim.errors import ParameterError
+from residualsim.residual.policy import ResidualModel
+
+MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
+
+
+def _spd(d: int, seed: int) -> np.ndarray:
+    a = np.random.default_rng(seed).normal(size=(d, d))
+    return a @ a.T / d + 0.1 * np.eye(d)
+
+
+# --- sigma points -------------------------------------------------------------------------------
+@pytest.mark.parametrize("kappa,rotations", [(0.0, 0), (0.0, 1), (2.0, 3)])
+def test_sigma_points_carry_the_mean_and_covariance(kappa, rotations):
+    mean, cov = np.arange(5.0), _spd(5, 0)
+    points, weights = sigma_points(mean, cov, kappa, rotations)
+    assert len(points) == 2 * 5 * max(rotations, 1) + (kappa > 0)
+    assert (weights > 0).all() and weights.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(weights @ points, mean, atol=1e-12)
+    spread = points - mean
+    np.testing.assert_allclose(np.einsum("n,ni,nj->ij", weights, spread, spread), cov,
+                               atol=1e-12)
+
+
+def test_rotated_sigma_points_sit_about_one_std_out_in_every_coordinate():
+    points, _ = sigma_points(np.zeros(12), np.eye(12), rotations=1)
+    assert np.median(np.abs(points)) < 1.5 < np.abs(points).max() <= np.sqrt(12)
+    axis, _ = sigma_points(np.zeros(12), np.eye(12))
+    assert np.allclose(np.sort(np.abs(axis), axis=1)[:, -1], np.sqrt(12))
+
+
+def test_sigma_points_of_a_singular_covariance_and_bad_kappa():
+    points, weights = sigma_points(np.zeros(3), np.diag([1.0, 0.0, 0.0]))
+    np.testing.assert_allclose(points[:, 1:], 0.0, atol=1e-12)
+    with pytest.raises(ParameterError):
+        sigma_points(np.zeros(3), np.eye(3), kappa=-1.0)
+
+
+# --- the linear-Gaussian case: the conjugate step is exact -------------------------------------
+@pytest.mark.parametrize("bandwidth", [0.0, 0.6])
+def test_linear_flight_and_affine_residual_give_the_closed_form(bandwidth):
+    """Flight y = A s + c, impulse p | s ~ N(C s + e, S) entering through a constant D: the
+    post-contact state is Gaussian with mean (A + D C) μ + c + D e and covariance
+    (A + D C) Σ (A + D C)ᵀ + D S Dᵀ; the merged kernels must equal it."""
+    rng = np.random.default_rng(3)
+    d, k = 6, 3
+    mu, sigma = rng.normal(size=d), _spd(d, 1)
+    a, c = rng.normal(size=(d, d)), rng.normal(size=d)
+    jump, gain, offset = rng.normal(size=(d, k)), rng.normal(size=(k, d)), rng.normal(size=k)
+    s_cov = _spd(k, 2)
+    points, weights = sigma_points(mu, sigma, rotations=1)
+    n = len(points)
+    kernels = component_kernels(
+        weights, points @ a.T + c, np.repeat(jump[None], n, 0), np.ones((n, 1)),
+        (points @ gain.T + offset)[:, None, :], np.repeat(s_cov[None, None], n, 0),
+        bandwidth=bandwidth)
+    assert len(kernels) == n
+    mass, mean, cov = merge_components(*(np.array(x) for x in zip(*kernels)))
+    total = a + jump @ gain
+    assert mass == pytest.approx(1.0)
+    np.testing.assert_allclose(mean, total @ mu + c + jump @ offset, atol=1e-10)
+    np.testing.assert_allclose(cov, total @ sigma @ total.T + jump @ s_cov @ jump.T,
+                               atol=1e-10)
+
+
+def test_two_residual_components_and_removed_mass():
+    """Constant residual weights w_j: component j is the closed form with offset e_j and mass
+    w_j times the kept fraction."""
+    rng = np.random.default_rng(4)
+    d, k = 4, 2
+    mu, sigma = rng.normal(size=d), _spd(d, 5)
+    jump = rng.normal(size=(d, k))
+    points, weights = sigma_points(mu, sigma)
+    n = len(points)
+    offsets = np.array([[1.0, 0.0], [0.0, -2.0]])
+    s = np.array([np.eye(k) * 0.1, np.eye(k) * 0.3])
+    kernels = component_kernels(weights, points, np.repeat(jump[None], n, 0),
+                                np.tile([0.25, 0.75], (n, 1)), np.tile(offsets, (n, 1, 1)),
+                                np.tile(s, (n, 1, 1, 1)), np.tile([1.0, 0.5], (n, 1)), 0.5)
+    first, second = kernels[:n], kernels[n:]
+    for part, w, e, cov in ((first, 0.25, offsets[0], s[0]), (second, 0.375, offsets[1], s[1])):
+        mass, mean, merged = merge_components(*(np.array(x) for x in zip(*part)))
+        assert mass == pytest.approx(w)
+        np.testing.assert_allclose(mean, mu + jump @ e, atol=1e-10)
+        np.testing.assert_allclose(merged, sigma + jump @ cov @ jump.T, atol=1e-10)
+
+
+def test_silverman_bandwidth_and_bad_bandwidth():
+    assert 0 < silverman_bandwidth(24, 12) < silverman_bandwidth(6, 12) < 1
+    with pytest.raises(ParameterError):
+        component_kernels(np.ones(1), np.zeros((1, 2)), np.zeros((1, 2, 1)), np.ones((1, 1)),
+                          np.zeros((1, 1, 1)), np.zeros((1, 1, 1, 1)), bandwidth=1.0)
+
+
+def test_velocity_coordinates_of_each_scene_kind():
+    assert velocity_coordinates(StateTangent(True)).tolist() == [3, 4, 5]
+    assert velocity_coordinates(StateTangent(False)).tolist() == list(range(6, 12))
+    assert velocity_coordinates(StateTangent(False, n_joints=2)).tolist() == \
+        [6, 7, 8, 9, 10, 11, 14, 15]
+
+
+# --- feasibility of the residual impulse ------------------------------------------------------
+def _event(velocity, inverse_inertia, budget_j, floor_mps):
+    return (None, None, np.asarray(velocity, float), np.asarray(inverse_inertia, float),
+            budget_j, floor_mps)
+
+
+def test_truncation_keeps_the_share_that_gains_no_energy():
+    """With a negligible effective inverse inertia the energy change is v·p: the kept share
+    is Φ((budget − v·m) / (s |v|))."""
+    from scipy.stats import norm
+
+    draws = np.random.default_rng(0).standard_normal((20000, 3))
+    event = _event([0.0, 1.0, 0.0], np.eye(3) * 1e-12, 0.05, -np.inf)
+    kept, means, cov = _guarded_impulses(np.zeros((1, 3)), np.full((1, 3), 0.1), draws,
+                                         event, "truncate")
+    assert kept[0] == pytest.approx(norm.cdf(0.05 / 0.1), abs=0.01)
+    np.testing.assert_allclose(cov[0], 0.01 * np.eye(3))
+
+
+def test_clamping_scales_impulses_within_the_energy_budget_and_keeps_mass():
+    """A contact sliding at 1 m/s along t1: impulses along +t1 add energy and are clamped,
+    so the clamped mean moves against the motion and the spread shrinks; no mass removed."""
+    draws = np.random.default_rng(1).standard_normal((4000, 3))
+    event = _event([0.0, 1.0, 0.0], np.eye(3) * 2.0, 0.0, -np.inf)
+    kept, means, cov = _guarded_impulses(np.zeros((1, 3)), np.full((1, 3), 0.1), draws,
+                                         event, "clamp")
+    assert kept[0] == 1.0
+    assert means[0, 1] < -0.02  # only the impulses against the sliding survive unscaled
+    assert cov[0, 1, 1] < 0.01
+    scaled = _guarded_impulses(np.zeros((1, 3)), np.zeros((1, 3)), draws[:1],
+                               _event([0, 1, 0], np.eye(3), 0.0, -np.inf), "clamp")
+    np.testing.assert_allclose(scaled[1], 0.0)
+
+
+def test_clamping_respects_the_normal_velocity_floor():
+    draws = np.random.default_rng(2).standard_normal((2000, 3))
+    event = _event([0.0, 0.0, 0.0], np.eye(3), 10.0, -0.05)  # energy no limit here
+    _, means, cov = _guarded_impulses(np.array([[-0.2, 0.0, 0.0]]), np.full((1, 3), 0.05),
+                                      draws, event, "clamp")
+    assert means[0, 0] == pytest.approx(-0.05, abs=1e-3)  # pushed down at most to the floor
+
+
+# --- Runnalls' reduction ----------------------------------------------------------------------
+def test_runnalls_merges_the_closest_pair_and_preserves_the_moments():
+    means = np.array([[0.0, 0.0], [0.01, 0.0], [5.0, 5.0]])
+    covs = np.array([np.eye(2) * 0.1] * 3)
+    weights = np.array([0.3, 0.3, 0.4])
+    w, m, c = runnalls_reduce(weights, means, covs, 2)
+    assert len(w) == 2
+    np.testing.assert_allclose(sorted(w), [0.4, 0.6])
+    np.testing.assert_allclose(m[np.argmax(w)], [0.005, 0.0])
+    full = merge_components(weights, means, covs)
+    once = merge_components(w, m, c)
+    np.testing.assert_allclose(once[1], full[1], atol=1e-12)
+    np.testing.assert_allclose(once[2], full[2], atol=1e-12)
+    w1, m1, c1 = runnalls_reduce(weights, means, covs, 1)
+    np.testing.assert_allclose(c1[0], full[2], atol=1e-12)
+    with pytest.raises(ParameterError):
+        runnalls_reduce(weights, means, covs, 0)
+
+
+def test_runnalls_of_many_components_keeps_separated_clusters():
+    rng = np.random.default_rng(6)
+    centres = np.array([[0.0, 0.0, 0.0], [10.0, 0.0, 0.0], [0.0, 10.0, 0.0]])
+    means = np.vstack([c + 0.1 * rng.normal(size=(40, 3)) for c in centres])
+    covs = np.repeat(np.eye(3)[None] * 0.01, 120, 0)
+    w, m, _ = runnalls_reduce(np.ones(120), means, covs, 3)
+    np.testing.assert_allclose(w, [1 / 3] * 3)
+    assert sorted(np.round(m[:, :2]).tolist()) == [[0, 0], [0, 10], [10, 0]]
+
+
+# --- the energy distance ------------------------------------------------------------------------
+def test_energy_distance_is_small_for_one_law_and_grows_with_a_shift():
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(800, 3)), rng.normal(size=(800, 3))
+    same = energy_distance(x, y)
+    assert same < 0.15
+    assert energy_distance(x, y + [1.0, 0, 0]) > 4 * same
+    with pytest.raises(ParameterError):
+        energy_distance(x, y[:, :2])
+
+
+def test_belief_distance_is_standardised():
+    """Scaling one coordinate of both beliefs by 1000 (metres to millimetres) changes
+    nothing: coordinates are divided by the reference's spread."""
+    state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -1], [0, 3, 0])
+    a = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=False)
+    shifted = state.copy()
+    shifted[7] += 0.02  # one velocity standard deviation
+    b = GaussianMixtureBelief.gaussian(shifted, INITIAL_STD, planar=False)
+    wide = INITIAL_STD.copy()
+    wide[0] *= 1000
+    a_wide = GaussianMixtureBelief.gaussian(state, wide, planar=False)
+    b_wide = GaussianMixtureBelief.gaussian(shifted, wide, planar=False)
+    assert belief_distance(a, b, 1000) == pytest.approx(belief_distance(a_wide, b_wide, 1000),
+                                                      rel=0.05)
+    assert belief_distance(a, a, 1000) < 0.6 * belief_distance(a, b, 1000)
+
+
+# --- the cube through contact ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def model() -> ResidualModel:
+    return ResidualModel.load(MODEL_DIR)
+
+
+def _tilted_toss() -> np.ndarray:
+    """Released 0.25 m up, turned 0.5 rad about (1, 1, 0): a corner lands first."""
+    quat = Rotation.from_rotvec([0.35, 0.35, 0.0]).as_quat()[[3, 0, 1, 2]]
+    return toss_state([0.0, 0.0, 0.25], quat, [0.3, 0.0, -1.0], [0.0, 0.0, 0.0])
+
+
+@pytest.fixture(scope="module")
+def initial() -> GaussianMixtureBelief:
+    return GaussianMixtureBelief.gaussian(_tilted_toss(), INITIAL_STD, planar=False)
+
+
+@pytest.fixture(scope="module")
+def conjugate(model, initial) -> list:
+    return propagate_belief(model, initial, n_events=2, seed=0, n_workers=1,
+                            method="conjugate")
+
+
+@pytest.mark.slow
+def test_first_contact_agrees_with_a_large_particle_filter(model, initial, conjugate):
+    """Against 400 particles: every tangent coordinate's mean within half the particle
+    filter's standard deviation, spreads within a factor 1.5, with 24 rollouts instead of
+    400."""
+    particles = propagate_belief(model, initial, n_events=1, n_particles=400, seed=1,
+                                 n_workers=2)[0]
+    step = conjugate[0]
+    assert step.n_drawn == 24 and step.method == "conjugate"
+    rng = np.random.default_rng(0)
+    reference = particles.belief.tangent
+    ours = reference.to_tangent(step.belief.sample(4000, rng))
+    theirs = reference.to_tangent(particles.belief.sample(4000, rng))
+    spread = theirs.std(axis=0)
+    assert (np.abs(ours.mean(axis=0) - theirs.mean(axis=0)) < 0.5 * spread).all()
+    assert (ours.std(axis=0) < 1.5 * spread).all() and (ours.std(axis=0) > spread / 1.5).all()
+
+
+def test_conjugate_steps_are_post_event_beliefs(conjugate):
+    assert len(conjugate) == 2
+    for step in conjugate:
+        assert step.belief is not None and 1 <= step.belief.n_components <= 4
+        np.linalg.cholesky(step.belief.covariances)  # positive definite: it can be sampled
+        assert (step.particles[:, 2] < 0.1).all() and (step.elapsed_s > 0).all()
+        assert 0.0 <= step.rejected_fraction <= 1.0
+        assert step.summary()["method"] == "conjugate"
+    assert conjugate[0].n_drawn == 24  # 2d sigma points of the one initial component
+    assert conjugate[1].n_drawn == 24 * conjugate[0].belief.n_components
+
+
+def test_sinking_mass_is_removed_and_no_event_mass_left_out(model, initial):
+    """Zero penetration tolerance (the soft contact always sinks a little): every sigma
+    point of the landing component (weight 0.7) is removed; a second component thrown up
+    from 0.5 m meets no event within 0.3 s and is left out, not counted as removed."""
+    thrown = toss_state([0.0, 0.0, 0.5], [1, 0, 0, 0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0])
+    mixture = GaussianMixtureBelief(
+        np.array([0.7, 0.3]), np.vstack([initial.means[0],
+                                         initial.tangent.to_tangent(thrown[None])[0]]),
+        np.repeat(initial.covariances, 2, 0), initial.tangent)
+    step = propagate_belief(model, mixture, n_events=1, seed=0, n_workers=1,
+                            method="conjugate", horizon_s=0.3, penetration_tolerance_m=0.0)[0]
+    assert step.n_drawn == 48
+    assert step.n_rejected_penetration == 24 and step.n_no_event == 24
+    assert step.rejected_fraction == 1.0 and step.belief is None
+    assert len(step.particles) == 0
+
+
+def test_truncation_removes_impulse_mass_that_clamping_keeps(model, initial):
+    steps = {rule: propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                    method="conjugate", feasibility=rule)[0]
+             for rule in ("clamp", "truncate")}
+    clamp, truncate = steps["clamp"], steps["truncate"]
+    assert clamp.n_rejected_penetration == truncate.n_rejected_penetration
+    sigma_removed = clamp.n_rejected_penetration / 24  # equal sigma weights
+    assert clamp.rejected_fraction == pytest.approx(sigma_removed)
+    assert truncate.rejected_fraction > clamp.rejected_fraction
+    assert truncate.belief is not None
+
+
+def test_same_seed_same_conjugate_belief_for_one_and_two_workers(model, initial, conjugate):
+    again = propagate_belief(model, initial, n_events=2, seed=0, n_workers=2,
+                             method="conjugate")
+    for a, b in zip(conjugate, again):
+        assert a.summary() == b.summary()
+        np.testing.assert_array_equal(a.belief.weights, b.belief.weights)
+        np.testing.assert_array_equal(a.belief.means, b.belief.means)
+        np.testing.assert_array_equal(a.belief.covariances, b.belief.covariances)
+
+
+def test_engine_alone_and_bad_options(model, initial):
+    a, b = (propagate_belief(model, initial, n_events=1, seed=seed, n_workers=1,
+                             method="conjugate", residual=False)[0] for seed in (0, 1))
+    assert a.belief is not None  # no residual: nothing random, the seed changes nothing
+    np.testing.assert_array_equal(a.belief.means, b.belief.means)
+    np.testing.assert_array_equal(a.belief.covariances, b.belief.covariances)
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="kalman")
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="conjugate", max_components=0)
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="conjugate",
+                         feasibility="ignore")
+
+
+def test_bench_methods_option_names_the_known_steps():
+    import argparse
+
+    from residualsim.cli.bench import _methods
+
+    assert _methods("particles, conjugate") == ("particles", "conjugate")
+    for bad in ("particles,kalman", ",", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _methods(bad)
