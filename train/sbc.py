@@ -19,7 +19,8 @@ hump an underconfident one.
 
 One JSON line per finished data set is appended to ``--out`` (the file is rewritten through
 a temporary file, so it never holds a half line); a rerun skips the data sets already there
-(lines of another configuration are refused). Progress goes to stderr. The report pools the
+(lines of another configuration are refused). Data sets ``--start`` .. ``--datasets``-1 are
+run (or up to ``--stop``), so shards can run side by side; ``--report --also SHARD...`` pools them (by index). Progress goes to stderr. The report pools the
 L+1 ranks into ``--bins`` bins and tests uniformity per parameter with Pearson's chi-square
 (``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §19.
 """
@@ -66,7 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bins", type=int, default=10, help="histogram bins (divide L+1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="likelihood worker processes")
+    parser.add_argument("--start", type=int, default=0,
+                        help="first data set index to run (a shard: run several --out files "
+                             "with different --start, then --report --also the others)")
+    parser.add_argument("--stop", type=int, help="stop before this index (default --datasets)")
     parser.add_argument("--report", action="store_true", help="only print the report")
+    parser.add_argument("--also", nargs="*", default=[],
+                        help="more result files (shards) to pool into the report")
     return parser.parse_args(argv)
 
 
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     done = {r["index"] for r in results}
     if not args.report:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for index in range(args.datasets):
+        for index in range(args.start, min(args.stop or args.datasets, args.datasets)):
             if index in done:
                 continue
             result = one_dataset(args, index)
@@ -196,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['truth']['restitution']:.3f} ranks {result['rank']} "
                   f"R-hat {max(result['rhat'].values()):.3f} "
                   f"{result['seconds']:.0f} s", file=sys.stderr, flush=True)
-    print(json.dumps(report(results, args.draws, args.bins), indent=1))
+    pooled = {r["index"]: r for r in results}
+    for other in args.also:
+        pooled.update({r["index"]: r for r in read_results(Path(other), config)})
+    print(json.dumps(report(list(pooled.values()), args.draws, args.bins)))
     return 0
 
 
