@@ -110,3 +110,13 @@ def test_sbc_thinning_and_resume_refuses_another_configuration(tmp_path):
     other = sbc.config_of(sbc.parse_args(["--out", "x", "--noise-m", "0.001"]))
     with pytest.raises(SystemExit, match="another configuration"):
         sbc.read_results(path, other)
+
+
+
+def test_calibrate_refuses_an_unknown_recorded_start(tmp_path):
+    from residualsim.errors import ParameterError
+    from residualsim.sysid.calibrate import calibrate
+
+    with pytest.raises(ParameterError, match="recorded_start"):
+        calibrate("cube", tmp_path, ["restitution"], tmp_path / "out", recorded_start="guess")
+    assert not (tmp_path / "out").exists()
