@@ -79,7 +79,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             resume=args.resume, plots=not args.no_plots, progress=not args.quiet,
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
-            rotation_weight=args.rotation_weight, export_urdf=args.export_urdf)
+            rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
+            recorded_start=args.recorded_start)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -157,6 +158,11 @@ def register(commands) -> None:
     cal.add_argument("--initial-draws", type=count(0), help="initial states drawn per "
                      "pose-only recording from its fit's uncertainty (default 4; 0: the "
                      "fitted state only)")
+    cal.add_argument("--recorded-start", choices=("fit", "recorded"),
+                     help="recordings with recorded velocities: fit the first pose to the "
+                     "free flight and average over its uncertainty with --initial-draws "
+                     "(fit; --initial-draws times the rollouts), or roll out from it as "
+                     "recorded (default recorded)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25) (default: off)")

@@ -258,10 +258,16 @@ def free_flight_samples(engine: Engine, trajectory: Trajectory,
     return min(trajectory.n_samples, MAX_FREE_SAMPLES)
 
 
-def fit_initial_state(engine: Engine, trajectory: Trajectory) -> Trajectory:
+def fit_initial_state(engine: Engine, trajectory: Trajectory,
+                      velocities: bool = True) -> Trajectory:
     """``trajectory`` with its sample 0 (pose, velocities, joints) replaced by the initial
     state whose rollout best matches the free-flight samples (see the module docstring);
-    unchanged when fewer than :data:`MIN_FREE_SAMPLES` samples are in free flight."""
+    unchanged when fewer than :data:`MIN_FREE_SAMPLES` samples are in free flight.
+
+    ``velocities=False`` fits the pose (and joint positions) only, keeping the recorded
+    velocities: for a recording whose velocities were recorded, not estimated (its first
+    pose is as noisy as any other; the fit averages that noise over the free flight). The
+    stored covariance then has zero rows and columns for the velocities."""
     from scipy.optimize import least_squares
 
     scene = engine.scene
@@ -301,21 +307,35 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory) -> Trajectory:
             parts.append(((run[:, 13:13 + n_joints] - joints[:n]) * scale).ravel())
         return np.concatenate(parts)
 
-    start = (np.concatenate([np.zeros(3), states[0, 3:6]]) if scene.planar else
-             np.concatenate([np.zeros(6), states[0, 7:13]] + (
-                 [np.zeros(n_joints), states[0, 13 + n_joints:]] if n_joints else [])))
+    full = (np.concatenate([np.zeros(3), states[0, 3:6]]) if scene.planar else
+            np.concatenate([np.zeros(6), states[0, 7:13]] + (
+                [np.zeros(n_joints), states[0, 13 + n_joints:]] if n_joints else [])))
+    if velocities:
+        fitted = np.arange(len(full))
+    else:  # the pose unknowns: planar (dx, dy, dθ), free (dp, rotation) and joint positions
+        fitted = np.arange(3) if scene.planar else np.concatenate(
+            [np.arange(6), 12 + np.arange(n_joints)]).astype(int)
+
+    def expand(part: np.ndarray) -> np.ndarray:
+        z = full.copy()
+        z[fitted] = part
+        return z
+
+    start = full[fitted]
     for n in sorted({min(8, n_free), min(16, n_free), n_free}):
         if n * (3 + n_joints) < len(start):  # fewer residuals than unknowns
             continue
-        fit = least_squares(residuals, start, method="lm", x_scale="jac", args=(n,),
-                            max_nfev=100 * len(start))
+        fit = least_squares(lambda part, n: residuals(expand(part), n), start, method="lm",
+                            x_scale="jac", args=(n,), max_nfev=100 * len(start))
         start = fit.x
-    state = initial(start)
+    state = initial(expand(start))
     rms_m = float(np.sqrt(np.mean(fit.fun ** 2)))
+    covariance = np.zeros((len(full), len(full)))
+    covariance[np.ix_(fitted, fitted)] = _fit_covariance(fit)
     return _with_initial_state(trajectory, scene, state, {
-        "initial_state": "fitted by rollout", "free_flight_samples": n_free,
-        "initial_fit_rms_m": rms_m,
-        "initial_state_covariance": _fit_covariance(fit).tolist()})
+        "initial_state": "fitted by rollout" + ("" if velocities else " (pose only)"),
+        "free_flight_samples": n_free, "initial_fit_rms_m": rms_m,
+        "initial_state_covariance": covariance.tolist()})
 
 
 def _fit_covariance(fit) -> np.ndarray:

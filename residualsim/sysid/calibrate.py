@@ -74,6 +74,10 @@ ACCEPTANCE_RANGE = (0.10, 0.60)
 #: held the truth with R-hat 1.02 (train/README.md §14); recordings with velocities are
 #: unaffected.
 DEFAULT_INITIAL_DRAWS = 4
+#: How the first pose of a recording with recorded velocities enters the likelihood:
+#: ``"fit"`` (fitted to the free flight, the likelihood averaged over its uncertainty with
+#: the initial draws, velocities kept) or ``"recorded"`` (rolled out from as it is).
+DEFAULT_RECORDED_START = "recorded"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -284,7 +288,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               initial_draws: int | None = None,
               delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0,
-              export_urdf: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+              export_urdf: str | os.PathLike[str] | None = None,
+              recorded_start: str | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -310,12 +315,20 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     body and joint names (:mod:`residualsim.sysid.bodyspace`); ``method="lsq"`` is least
     squares on trajectory error (:mod:`residualsim.sysid.lsq`, ``budget`` parameter sets).
     ``export_urdf``: also write the scene's URDF with the identified values there.
+    ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
+    how the first pose of a recording with recorded velocities is treated (``fit_recorded``
+    of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §19).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq"):
         raise ParameterError(f"method must be 'mh', 'nevergrad' or 'lsq', got {method!r}")
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
+    recorded_start = recorded_start or DEFAULT_RECORDED_START
+    if recorded_start not in ("fit", "recorded"):
+        raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got "
+                             f"{recorded_start!r}")
+    fit_recorded = recorded_start == "fit"
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     space = ParamSpace(names, bounds=bounds, priors=priors, scene=scene)
@@ -331,11 +344,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             likelihood = StagedLikelihood(scene, train, delayed_acceptance, seed=seed,
                                           substeps=substeps, noise_m=noise,
                                           n_workers=n_workers, initial_draws=draws,
-                                          rotation_weight=rotation_weight)
+                                          rotation_weight=rotation_weight,
+                                          fit_recorded=fit_recorded)
         else:
             likelihood = TrajectoryLikelihood(scene, train, substeps, noise, n_workers,
                                               initial_draws=draws, seed=seed,
-                                              rotation_weight=rotation_weight)
+                                              rotation_weight=rotation_weight,
+                                              fit_recorded=fit_recorded)
     settings = likelihood.settings
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = {"scene": scene, "data": _data_fingerprint(likelihood.ids),
@@ -348,6 +363,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         fingerprint["delayed_acceptance"] = likelihood.fraction
     if rotation_weight != 1.0:
         fingerprint["rotation_weight"] = float(rotation_weight)
+    if kind == "trajectories" and fit_recorded:
+        fingerprint["recorded_start"] = "fit"
     log.info("calibrating %s on %d %s of %s (%s split, %d substeps, %d workers)",
              ", ".join(space.names), likelihood.n_items, kind, data, split,
              settings.substeps, likelihood.n_workers)
@@ -449,6 +466,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "initial_draws": getattr(likelihood, "initial_draws", 0),
         "delayed_acceptance": getattr(likelihood, "fraction", None),
         "rotation_weight": float(rotation_weight),
+        "recorded_start": recorded_start if kind == "trajectories" else None,
         "backend": current_backend().name,
         "validation": held_out,
         "validation_count": n_validation if split != "all" else 0,

@@ -279,6 +279,11 @@ class TrajectoryLikelihood(_Likelihood):
     horizons : sequence of int, optional
         Per recording, compare only this many samples after the first (at least 1): e.g.
         the free flight before the first contact (``calibrate --method lsq``'s body stage).
+    fit_recorded : bool
+        Also treat the first pose of a recording with recorded velocities as uncertain: fit
+        it (pose and joint positions, velocities kept) to the free flight as
+        :func:`~residualsim.sim.recordings.fit_initial_state` does, and average over its
+        uncertainty with the ``initial_draws`` (see the module doc).
     """
 
     _function = staticmethod(trajectory_errors)
@@ -286,7 +291,8 @@ class TrajectoryLikelihood(_Likelihood):
     def __init__(self, scene: str, trajectories: Mapping[str, Trajectory],
                  substeps: int | None = None, noise_m: float | None = None,
                  n_workers: int = 1, initial_draws: int = 0, seed: int = 0,
-                 rotation_weight: float = 1.0, horizons: Sequence[int] | None = None) -> None:
+                 rotation_weight: float = 1.0, horizons: Sequence[int] | None = None,
+                 fit_recorded: bool = False) -> None:
         if horizons is not None and len(horizons) != len(trajectories):
             raise ParameterError(f"{len(horizons)} horizons for {len(trajectories)} recordings")
         if int(initial_draws) != initial_draws or initial_draws < 0:
@@ -297,6 +303,9 @@ class TrajectoryLikelihood(_Likelihood):
         layout = make_scene(scene)
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
+        if fit_recorded:
+            trajectories = _fit_recorded_starts(scene, trajectories, settings)
+        self.fit_recorded = bool(fit_recorded)
         radius = layout.radius_of_gyration_m
         n_joints = getattr(layout, "n_joints", 0)
         if n_joints:
@@ -325,6 +334,20 @@ class TrajectoryLikelihood(_Likelihood):
         self.initial_draws = int(initial_draws) if max(sizes) > 1 else 0
         super().__init__(scene, items, settings, noise_m, n_workers, list(trajectories),
                          sizes)
+
+
+def _fit_recorded_starts(scene: str, trajectories: Mapping[str, Trajectory],
+                         settings: EngineSettings) -> dict[str, Trajectory]:
+    """The recordings with each recorded (not yet fitted) initial pose fitted to the free
+    flight at the likelihood's settings, velocities kept (see ``fit_recorded``)."""
+    from residualsim.sim.recordings import fit_initial_state
+
+    out = dict(trajectories)
+    with Engine(scene, settings=settings) as engine:
+        for key, traj in trajectories.items():
+            if "initial_state_covariance" not in traj.metadata:
+                out[key] = fit_initial_state(engine, traj, velocities=False)
+    return out
 
 
 class ImpactLikelihood(_Likelihood):

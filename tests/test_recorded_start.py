@@ -1,0 +1,122 @@
+"""A recorded first pose treated as uncertain (``fit_recorded``), and the SBC script's
+rank statistics (train/sbc.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from residualsim.sim.engine import Engine
+from residualsim.sim.recordings import fit_initial_state
+from residualsim.sim.rollout import recording_settings
+from residualsim.sim.scenes import EngineParams
+from residualsim.sim.synthesize import synthesize_tosses
+from residualsim.sysid.likelihood import TrajectoryLikelihood
+
+ROOT = Path(__file__).resolve().parents[1]
+TRUTH = EngineParams(lateral_friction=0.3, restitution=0.4)
+
+
+@pytest.fixture(scope="module")
+def tosses():
+    """(exact, noisy): the same 6 cube tosses without and with 2 mm position noise."""
+    options = dict(n_tosses=6, n_samples=40, rng=3, substeps=5)
+    return (synthesize_tosses(TRUTH, **options),
+            synthesize_tosses(TRUTH, noise_m=0.002, **options))
+
+
+def test_pose_only_fit_halves_the_first_poses_error_and_keeps_the_velocities(tosses):
+    exact, noisy = tosses
+    settings = recording_settings("cube", noisy, 5)
+    before, after, z_scores = [], [], []
+    with Engine("cube", settings=settings) as engine:
+        for key, recording in noisy.items():
+            fitted = fit_initial_state(engine, recording, velocities=False)
+            np.testing.assert_array_equal(fitted.linear_velocity_mps[0],
+                                          recording.linear_velocity_mps[0])
+            np.testing.assert_array_equal(fitted.angular_velocity_world_radps[0],
+                                          recording.angular_velocity_world_radps[0])
+            covariance = np.asarray(fitted.metadata["initial_state_covariance"])
+            assert covariance.shape == (12, 12)
+            assert np.all(covariance[6:, :] == 0) and np.all(covariance[:, 6:] == 0)
+            true_position = exact[key].positions_m[0]
+            before.append(recording.positions_m[0] - true_position)
+            after.append(fitted.positions_m[0] - true_position)
+            z_scores.append(after[-1] / np.sqrt(np.diag(covariance)[:3]))
+    rms_before = np.sqrt(np.mean(np.square(before)))
+    rms_after = np.sqrt(np.mean(np.square(after)))
+    assert rms_after < 0.5 * rms_before, (rms_before, rms_after)
+    assert 0.3 < np.sqrt(np.mean(np.square(z_scores))) < 3.0  # an honest uncertainty
+
+
+def test_fit_recorded_likelihood_draws_starts_and_fits_better_at_the_truth(tosses):
+    _, noisy = tosses
+    batch = [TRUTH, EngineParams(lateral_friction=0.6, restitution=0.2)]
+    with TrajectoryLikelihood("cube", noisy, substeps=5) as plain, \
+            TrajectoryLikelihood("cube", noisy, substeps=5, fit_recorded=True) as fitted, \
+            TrajectoryLikelihood("cube", noisy, substeps=5, fit_recorded=True,
+                                 initial_draws=3, seed=1) as drawn:
+        assert plain.initial_draws == 0 and drawn.initial_draws == 3
+        errors = drawn.errors(batch)
+        assert errors.shape == (2, 6) and drawn.n_rollouts == 2 * 6 * 3
+        # the fitted first pose is closer to the true one: the truth fits better from it
+        assert fitted(batch)[0] > plain(batch)[0]
+        assert drawn(batch)[0] > drawn(batch)[1]
+
+
+def _sbc():
+    spec = importlib.util.spec_from_file_location("sbc", ROOT / "train" / "sbc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _results(ranks: list[int]) -> list[dict]:
+    return [{"rank": {"lateral_friction": r, "restitution": 9 - r}, "truth":
+             {"lateral_friction": 0.5, "restitution": 0.5},
+             "q05": {"lateral_friction": 0.4, "restitution": 0.6},
+             "q95": {"lateral_friction": 0.6, "restitution": 0.7},
+             "rhat": {"x": 1.0}, "ess": {"x": 50.0}, "seconds": 1.0} for r in ranks]
+
+
+def test_sbc_report_bins_ranks_and_tests_uniformity():
+    sbc = _sbc()
+    uniform = sbc.report(_results(list(range(10)) * 5), draws=9, bins=5)
+    assert uniform["lateral_friction"]["histogram"] == [10] * 5
+    assert uniform["lateral_friction"]["p_value"] > 0.99
+    assert uniform["lateral_friction"]["coverage_90"] == 1.0
+    assert uniform["restitution"]["coverage_90"] == 0.0
+    extreme = sbc.report(_results([0] * 25 + [9] * 25), draws=9, bins=5)  # overconfident
+    assert extreme["lateral_friction"]["histogram"] == [25, 0, 0, 0, 25]
+    assert extreme["lateral_friction"]["p_value"] < 0.01
+    with pytest.raises(SystemExit):
+        sbc.report([], draws=9, bins=4)
+
+
+def test_sbc_thinning_and_resume_refuses_another_configuration(tmp_path):
+    sbc = _sbc()
+    samples = np.arange(2 * 100 * 2, dtype=float).reshape(2, 100, 2)
+    drawn = sbc.thin(samples, 10)
+    assert drawn.shape == (10, 2)
+    assert drawn[0, 0] == 0 and drawn[4, 0] == 2 * 99 and drawn[5, 0] == 200
+    args = sbc.parse_args(["--out", str(tmp_path / "r.jsonl")])
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"index": 0, "config": sbc.config_of(args)}) + "\n")
+    assert len(sbc.read_results(path, sbc.config_of(args))) == 1
+    other = sbc.config_of(sbc.parse_args(["--out", "x", "--noise-m", "0.001"]))
+    with pytest.raises(SystemExit, match="another configuration"):
+        sbc.read_results(path, other)
+
+
+
+def test_calibrate_refuses_an_unknown_recorded_start(tmp_path):
+    from residualsim.errors import ParameterError
+    from residualsim.sysid.calibrate import calibrate
+
+    with pytest.raises(ParameterError, match="recorded_start"):
+        calibrate("cube", tmp_path, ["restitution"], tmp_path / "out", recorded_start="guess")
+    assert not (tmp_path / "out").exists()

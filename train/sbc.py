@@ -1,0 +1,214 @@
+"""Simulation-based calibration (SBC) of the Metropolis-Hastings calibration of the cube.
+
+    python train/sbc.py --out runs/sbc-fit.jsonl [--datasets 50] [--initial-state fit]
+    python train/sbc.py --out runs/sbc-fit.jsonl --report      # histograms and p-values only
+
+Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
+algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,
+j]``): draw the truth θ = (lateral friction, restitution) from the calibration prior (uniform
+over ``--bounds``), synthesize ``--tosses`` cube tosses of ``--samples`` samples at
+``--substeps`` substeps with ``--noise-m`` (m, per axis) / ``--noise-rad`` (rad) pose noise
+(:func:`residualsim.sim.synthesize.synthesize_tosses`: exact velocities, noisy poses, as
+``residualsim data synthesize``), sample the posterior with the same prior and the
+likelihood ``calibrate --method mh`` uses (:class:`~residualsim.sysid.likelihood.
+TrajectoryLikelihood`, ``--initial-state`` choosing how a recorded initial state is
+treated), thin the kept draws to ``--draws`` L, and record the rank of the truth among them
+(the number of draws below it, 0..L). If the sampler is right, every rank is equally likely;
+a U-shaped histogram is an overconfident posterior, a one-sided one a biased posterior, a
+hump an underconfident one.
+
+One JSON line per finished data set is appended to ``--out`` (the file is rewritten through
+a temporary file, so it never holds a half line); a rerun skips the data sets already there
+(lines of another configuration are refused). Data sets ``--start`` .. ``--datasets``-1 are
+run (or up to ``--stop``), so shards can run side by side; ``--report --also SHARD...`` pools them (by index). Progress goes to stderr. The report pools the
+L+1 ranks into ``--bins`` bins and tests uniformity per parameter with Pearson's chi-square
+(``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §19.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+NAMES = ("lateral_friction", "restitution")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON-lines file of results (appended)")
+    parser.add_argument("--datasets", type=int, default=50, help="synthetic data sets (>= 1)")
+    parser.add_argument("--tosses", type=int, default=10, help="cube tosses per data set")
+    parser.add_argument("--samples", type=int, default=70, help="samples per toss (148 Hz)")
+    parser.add_argument("--substeps", type=int, default=5, help="engine substeps per sample")
+    parser.add_argument("--noise-m", type=float, default=0.002, help="position noise, m")
+    parser.add_argument("--noise-rad", type=float, default=0.0, help="orientation noise, rad")
+    parser.add_argument("--bounds", default="0.1:0.7,0.1:0.7",
+                        help="prior bounds friction LOW:HIGH,restitution LOW:HIGH (uniform)")
+    parser.add_argument("--initial-state", choices=("recorded", "fit"), default="fit",
+                        help="recorded: roll out from the recorded first sample (the old "
+                             "likelihood); fit: fit the initial pose to the free flight and "
+                             "average over its uncertainty (TrajectoryLikelihood "
+                             "fit_recorded=True)")
+    parser.add_argument("--initial-draws", type=int, default=4,
+                        help="K initial states per recording for --initial-state fit")
+    parser.add_argument("--mh-samples", type=int, default=300, help="kept MH steps per chain")
+    parser.add_argument("--burn-in", type=int, default=150, help="MH burn-in steps")
+    parser.add_argument("--chains", type=int, default=2, help="MH chains")
+    parser.add_argument("--init-draws", type=int, default=8,
+                        help="Sobol start points per chain (calibrate uses 32)")
+    parser.add_argument("--draws", type=int, default=19,
+                        help="L thinned posterior draws per data set (ranks 0..L)")
+    parser.add_argument("--bins", type=int, default=10, help="histogram bins (divide L+1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="likelihood worker processes")
+    parser.add_argument("--start", type=int, default=0,
+                        help="first data set index to run (a shard: run several --out files "
+                             "with different --start, then --report --also the others)")
+    parser.add_argument("--stop", type=int, help="stop before this index (default --datasets)")
+    parser.add_argument("--report", action="store_true", help="only print the report")
+    parser.add_argument("--also", nargs="*", default=[],
+                        help="more result files (shards) to pool into the report")
+    return parser.parse_args(argv)
+
+
+def config_of(args: argparse.Namespace) -> dict:
+    """The settings a result line must share with the run (everything but the count)."""
+    keys = ("tosses", "samples", "substeps", "noise_m", "noise_rad", "bounds", "initial_state",
+            "initial_draws", "mh_samples", "burn_in", "chains", "init_draws", "draws", "seed")
+    return {k: getattr(args, k) for k in keys}
+
+
+def parse_bounds(text: str) -> dict[str, tuple[float, float]]:
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise SystemExit(f"--bounds: expected two LOW:HIGH pairs, got {text!r}")
+    bounds = {}
+    for name, part in zip(NAMES, parts):
+        low, high = (float(v) for v in part.split(":"))
+        bounds[name] = (low, high)
+    return bounds
+
+
+def thin(samples: np.ndarray, count: int) -> np.ndarray:
+    """``count`` draws (count, d) evenly spaced through each chain of (C, S, d), chains
+    taking turns: the autocorrelated chain thinned to nearly independent draws."""
+    chains, steps, _ = samples.shape
+    per_chain = -(-count // chains)
+    picks = [samples[c, np.linspace(0, steps - 1, per_chain).round().astype(int)]
+             for c in range(chains)]
+    return np.concatenate(picks)[:count]
+
+
+def one_dataset(args: argparse.Namespace, index: int) -> dict:
+    """Draw a truth, synthesize, sample the posterior; the result line of data set ``index``."""
+    from residualsim.sim.scenes import EngineParams
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.likelihood import TrajectoryLikelihood
+    from residualsim.sysid.mcmc import MetropolisHastings
+    from residualsim.sysid.paramspace import ParamSpace
+
+    started = time.perf_counter()
+    bounds = parse_bounds(args.bounds)
+    rng = np.random.default_rng([args.seed, index])
+    truth = {n: float(rng.uniform(*bounds[n])) for n in NAMES}
+    tosses = synthesize_tosses(EngineParams(**truth), n_tosses=args.tosses,
+                               n_samples=args.samples, noise_m=args.noise_m,
+                               noise_rad=args.noise_rad, rng=rng, substeps=args.substeps)
+    space = ParamSpace(list(NAMES), bounds=bounds)
+    fit = args.initial_state == "fit"
+    likelihood = TrajectoryLikelihood("cube", tosses, substeps=args.substeps,
+                                      n_workers=args.workers,
+                                      initial_draws=args.initial_draws if fit else 0,
+                                      seed=index, fit_recorded=fit)
+    with likelihood:
+        sampler = MetropolisHastings(
+            lambda x: likelihood([space.engine_params(row) for row in x]), space,
+            n_chains=args.chains, init_draws=args.init_draws, rng=np.random.default_rng([args.seed, index, 1]))
+        posterior = sampler.run(args.mh_samples, args.burn_in)
+    draws = thin(posterior.samples, args.draws)
+    summary = posterior.summary()
+    return {
+        "index": index, "config": config_of(args), "truth": truth,
+        "rank": {n: int(np.sum(draws[:, i] < truth[n])) for i, n in enumerate(NAMES)},
+        "median": summary["median"], "q05": summary["q05"], "q95": summary["q95"],
+        "rhat": summary["rhat"], "ess": summary["ess"], "acceptance": summary["acceptance"],
+        "evaluations": posterior.meta["evaluations"], "rollouts": likelihood.n_rollouts,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def read_results(path: Path, config: dict) -> list[dict]:
+    if not path.exists():
+        return []
+    results = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        result = json.loads(line)
+        if result.get("config") != json.loads(json.dumps(config)):
+            raise SystemExit(f"{path}:{number}: a result of another configuration; use "
+                             "another --out")
+        results.append(result)
+    return results
+
+
+def report(results: list[dict], draws: int, bins: int) -> dict:
+    """Rank histograms (counts per bin) and the chi-square uniformity test per parameter."""
+    from scipy.stats import chisquare
+
+    if (draws + 1) % bins:
+        raise SystemExit(f"--bins {bins} must divide L + 1 = {draws + 1}")
+    out = {"datasets": len(results)}
+    for name in NAMES:
+        ranks = np.array([r["rank"][name] for r in results], dtype=int)
+        counts = np.bincount(ranks * bins // (draws + 1), minlength=bins)
+        test = chisquare(counts) if len(ranks) else None
+        inside = [r["q05"][name] <= r["truth"][name] <= r["q95"][name] for r in results]
+        out[name] = {"histogram": counts.tolist(),
+                     "chi2": float(test.statistic) if test else None,
+                     "p_value": float(test.pvalue) if test else None,
+                     "coverage_90": float(np.mean(inside)) if inside else None,
+                     "mean_rank": float(ranks.mean()) if len(ranks) else None}
+    seconds = [r["seconds"] for r in results]
+    out["seconds_per_dataset"] = float(np.mean(seconds)) if seconds else None
+    out["max_rhat"] = max((max(r["rhat"].values()) for r in results), default=None)
+    out["min_ess"] = min((min(r["ess"].values()) for r in results), default=None)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from residualsim.atomic import atomic_write_text
+
+    args = parse_args(argv)
+    path = Path(args.out)
+    config = config_of(args)
+    results = read_results(path, config)
+    done = {r["index"] for r in results}
+    if not args.report:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for index in range(args.start, min(args.stop or args.datasets, args.datasets)):
+            if index in done:
+                continue
+            result = one_dataset(args, index)
+            results.append(result)
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in results))
+            print(f"[sbc] {len(results)}/{args.datasets} data set {index}: truth "
+                  f"{result['truth']['lateral_friction']:.3f}/"
+                  f"{result['truth']['restitution']:.3f} ranks {result['rank']} "
+                  f"R-hat {max(result['rhat'].values()):.3f} "
+                  f"{result['seconds']:.0f} s", file=sys.stderr, flush=True)
+    pooled = {r["index"]: r for r in results}
+    for other in args.also:
+        pooled.update({r["index"]: r for r in read_results(Path(other), config)})
+    print(json.dumps(report(list(pooled.values()), args.draws, args.bins)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
