@@ -131,8 +131,10 @@ def test_detect_and_describe_npz_sets(tmp_path, make_toss):
     assert summary["first_contact_s"]["count"] == 3
     planar = describe(tmp_path / "planar")
     assert planar["planar"] == 1 and planar["first_contact_s"] is None
-    lines = format_description(planar).split("per file:")[0].splitlines()
+    text = format_description(planar)
+    lines = text.split("\nper file:")[0].splitlines()  # the per-file table follows
     assert len({line.index(line.split()[1]) for line in lines}) == 1  # values aligned
+    assert text.splitlines()[-2].split()[:3] == ["id", "rate_hz", "jitter_ms"]
 
 
 def test_importing_the_package_is_light():

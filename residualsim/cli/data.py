@@ -61,7 +61,14 @@ def register(commands) -> None:
     """Add this module's commands to the ``residualsim`` sub-parsers."""
     data = commands.add_parser("data", help="inspect and make data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
-    info = data_commands.add_parser("info", help="counts, durations, rates, first contacts")
+    info = data_commands.add_parser(
+        "info", help="counts, durations, rates, first contacts, split sizes; per file the "
+        "recorded rate, jitter, dropped samples, long gaps and resampled rate",
+        description="Summarise a data set. CSV recordings are read as they come: comma, "
+        "semicolon, tab or whitespace separators, # comments, BOM, CRLF; time stamps need "
+        "only increase, files not uniform are resampled onto their nominal grid (a folder "
+        "of several rates to --rate-hz or its most common rate); gaps over 3 periods are "
+        "reported. With --scene: each file's free-flight samples and fitted gravity.")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
                       "file, .urdf or built-in name) and find first contacts on its shapes "

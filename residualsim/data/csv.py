@@ -54,7 +54,7 @@ from residualsim.data.listing import recording_files
 from residualsim.data.npz import save_each
 from residualsim.data.read_options import QUATERNION_ORDERS, current_reading_options
 from residualsim.data.timebase import (UNIFORM_RELATIVE, TimeBase, analyse_times,
-                                       common_rate_hz, resample)
+                                       common_rate_hz, filled_samples, resample)
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
 from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, estimate_velocities
 from residualsim.errors import DataError, ParameterError
@@ -466,6 +466,7 @@ def _build(raw: _Raw, rate_hz: float | None, com_offset_base_m: np.ndarray | Non
         if velocities:
             velocities = (out["linear"], out["angular"], out["rates"])
         metadata["time_base"] = base.summary(resampled_hz=1.0 / period)
+        metadata["time_base"]["filled_samples"] = filled_samples(raw.times, times)
         for index, periods, t in base.long_gaps():
             log.warning("%s: %d samples missing after sample %d (t = %.4f s from the start): "
                         "interpolated across the gap", path, periods - 1, index, t)

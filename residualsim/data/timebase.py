@@ -24,7 +24,9 @@ cubic: the error of linear interpolation in free flight is at most g·dt²/8 (0.
 100 Hz, 0.09 mm at 120 Hz, below the tracking noise), and a cubic overshoots at impacts
 (train/README.md §19 has the measurement). Gaps longer than :data:`LONG_GAP_PERIODS` = 3
 nominal periods are reported (metadata, a warning on the log, ``data info``): across one,
-the recording is a straight line between the two samples that frame it.
+the recording is a straight line between the two samples that frame it, and the grid
+samples farther than half a period from every stamp are listed in
+``metadata["time_base"]["filled_samples"]`` (the initial-state fit leaves them out).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TimeBase", "analyse_times", "resample", "common_rate_hz", "UNIFORM_RELATIVE",
+__all__ = ["TimeBase", "analyse_times", "resample", "common_rate_hz", "filled_samples", "UNIFORM_RELATIVE",
            "SNAP_RELATIVE", "LONG_GAP_PERIODS"]
 
 log = logging.getLogger(__name__)
@@ -175,3 +177,16 @@ def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray
                 if values.shape[1] else np.zeros((n, 0))
     grid = np.arange(n) * period_s
     return grid, out
+
+
+def filled_samples(times_s: np.ndarray, grid_s: np.ndarray) -> list[int]:
+    """Indices of the grid samples (times from 0) farther than half a grid period from every
+    recorded stamp: filled in across a gap, not measured (the initial-state fit skips them)."""
+    rel = np.asarray(times_s, dtype=np.float64) - float(times_s[0])
+    if len(grid_s) < 2:
+        return []
+    period = float(grid_s[1] - grid_s[0])
+    right = np.clip(np.searchsorted(rel, grid_s), 0, len(rel) - 1)
+    left = np.clip(right - 1, 0, len(rel) - 1)
+    nearest = np.minimum(np.abs(rel[right] - grid_s), np.abs(rel[left] - grid_s))
+    return [int(i) for i in np.flatnonzero(nearest > 0.5 * period)]

@@ -17,7 +17,9 @@ where recordings meet a scene:
    the fitted initial pose and velocities (``scipy.optimize.least_squares``, Levenberg-
    Marquardt, over windows of 8, 16 and then all free samples, each warm-started from the
    last, so a fast-spinning object does not settle in a local minimum; residuals:
-   position m, r_g × rotation angle, joint positions × r_g or m). A base link of an
+   position m, r_g × rotation angle, joint positions × r_g or m; samples a resampled CSV
+   file filled in across a dropped-frame gap, ``metadata["time_base"]["filled_samples"]``,
+   are left out: a chord of the flight, not data). A base link of an
    articulated body is not ballistic, nor is a rigid body's angular velocity constant
    unless its inertia is isotropic, so a rollout is the model that fits free flight of any
    object. With fewer than ``MIN_FREE_SAMPLES`` free samples the estimate is kept.
@@ -298,13 +300,17 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
             state[13 + n_joints:] = z[12 + n_joints:]
         return state
 
+    filled = set(trajectory.metadata.get("time_base", {}).get("filled_samples", ()))
+    recorded = np.array([i not in filled for i in range(n_free)])  # not inside a gap
+
     def residuals(z: np.ndarray, n: int) -> np.ndarray:
         run = engine.rollout(initial(z), n - 1, detect_contacts=False).states
         sim_pos, sim_quat, _, _ = scene.rigid_motion(run)
-        parts = [(sim_pos - positions[:n]).ravel(),
-                 radius * quat_relative_rotvec(sim_quat, quat[:n]).ravel()]
+        keep = recorded[:n]
+        parts = [(sim_pos - positions[:n])[keep].ravel(),
+                 radius * quat_relative_rotvec(sim_quat, quat[:n])[keep].ravel()]
         if n_joints:
-            parts.append(((run[:, 13:13 + n_joints] - joints[:n]) * scale).ravel())
+            parts.append(((run[:, 13:13 + n_joints] - joints[:n]) * scale)[keep].ravel())
         return np.concatenate(parts)
 
     full = (np.concatenate([np.zeros(3), states[0, 3:6]]) if scene.planar else
@@ -323,7 +329,7 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
 
     start = full[fitted]
     for n in sorted({min(8, n_free), min(16, n_free), n_free}):
-        if n * (3 + n_joints) < len(start):  # fewer residuals than unknowns
+        if recorded[:n].sum() * (3 + n_joints) < len(start):  # fewer residuals than unknowns
             continue
         fit = least_squares(lambda part, n: residuals(expand(part), n), start, method="lm",
                             x_scale="jac", args=(n,), max_nfev=100 * len(start))

@@ -56,20 +56,27 @@ def recording_settings(scene: str, trajectories: Mapping[str, Trajectory],
                        substeps: int | None = None) -> EngineSettings:
     """The scene's solver settings with ``dt_s`` set to the recordings' sample period.
 
-    Raises DataError when the recordings do not share one (uniform) rate.
+    Raises DataError when the recordings do not share one (uniform) rate. CSV recordings
+    arrive uniform (resampled at load, :mod:`residualsim.data.timebase`); other formats
+    must be.
     """
     base = make_scene(scene).settings
     periods = []
     for traj in trajectories.values():
         steps = np.diff(traj.times_s)
         if np.ptp(steps) > 1e-6 * steps.mean():
-            raise DataError(f"{traj.source or traj.traj_id}: samples are not evenly spaced")
+            worst = int(np.argmax(np.abs(steps - np.median(steps))))
+            raise DataError(f"{traj.source or traj.traj_id}: samples are not evenly spaced "
+                            f"(step {steps[worst]:.6g} s after sample {worst}, median "
+                            f"{np.median(steps):.6g} s); export it as CSV to have it "
+                            "resampled at load")
         periods.append(steps.mean())
     if not periods:
         raise DataError("no recordings to simulate")
     if np.ptp(periods) > 1e-6 * np.mean(periods):
         raise DataError(f"recordings have different rates ({1 / max(periods):.3f} to "
-                        f"{1 / min(periods):.3f} Hz): simulate them separately")
+                        f"{1 / min(periods):.3f} Hz): simulate them separately, or resample "
+                        "CSV recordings to one with --rate-hz")
     changes: dict = {"dt_s": float(np.mean(periods))}
     if substeps is not None:
         changes["substeps"] = substeps
