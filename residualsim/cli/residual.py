@@ -32,14 +32,19 @@ def cmd_train(args: argparse.Namespace) -> None:
                            n_workers=args.workers, resume=args.resume,
                            checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                            command=" ".join(["residualsim", *sys.argv[1:]]),
-                           **_split(args))
+                           fit_uncertainty=not args.no_fit_uncertainty, **_split(args))
     if not args.quiet:
         print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, "
               f"engine {figures['engine_validation_rmse_m']:.4g} m "
               f"({100 * figures['improvement']:.1f} % lower); rotation "
               f"{figures['validation_rotation_deg']:.1f} deg vs "
               f"{figures['engine_validation_rotation_deg']:.1f} deg", file=sys.stderr)
-    if not args.quiet:
+        if "spread" in figures:
+            print(f"uncertainty fitted on validation: spread {figures['spread']:g}, state "
+                  f"noise {'fitted' if figures['state_noise_fitted'] else 'not available'}; "
+                  f"final x-y in the 50 / 90 % sample regions "
+                  f"{100 * figures['validation_coverage_xy_50']:.0f} / "
+                  f"{100 * figures['validation_coverage_xy_90']:.0f} %", file=sys.stderr)
         from residualsim.cli.report import report_command
 
         print("report: " + report_command(str(Path(args.out) / "report.html"), model=args.out,
@@ -123,6 +128,12 @@ def register(commands) -> None:
     tr.add_argument("--checkpoint-every", type=count(1),
                     help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    tr.add_argument("--no-fit-uncertainty", action="store_true",
+                    help="skip what train does after training by default: estimate the "
+                         "initial-state noise from the training split's free flights and "
+                         "choose the sampling spread on the validation split (32 samples, "
+                         "the reliability criterion of fit-spread); the model card records "
+                         "both")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(tr)
     add_allow_implausible(tr)

@@ -361,8 +361,12 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  checkpoint_every: int | None = None, progress: bool = False,
                  command: str | None = None,
                  fractions: tuple[float, float, float] | None = None,
-                 split_lists: dict | None = None) -> dict[str, Any]:
-    """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`.
+                 split_lists: dict | None = None,
+                 fit_uncertainty: bool = True) -> dict[str, Any]:
+    """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
+    → (``fit_uncertainty``, default) the state noise and the spread
+    (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
+    training split's free flights, spread by the reliability criterion on validation).
 
     Trains on the training split (its first ``max_trajectories`` recordings if given) and
     stops early on the validation split (see :mod:`residualsim.data.splits`: the hash split
@@ -413,10 +417,23 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     else:
         params = EngineParams()
         substeps = substeps or layout.settings.substeps
-    _, figures = train_residual(scene, train, validation, out, params=params,
-                                substeps=substeps, config=config, n_workers=n_workers,
-                                resume=resume, checkpoint_every=checkpoint_every,
-                                progress=progress, info=provenance)
+    model, figures = train_residual(scene, train, validation, out, params=params,
+                                    substeps=substeps, config=config, n_workers=n_workers,
+                                    resume=resume, checkpoint_every=checkpoint_every,
+                                    progress=progress, info=provenance)
+    if fit_uncertainty:
+        from residualsim.residual.uncertainty_fit import fit_uncertainty as fit
+
+        checkpoint = Path(out) / "uncertainty-fit.checkpoint.json"
+        model, record = fit(model, {k: trajectories[k] for k in parts["train"]},
+                            validation or train, fit_spread, seed=config.seed,
+                            n_workers=n_workers,
+                            checkpoint=checkpoint)
+        figures.update(spread=record["spread"], state_noise_fitted=record["state_noise"]
+                       is not None, validation_coverage_xy_50=record["coverage_xy_50"],
+                       validation_coverage_xy_90=record["coverage_xy_90"])
+        model.save(out)
+        checkpoint.unlink(missing_ok=True)
     return figures
 
 
