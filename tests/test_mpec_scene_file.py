@@ -75,15 +75,17 @@ def test_rounded_shapes_are_refused(tmp_path, shape):
 
 def test_articulated_and_planar_scene_files_exit_2(capsys, tmp_path):
     hinge = ASSETS / "examples" / "hinge.toml"
+    data = tmp_path / "data"  # an --out inside --data is refused first
+    data.mkdir()
     code, out, err = _run(capsys, "calibrate", "--method", "mpec", "--scene", hinge,
-                          "--data", tmp_path, "--out", tmp_path / "out")
+                          "--data", data, "--out", tmp_path / "out")
     assert code == 2
     assert "hinge.toml" in err and "2 links (joints: elbow)" in err
     assert "Traceback" not in err and not (tmp_path / "out" / "summary.json").exists()
     planar = tmp_path / "flat.toml"
     planar.write_text(f'urdf = "{ASSETS / "examples" / "ell.urdf"}"\nkind = "planar"\n')
     code, out, err = _run(capsys, "calibrate", "--method", "mpec", "--scene", planar,
-                          "--data", tmp_path, "--out", tmp_path / "out")
+                          "--data", data, "--out", tmp_path / "out")
     assert code == 2 and "flat.toml" in err and "kind 'planar'" in err
     assert "Traceback" not in err
 
