@@ -22,7 +22,7 @@ last stamp or up to :data:`END_SLACK` = 5 % of a period after it (a jittered las
 quaternions by slerp (shortest arc, the sign kept on the input's hemisphere). Linear, not
 cubic: the error of linear interpolation in free flight is at most g·dt²/8 (0.12 mm at
 100 Hz, 0.09 mm at 120 Hz, below the tracking noise), and a cubic overshoots at impacts
-(train/README.md §19 has the measurement). Gaps longer than :data:`LONG_GAP_PERIODS` = 3
+(train/README.md §21 has the measurement). Gaps longer than :data:`LONG_GAP_PERIODS` = 3
 nominal periods are reported (metadata, a warning on the log, ``data info``): across one,
 the recording is a straight line between the two samples that frame it, and the grid
 samples farther than half a period from every stamp are listed in

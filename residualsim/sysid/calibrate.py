@@ -317,7 +317,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``export_urdf``: also write the scene's URDF with the identified values there.
     ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
-    of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §19).
+    of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §20).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq"):
