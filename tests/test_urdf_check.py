@@ -16,25 +16,13 @@ from residualsim.errors import SceneError
 from residualsim.sim.scenes import make_scene
 from residualsim.sim.scenes.urdf_check import check_urdf, resolve_mesh
 
+from conftest import load_train_script
+
 ROOT = Path(__file__).resolve().parents[1]
-INERTIA = 'ixx="1e-4" iyy="1e-4" izz="1e-4" ixy="0" ixz="0" iyz="0"'
-
-
-def _link(name: str, inertia: str = INERTIA, mass: str = "0.1",
-          geometry: str = '<box size="0.04 0.04 0.04"/>') -> str:
-    collision = f"<collision><geometry>{geometry}</geometry></collision>" if geometry else ""
-    return (f'<link name="{name}"><inertial><mass value="{mass}"/><inertia {inertia}/>'
-            f"</inertial>{collision}</link>")
-
-
-def _joint(name: str, parent: str, child: str, kind: str = "revolute") -> str:
-    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
-            f'<child link="{child}"/><axis xyz="0 0 1"/>'
-            '<limit lower="-1" upper="1" effort="0" velocity="9"/></joint>')
-
-
-def _robot(*parts: str) -> str:
-    return '<?xml version="1.0"?><robot name="thing">' + "".join(parts) + "</robot>"
+# The URDF builders of the hostile-input table (train/hostile_inputs.py), shared.
+_HOSTILE = load_train_script("hostile_inputs")
+INERTIA, _link, _joint, _robot = (_HOSTILE.INERTIA, _HOSTILE._link, _HOSTILE._joint,
+                                  _HOSTILE._robot)
 
 
 GOOD = _robot(_link("a"), _link("b"), _joint("hinge", "a", "b"))
