@@ -42,44 +42,22 @@ def model_and_tosses(*args):
 
 
 def cmd_bench_residual(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_residual
+    from residualsim.experiments.bench import bench_residual, format_residual_report
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_residual(model, tosses, repeats=args.repeats)
-    times = report["seconds_per_toss"]
-    print(f"{report['n_trajectories']} validation tosses, {report['substeps']} substeps, "
-          f"{report['events_per_toss']:.2f} events per toss; ms per toss:")
-    for key, value in times.items():
-        print(f"  {key:>16}: {1000 * value:7.3f}")
-    print(f"  residual (mean) / engine: {report['mean_over_engine_poses']:.3f} (lean loop), "
-          f"{report['mean_over_engine_rollout']:.3f} (Engine.rollout); per stochastic sample "
-          f"{report['sample_over_engine_poses']:.3f} / {report['sample_over_engine_rollout']:.3f}")
+    print(format_residual_report(report))
     json_line({"command": "bench residual", **report})
 
 
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_beliefs
+    from residualsim.experiments.bench import bench_beliefs, format_beliefs_report
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
                            n_events=args.events, seed=args.seed, methods=args.methods,
                            reference_particles=args.reference_particles)
-    print(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
-          f"simulated, {report['particles']} particles, {report['workers']} workers:")
-    print(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
-          f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
-          f"time); residual / engine {report['residual_over_engine']:.2f}")
-    floor = ", ".join(f"{ratio:.2f} at {n} substep{'s' if n != '1' else ''}"
-                      for n, ratio in report["bare_over_real_time"].items())
-    print(f"  floor, the bare engine loop (step and read the pose only): {floor}")
-    print(f"  beliefs: {report['propagated']} particles propagated to their next event, "
-          f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
-          f"penetration, {report['rejected_energy']} for energy gain "
-          f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
-    for name, row in report.get("methods", {}).items():
-        print(f"  {name:>10}: {row['over_real_time']:.3f} x real time, {row['rollouts']} "
-              f"rollouts, distance to the {report['reference_particles']}-particle "
-              f"reference {row['distance_to_reference']:.3f} (summed over contacts)")
+    print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
 

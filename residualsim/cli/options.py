@@ -1,4 +1,6 @@
-"""What every command shares: argument types, the worker options, the final JSON line."""
+"""What every command shares: the parser and help formatter, the scene, seed, worker, split
+and recording options, the final JSON line; the value types live in ``argtypes`` (re-exported
+here)."""
 
 from __future__ import annotations
 
@@ -6,14 +8,15 @@ import argparse
 import json
 import math
 
-import numpy as np
-
+from residualsim.cli.argtypes import (bounds_option, count, float_list, kappa_option,
+                                      mapping_option, nonnegative_float, rate_hz, seconds,
+                                      split_fractions, state_option)
 from residualsim.data.splits import SPLITS
-from residualsim.errors import ParameterError
 from residualsim.parallel import BACKENDS
 
-__all__ = ["SPLITS", "HelpFormatter", "Parser", "add_scene", "add_seed", "count", "float_list", "nonnegative_float", "state_option",
-           "kappa_option", "mapping_option", "bounds_option", "add_workers", "json_line",
+__all__ = ["SPLITS", "HelpFormatter", "Parser", "add_scene", "add_seed", "count", "float_list",
+           "nonnegative_float", "state_option", "kappa_option", "mapping_option",
+           "bounds_option", "add_workers", "json_line",
            "add_split_options", "add_selection", "split_options", "add_force",
            "add_allow_implausible", "add_recording_options"]
 
@@ -57,19 +60,6 @@ def add_seed(sub: argparse.ArgumentParser, what: str = "") -> None:
                      "worker count (default 0)")
 
 
-def count(minimum: int):
-    """argparse type: an int >= minimum, with a clear message otherwise."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
 def json_line(record: dict) -> None:
     """Print ``record`` as one JSON line (non-finite floats as null or text), for scripts."""
     def clean(value):
@@ -81,67 +71,6 @@ def json_line(record: dict) -> None:
             return [clean(v) for v in value]
         return value
     print(json.dumps(clean(record), sort_keys=False))
-
-
-def mapping_option(text: str | None, flag: str) -> dict[str, str]:
-    """``name=value,name=value`` into a dict (values kept as text)."""
-    result: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ParameterError(f"{flag}: expected name=value, got {item!r}")
-        if name.strip() in result:
-            raise ParameterError(f"{flag}: {name.strip()} is given twice")
-        result[name.strip()] = value.strip()
-    return result
-
-
-def bounds_option(text: str | None) -> dict[str, tuple[float, float]]:
-    bounds = {}
-    for name, value in mapping_option(text, "--bounds").items():
-        try:
-            low, high = (float(v) for v in value.split(":"))
-        except ValueError:
-            raise ParameterError(f"--bounds: expected {name}=LOW:HIGH, got {value!r}") from None
-        bounds[name] = (low, high)
-    return bounds
-
-
-def float_list(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
-        raise argparse.ArgumentTypeError(f"expected finite numbers >= 0, got {text!r}")
-    return values
-
-
-def nonnegative_float(text: str) -> float:
-    """argparse type: one finite number >= 0."""
-    if "," in text:
-        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
-    return float_list(text)[0]
-
-
-def state_option(text: str):
-    try:
-        values = np.array([float(v) for v in text.split(",")])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    if not np.isfinite(values).all():
-        raise argparse.ArgumentTypeError(f"the state must be finite, got {text!r}")
-    return values
-
-
-def kappa_option(text: str) -> tuple[float, float]:
-    try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
-    if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
-    return values
 
 
 def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
@@ -157,20 +86,10 @@ def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
     add_recording_options(sub)
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rate in Hz, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite rate > 0 Hz, got {text!r}")
-    return value
-
-
 def add_recording_options(sub: argparse.ArgumentParser) -> None:
     """``--rate-hz`` and ``--quaternion-order``: how CSV recordings are read
     (:mod:`residualsim.data.read_options`; the CLI enters them around the command)."""
-    sub.add_argument("--rate-hz", type=_rate, metavar="HZ",
+    sub.add_argument("--rate-hz", type=rate_hz, metavar="HZ",
                      help="resample CSV recordings to this rate (default: a model's or "
                           "calibration's rate where one is given, else the folder's most "
                           "common rate; uniform files at that rate are read as they are)")
@@ -194,35 +113,15 @@ def add_workers(sub: argparse.ArgumentParser) -> None:
                      help="where workers run: local processes or Ray actors (default local)")
     sub.add_argument("--address", help="Ray cluster to join with --backend ray: auto or "
                      "HOST:PORT (default: start a local Ray)")
-    sub.add_argument("--task-timeout", type=_seconds, metavar="SECONDS",
+    sub.add_argument("--task-timeout", type=seconds, metavar="SECONDS",
                      help="a worker that does not answer within this many seconds is taken "
                           "for hung, killed and its shard re-run (default: no limit)")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got "
-                                         f"{text!r}")
-    return value
-
-
-def _fractions(text: str) -> tuple[float, float, float]:
-    from residualsim.data.splits import parse_split_fractions
-
-    try:
-        return parse_split_fractions(text)
-    except ParameterError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_split_options(sub: argparse.ArgumentParser) -> None:
     """``--split-fractions`` and ``--split-ids``: how the recordings are split."""
     group = sub.add_mutually_exclusive_group()
-    group.add_argument("--split-fractions", type=_fractions, metavar="TRAIN,VAL,TEST",
+    group.add_argument("--split-fractions", type=split_fractions, metavar="TRAIN,VAL,TEST",
                        help="shares of the hash split (default 0.7,0.15,0.15)")
     group.add_argument("--split-ids", metavar="FILE",
                        help='explicit split: a JSON file {"train": [...], "validation": '

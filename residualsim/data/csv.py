@@ -56,7 +56,8 @@ from residualsim.data.read_options import QUATERNION_ORDERS, current_reading_opt
 from residualsim.data.timebase import (UNIFORM_RELATIVE, TimeBase, analyse_times,
                                        common_rate_hz, filled_samples, resample)
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE, Trajectory
-from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, estimate_velocities
+from residualsim.data.velocities import (CONTACT_ACCELERATION_MPS2, check_recorded_velocities,
+                                         estimate_velocities)
 from residualsim.errors import DataError, ParameterError
 
 __all__ = [
@@ -296,15 +297,6 @@ def _schema(path: Path, header: list[str], planar: bool | None,
     return planar, joints, bool(present)
 
 
-#: A recorded velocity is checked against the poses' differences where the object moves
-#: faster than these (m/s, rad/s; joints: rad/s or m/s).
-MOVING_MPS, SPINNING_RADPS = 0.05, 0.5
-#: Refused when the median disagreement exceeds this fraction of the median difference speed.
-VELOCITY_DISAGREEMENT = 0.5
-#: The poses' differences are taken over windows of about this length (s): a window of one
-#: sample turns 1 mm of tracking noise at 148 Hz into 0.2 m/s of "speed" at rest.
-VELOCITY_WINDOW_S = 0.05
-
 @dataclass
 class _Raw:
     """One file as read, on its own time stamps (before any resampling)."""
@@ -320,60 +312,6 @@ class _Raw:
     velocities: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     base: TimeBase
     quaternion_order: str
-
-
-def _check_velocities(path: Path, times: np.ndarray, positions: np.ndarray, quats: np.ndarray,
-                      joint_positions: np.ndarray, joints: Sequence[str],
-                      velocities: tuple[np.ndarray, np.ndarray, np.ndarray],
-                      names: Sequence[str]) -> None:
-    """Refuse recorded velocities that are all zero, or disagree by far with the poses,
-    where the object moves (see :data:`VELOCITY_DISAGREEMENT`).
-
-    Both sides are averaged over the same windows of :data:`VELOCITY_WINDOW_S`: the poses'
-    displacement over a window divided by its duration, against the trapezoid mean of the
-    recorded velocity over it. Averaging keeps tracking noise from passing for motion, and
-    an impact inside a window changes both sides alike.
-    """
-    from residualsim.data.velocities import relative_rotvecs
-
-    linear, angular, rates = velocities
-    n = len(times)
-    width = int(np.clip(round(VELOCITY_WINDOW_S / np.median(np.diff(times))), 1, n - 1))
-    start, end = np.arange(n - width), np.arange(width, n)
-    duration = (times[end] - times[start])[:, None]
-
-    def window_mean(values: np.ndarray) -> np.ndarray:
-        steps = 0.5 * (values[1:] + values[:-1]) * np.diff(times)[:, None]
-        integral = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(steps, axis=0)])
-        return (integral[end] - integral[start]) / duration
-
-    checks = [(names[0], window_mean(linear), (positions[end] - positions[start]) / duration,
-               MOVING_MPS),
-              (names[1], window_mean(angular),
-               relative_rotvecs(quats[end], quats[start]) / duration, SPINNING_RADPS)]
-    if joints:
-        joint_rates = (joint_positions[end] - joint_positions[start]) / duration
-        recorded_rates = window_mean(rates)
-        checks += [(j + JOINT_VELOCITY_SUFFIX, recorded_rates[:, [k]], joint_rates[:, [k]],
-                    SPINNING_RADPS) for k, j in enumerate(joints)]
-    hint = ("; delete the velocity columns and residualsim estimates the velocities from the "
-            "poses")
-    recorded_columns = {names[0]: linear, names[1]: angular}
-    for what, recorded, estimate, moving in checks:
-        speed = np.linalg.norm(estimate, axis=1)
-        mask = speed > moving
-        if mask.sum() < 3:
-            continue
-        if not recorded_columns.get(what, recorded).any():
-            raise DataError(f"{path}: the velocity columns {what} are all zero while the poses "
-                            f"move (up to {speed.max():.3g} per second){hint}")
-        error = np.median(np.linalg.norm(recorded[mask] - estimate[mask], axis=1))
-        scale = np.median(speed[mask])
-        if error > VELOCITY_DISAGREEMENT * scale:
-            raise DataError(f"{path}: the velocity columns {what} disagree with the poses' "
-                            f"differences (median difference {error:.3g}, median speed "
-                            f"{scale:.3g}, same units per second, over windows of "
-                            f"{1000 * float(np.median(duration)):.0f} ms){hint}")
 
 
 def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
@@ -428,8 +366,8 @@ def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
         rates = np.column_stack([column[j + JOINT_VELOCITY_SUFFIX] for j in joints]) \
             if joints else np.zeros((n, 0))
         velocities = (linear, angular, rates)
-        _check_velocities(path, times, positions, quats, joint_positions, joints, velocities,
-                          names)
+        check_recorded_velocities(path, times, positions, quats, joint_positions, joints,
+                                  velocities, names)
     return _Raw(path=path, planar=planar, joints=joints, times=times, positions=positions,
                 quats=quats, joint_positions=joint_positions, unwrapped=unwrapped,
                 velocities=velocities, base=analyse_times(times),

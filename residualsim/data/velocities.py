@@ -41,11 +41,16 @@ w-x-y-z, base -> world, throughout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from residualsim.errors import DataError
+
 __all__ = [
+    "check_recorded_velocities",
     "GRAVITY_MPS2",
     "CONTACT_ACCELERATION_MPS2",
     "ACCELERATION_WINDOW_S",
@@ -330,3 +335,67 @@ def estimate_velocities(
         coefficients = np.linalg.lstsq(design, joints[:n_fit], rcond=None)[0]  # (3, n)
         joint_rates[:n_fit] = coefficients[1] + 2.0 * t[:, None] * coefficients[2]
     return VelocityEstimate(linear, angular, joint_rates, first, n_fit)
+
+
+#: A recorded velocity is checked against the poses' differences where the object moves
+#: faster than these (m/s, rad/s; joints: rad/s or m/s).
+MOVING_MPS, SPINNING_RADPS = 0.05, 0.5
+#: Refused when the median disagreement exceeds this fraction of the median difference speed.
+VELOCITY_DISAGREEMENT = 0.5
+#: The poses' differences are taken over windows of about this length (s): a window of one
+#: sample turns 1 mm of tracking noise at 148 Hz into 0.2 m/s of "speed" at rest.
+VELOCITY_WINDOW_S = 0.05
+
+
+def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarray,
+                              quats: np.ndarray, joint_positions: np.ndarray,
+                              joints: Sequence[str],
+                              velocities: tuple[np.ndarray, np.ndarray, np.ndarray],
+                              names: Sequence[str]) -> None:
+    """Refuse recorded velocity columns (``names``: how the file calls the linear and the
+    angular ones; joints' are ``<joint>_vel``) that are all zero, or disagree by far with the poses,
+    where the object moves (see :data:`VELOCITY_DISAGREEMENT`).
+
+    Both sides are averaged over the same windows of :data:`VELOCITY_WINDOW_S`: the poses'
+    displacement over a window divided by its duration, against the trapezoid mean of the
+    recorded velocity over it. Averaging keeps tracking noise from passing for motion, and
+    an impact inside a window changes both sides alike.
+    """
+    linear, angular, rates = velocities
+    n = len(times)
+    width = int(np.clip(round(VELOCITY_WINDOW_S / np.median(np.diff(times))), 1, n - 1))
+    start, end = np.arange(n - width), np.arange(width, n)
+    duration = (times[end] - times[start])[:, None]
+
+    def window_mean(values: np.ndarray) -> np.ndarray:
+        steps = 0.5 * (values[1:] + values[:-1]) * np.diff(times)[:, None]
+        integral = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(steps, axis=0)])
+        return (integral[end] - integral[start]) / duration
+
+    checks = [(names[0], window_mean(linear), (positions[end] - positions[start]) / duration,
+               MOVING_MPS),
+              (names[1], window_mean(angular),
+               relative_rotvecs(quats[end], quats[start]) / duration, SPINNING_RADPS)]
+    if joints:
+        joint_rates = (joint_positions[end] - joint_positions[start]) / duration
+        recorded_rates = window_mean(rates)
+        checks += [(j + "_vel", recorded_rates[:, [k]], joint_rates[:, [k]],
+                    SPINNING_RADPS) for k, j in enumerate(joints)]
+    hint = ("; delete the velocity columns and residualsim estimates the velocities from the "
+            "poses")
+    recorded_columns = {names[0]: linear, names[1]: angular}
+    for what, recorded, estimate, moving in checks:
+        speed = np.linalg.norm(estimate, axis=1)
+        mask = speed > moving
+        if mask.sum() < 3:
+            continue
+        if not recorded_columns.get(what, recorded).any():
+            raise DataError(f"{path}: the velocity columns {what} are all zero while the poses "
+                            f"move (up to {speed.max():.3g} per second){hint}")
+        error = np.median(np.linalg.norm(recorded[mask] - estimate[mask], axis=1))
+        scale = np.median(speed[mask])
+        if error > VELOCITY_DISAGREEMENT * scale:
+            raise DataError(f"{path}: the velocity columns {what} disagree with the poses' "
+                            f"differences (median difference {error:.3g}, median speed "
+                            f"{scale:.3g}, same units per second, over windows of "
+                            f"{1000 * float(np.median(duration)):.0f} ms){hint}")

@@ -44,7 +44,8 @@ from residualsim.sim.synthesize import toss_states
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["bench_engine_overhead", "bench_workers", "bench_residual", "bench_executors",
-           "bench_identify_loop", "bench_beliefs", "bench_engine_job", "format_engine_report"]
+           "bench_identify_loop", "bench_beliefs", "bench_engine_job", "format_engine_report",
+           "format_residual_report", "format_beliefs_report"]
 
 
 def _best_of(function, repeats: int) -> float:
@@ -556,3 +557,42 @@ def _method_report(rows: dict, simulated_s: float) -> dict:
             "wall_s": sum(r["wall_s"] for r in runs),
             "per_toss": runs}
     return report
+
+
+def format_residual_report(report: dict) -> str:
+    """The lines ``residualsim bench residual`` prints for :func:`bench_residual`'s report
+    (milliseconds per toss and the residual's cost over the engine's)."""
+    lines: list[str] = []
+    times = report["seconds_per_toss"]
+    lines.append(f"{report['n_trajectories']} validation tosses, {report['substeps']} substeps, "
+                 f"{report['events_per_toss']:.2f} events per toss; ms per toss:")
+    for key, value in times.items():
+        lines.append(f"  {key:>16}: {1000 * value:7.3f}")
+    lines.append(f"  residual (mean) / engine: {report['mean_over_engine_poses']:.3f} (lean "
+                 f"loop), {report['mean_over_engine_rollout']:.3f} (Engine.rollout); per "
+                 f"stochastic sample {report['sample_over_engine_poses']:.3f} / "
+                 f"{report['sample_over_engine_rollout']:.3f}")
+    return "\n".join(lines)
+
+
+def format_beliefs_report(report: dict) -> str:
+    """The lines ``residualsim bench beliefs`` prints for :func:`bench_beliefs`'s report
+    (wall over simulated time, the bare-loop floor, particle outcomes, per-method rows)."""
+    lines: list[str] = []
+    lines.append(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
+                 f"simulated, {report['particles']} particles, {report['workers']} workers:")
+    lines.append(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
+                 f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
+                 f"time); residual / engine {report['residual_over_engine']:.2f}")
+    floor = ", ".join(f"{ratio:.2f} at {n} substep{'s' if n != '1' else ''}"
+                      for n, ratio in report["bare_over_real_time"].items())
+    lines.append(f"  floor, the bare engine loop (step and read the pose only): {floor}")
+    lines.append(f"  beliefs: {report['propagated']} particles propagated to their next event, "
+                 f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
+                 f"penetration, {report['rejected_energy']} for energy gain "
+                 f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
+    for name, row in report.get("methods", {}).items():
+        lines.append(f"  {name:>10}: {row['over_real_time']:.3f} x real time, {row['rollouts']} "
+                     f"rollouts, distance to the {report['reference_particles']}-particle "
+                     f"reference {row['distance_to_reference']:.3f} (summed over contacts)")
+    return "\n".join(lines)

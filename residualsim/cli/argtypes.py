@@ -1,0 +1,118 @@
+"""argparse value types of the ``residualsim`` command: each turns one option's text into a
+value, or raises argparse.ArgumentTypeError (or ParameterError) with a clear message."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+
+from residualsim.errors import ParameterError
+
+__all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
+           "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions"]
+
+
+def count(minimum: int):
+    """argparse type: an int >= minimum, with a clear message otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def mapping_option(text: str | None, flag: str) -> dict[str, str]:
+    """``name=value,name=value`` into a dict (values kept as text)."""
+    result: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ParameterError(f"{flag}: expected name=value, got {item!r}")
+        if name.strip() in result:
+            raise ParameterError(f"{flag}: {name.strip()} is given twice")
+        result[name.strip()] = value.strip()
+    return result
+
+
+def bounds_option(text: str | None) -> dict[str, tuple[float, float]]:
+    bounds = {}
+    for name, value in mapping_option(text, "--bounds").items():
+        try:
+            low, high = (float(v) for v in value.split(":"))
+        except ValueError:
+            raise ParameterError(f"--bounds: expected {name}=LOW:HIGH, got {value!r}") from None
+        bounds[name] = (low, high)
+    return bounds
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers >= 0, got {text!r}")
+    return values
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: one finite number >= 0."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"expected one number, got {text!r}")
+    return float_list(text)[0]
+
+
+def state_option(text: str):
+    try:
+        values = np.array([float(v) for v in text.split(",")])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not np.isfinite(values).all():
+        raise argparse.ArgumentTypeError(f"the state must be finite, got {text!r}")
+    return values
+
+
+def kappa_option(text: str) -> tuple[float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 5,5, got {text!r}")
+    return values
+
+
+def rate_hz(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rate in Hz, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite rate > 0 Hz, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got "
+                                         f"{text!r}")
+    return value
+
+
+def split_fractions(text: str) -> tuple[float, float, float]:
+    from residualsim.data.splits import parse_split_fractions
+
+    try:
+        return parse_split_fractions(text)
+    except ParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
