@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 #: ``RESIDUALSIM_TINY=1``: every budget capped, for smoke runs (the README test runs the
 #: README's commands so): option -> (cap, value set when the option is absent or None).
-TINY_CAPS = {"samples": (4, None), "burn_in": (2, None), "budget": (8, None),
+TINY_CAPS = {"samples": (4, None), "burn_in": (2, None), "budget": (24, None),
              "particles": (20, None), "validate_every": (8, None), "chains": (2, None),
              "max_trajectories": (3, 3), "max_tosses": (3, 3), "initial_draws": (0, 0),
              "tosses": (3, None), "figures": (2, None), "workers": (1, None)}

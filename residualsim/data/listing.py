@@ -9,6 +9,10 @@ __all__ = ["id_key", "recording_files"]
 
 log = logging.getLogger("residualsim.data")
 
+#: Files that live beside recordings by design and are skipped without a word: the truth of a
+#: synthesized set (``residualsim data synthesize``) and a data set's own documentation.
+COMPANIONS = ("synthetic.json", "README", "LICENSE")
+
 
 def id_key(path: Path) -> tuple:
     """Sort key: numeric stems first in numeric order, then the others by name."""
@@ -17,11 +21,11 @@ def id_key(path: Path) -> tuple:
 
 def recording_files(directory: Path, suffix: str) -> list[Path]:
     """The ``*<suffix>`` files of ``directory`` in id order (:func:`id_key`). Every other
-    visible file there is skipped with one warning on stderr naming them, so a recording
-    saved in another format is never dropped without a word."""
+    visible file there but the :data:`COMPANIONS` is skipped with one warning on stderr
+    naming them, so a recording saved in another format is never dropped without a word."""
     files, skipped = [], []
     for path in directory.iterdir():
-        if path.name.startswith("."):
+        if path.name.startswith(".") or path.name.startswith(COMPANIONS):
             continue
         (files if path.is_file() and path.suffix == suffix else skipped).append(path)
     if skipped:
