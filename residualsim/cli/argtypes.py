@@ -88,25 +88,25 @@ def kappa_option(text: str) -> tuple[float, float]:
     return values
 
 
-def rate_hz(text: str) -> float:
+def _positive(text: str, what: str, unit: str) -> float:
+    """One finite number > 0 (``what``: how the message names it, ``unit``: its unit)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rate in Hz, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite rate > 0 Hz, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite {unit} > 0, got {text!r}")
     return value
+
+
+def rate_hz(text: str) -> float:
+    """argparse type: a sample rate, Hz, finite and > 0."""
+    return _positive(text, "a rate in Hz", "rate in Hz")
 
 
 def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got "
-                                         f"{text!r}")
-    return value
+    """argparse type: a duration, s, finite and > 0."""
+    return _positive(text, "seconds", "number of seconds")
 
 
 def split_fractions(text: str) -> tuple[float, float, float]:
