@@ -308,6 +308,28 @@ def test_calibrate_cli_refuses_body_of_a_built_in_scene(tmp_path, capsys):
     assert "scene file or URDF" in capsys.readouterr().err
 
 
+def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
+    """Body names with contact names: lsq fits the body on free flight, the contact on whole
+    recordings, then both together on free flight plus the first contact, and the last
+    stage's samples reach past the free flight."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=40, rng=2,
+                               scene=str(HINGE), rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    summary = calibrate(str(HINGE), tmp_path / "data", ["lateral_friction",
+                                                        "joint.elbow.damping"],
+                        tmp_path / "cal", method="lsq", budget=6, split="all", plots=False)
+    stages = {row["stage"]: row for row in summary["lsq_stages"]}
+    assert list(stages) == ["body", "contact", "impact"]
+    assert stages["body"]["names"] == ["joint.elbow.damping"]
+    assert stages["impact"]["names"] == ["joint.elbow.damping", "lateral_friction"]
+    assert stages["impact"]["samples"] > stages["body"]["samples"]
+    assert summary["evaluations"] == sum(row["evaluations"] for row in stages.values())
+
+
 @pytest.mark.parametrize("method", ["mh", "nevergrad"])
 def test_every_method_takes_body_names(tmp_path, method):
     """MH samples a posterior over a joint's damping and a link's mass ratio; nevergrad
