@@ -145,11 +145,6 @@ def body_of(params: EngineParams) -> BodyParams | None:
     return getattr(params, "body", None)
 
 
-def body_of(params: EngineParams) -> BodyParams | None:
-    """The body an engine parameter set carries (None: the URDF's own)."""
-    return getattr(params, "body", None)
-
-
 def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                  base: EngineParams | None = None) -> EngineParams:
     """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
