@@ -31,7 +31,10 @@ along a joint axis: at 0.5 mm pose noise the true body fits free flight no bette
 body 10 % off), so a third stage, ``impact``, refines body, joints and contact together on
 each recording's free flight plus its first :data:`IMPACT_SECONDS` of contact, where the
 impulse's response to the body's inertia (M_c = (J M⁻¹ Jᵀ)⁻¹) is sharp and the chaos of
-later contacts has not set in; it gets ``budget`` parameter sets too.
+later contacts has not set in; it gets ``budget`` parameter sets too. Recordings without
+velocities had their initial state fitted to the free flight with the URDF's body when they
+were read; that fit absorbs part of the body's error, so before each later stage it is
+fitted again with the parameters found so far (:func:`refit_initial_states`).
 
 Resume: every evaluated batch is written (atomically, one ``.npz`` each, residuals as float32
 whether resumed or not) to the checkpoint folder; a resumed run replays the same
@@ -55,7 +58,8 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.mcmc import check_fingerprint
 from residualsim.sysid.paramspace import ParamSpace
 
-__all__ = ["fit_least_squares", "staged_least_squares", "DEFAULT_STEP", "DEFAULT_F_SCALE"]
+__all__ = ["fit_least_squares", "staged_least_squares", "refit_initial_states", "DEFAULT_STEP",
+           "DEFAULT_F_SCALE"]
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +184,24 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
             "history": history}
 
 
+def refit_initial_states(scene: str, trajectories: Mapping[str, Any], params: Any,
+                         settings: Any) -> dict[str, Any]:
+    """``trajectories`` with the initial state of each recording whose velocities were
+    estimated fitted again to its free flight by an engine at ``params`` (e.g. a body found
+    by the body stage); recordings with recorded velocities are returned as they are."""
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.recordings import fit_initial_state
+
+    estimated = [k for k, t in trajectories.items()
+                 if t.metadata.get("velocities") == "estimated"]
+    out = dict(trajectories)
+    if estimated:
+        with Engine(scene, params=params, settings=settings) as engine:
+            for key in estimated:
+                out[key] = fit_initial_state(engine, trajectories[key])
+    return out
+
+
 def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace,
                          likelihood: Any, *, budget: int, out: Path, resume: bool,
                          fingerprint: Mapping[str, Any], progress: bool = False,
@@ -205,7 +227,18 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     else:
         plan = [("all", space.names, budget, DEFAULT_STEP)]
     stages, history, evaluations, failed, found = [], [], 0, 0, None
-    for stage, names, stage_budget, step in plan:
+    whole = likelihood
+    for number, (stage, names, stage_budget, step) in enumerate(plan):
+        if number and body and any(t.metadata.get("velocities") == "estimated"
+                                   for t in train.values()):
+            train = refit_initial_states(scene, train, space.engine_params(values),
+                                         likelihood.settings)
+            if whole is not likelihood:
+                whole.close()
+            whole = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
+                                         likelihood.noise, n_workers,
+                                         initial_draws=likelihood.initial_draws,
+                                         rotation_weight=rotation_weight)
         index = [space.names.index(n) for n in names]
         sub = ParamSpace(names, bounds={n: (space.parameters[i].low, space.parameters[i].high)
                                         for n, i in zip(names, index)},
@@ -227,7 +260,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                                           likelihood.noise, n_workers, initial_draws=0,
                                           rotation_weight=rotation_weight, horizons=horizons)
         else:
-            target = likelihood
+            target = whole
         try:
             found = fit_least_squares(
                 lambda x, target=target, full=full: target.residuals(
@@ -237,7 +270,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
                                             "fixed": fixed.tolist()}, progress=progress)
         finally:
-            if target is not likelihood:
+            if target is not whole:
                 target.close()
         values[index] = found["x"]
         history += [{**row, "stage": stage, "x": full(np.array([row["x"]]))[0].tolist()}
@@ -248,5 +281,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))}
                           if stage in ("body", "impact") else {})})
+    if whole is not likelihood:
+        whole.close()
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "failed": failed, "stages": stages, "history": history}
