@@ -75,3 +75,33 @@ def test_a_scene_file_travels_with_the_prediction_file(tmp_path, monkeypatch):
     loaded = load_predictions(project / "runs" / "p.npz")
     resolved = recorded_scene(loaded, project / "runs" / "p.npz")
     assert Path(resolved).resolve() == (project / "objects" / "obj.toml").resolve()
+
+
+def test_a_calibration_summary_stores_its_scene_file_relative_to_itself(tmp_path, monkeypatch):
+    """calibrate from one directory, then train from another with the same calibration and
+    the scene written another way: the summary's scene resolves, and it is the same scene."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.residual.train import TrainingConfig, run_training
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate, load_calibration
+
+    project = tmp_path / "project"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "assets" / "examples",
+                    project / "objects")
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=4, n_samples=25, rng=3,
+                               scene=str(project / "objects" / "ell.toml"), rate_hz=100.0)
+    save_csv_trajectories(project / "data", tosses, with_velocities=True)
+    monkeypatch.chdir(project)
+    calibrate("objects/ell.toml", "data", ["lateral_friction"], "runs/cal", method="lsq",
+              budget=3, split="all", plots=False)
+    summary = json.loads((project / "runs" / "cal" / "summary.json").read_text())
+    assert summary["scene"] == "../../objects/ell.toml"
+    monkeypatch.chdir(tmp_path)
+    calibration = load_calibration(project / "runs" / "cal")
+    assert Path(calibration.scene).resolve() == (project / "objects" / "ell.toml").resolve()
+    run_training(str(project / "objects" / "ell.toml"), project / "data", tmp_path / "model",
+                 calibration=project / "runs" / "cal", config=TrainingConfig(budget=2),
+                 split_lists={"train": ["synthetic-0", "synthetic-1"],
+                              "validation": ["synthetic-2"], "test": ["synthetic-3"]},
+                 fit_uncertainty=False)
+    assert (tmp_path / "model" / "model.json").is_file()

@@ -402,7 +402,9 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                                   "train_ids": train_ids}
     if calibration is not None:
         calibrated = load_calibration(calibration)
-        if calibrated.scene != scene:
+        from residualsim.sim.scenes.scene_file import same_scene
+
+        if not same_scene(calibrated.scene, scene):
             raise DataError(f"{calibration}: calibrated for scene {calibrated.scene!r}, not "
                             f"{scene!r}")
         params = calibrated.params

@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from residualsim.atomic import atomic_write_text, read_json
+from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings, as_generator
 from residualsim.sysid.paramspace import ParamSpace
-from residualsim.sim.scenes import EngineParams, make_scene
+from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene
+from residualsim.sim.scenes.scene_file import same_scene
 from residualsim.sim.scenes.body import BodyParams
 from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
@@ -125,7 +126,10 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
         if isinstance(summary.get("body"), dict):
             params = ObjectParams.of(params, BodyParams.from_json(summary["body"],
                                                                   str(summary_path)))
-        return Calibration(scene=str(summary["scene"]), params=params,
+        scene = str(summary["scene"])
+        if is_scene_path(scene):  # stored relative to the summary (older: to the cwd)
+            scene = str(path_from_file(scene, summary_path.parent))
+        return Calibration(scene=scene, params=params,
                            substeps=int(summary["settings"]["substeps"]), summary=summary,
                            path=summary_path.parent)
     except (KeyError, TypeError, ValueError) as exc:
@@ -453,7 +457,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         log.warning("%s: %s", out, result["warnings"][-1])
     body = body_of(params)
     summary = {
-        "format": SUMMARY_FORMAT, "method": method, "scene": scene,
+        "format": SUMMARY_FORMAT, "method": method,
+        "scene": path_for_file(scene, out) if is_scene_path(scene) else scene,
         "params": params.as_json(), "calibrated": space.names,
         **({"body": body.as_json(),
             "total_mass_kg": {"value": body.mass_kg, "note": "kept from the URDF: poses "
@@ -528,7 +533,7 @@ def engine_from_option(params: str | None, substeps: int | None, scene: str
         if is_calibration(params):
             calibration = load_calibration(params)
             summary = calibration.path / "summary.json"
-            if calibration.scene != scene:
+            if not same_scene(calibration.scene, scene):
                 raise DataError(f"{summary}: calibrated for scene {calibration.scene!r}, "
                                 f"not {scene!r}")
             if substeps is not None and substeps != calibration.substeps:
