@@ -10,6 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from residualsim.cli import main
@@ -237,3 +238,42 @@ def test_empty_or_missing_data_dir_exits_2(tmp_path, capsys):
     code, _, err = _run(capsys, "calibrate", "--data", tmp_path / "nowhere", "--out",
                         tmp_path / "out")
     assert code == 2 and "no such data directory" in err
+
+
+@pytest.mark.filterwarnings("ignore:orphanated injected solution")  # cma, via nevergrad
+def test_a_point_estimate_never_returns_worse_than_its_start():
+    """A loss whose minimum is the start: a tiny nevergrad budget finds nothing better, so
+    the start comes back with a warning instead of a worse candidate."""
+    from residualsim.sysid.calibrate import point_estimate
+    from residualsim.sysid.paramspace import ParamSpace
+
+    space = ParamSpace(["lateral_friction", "restitution"])
+    start = space.start()
+    centre = space.from_unit(start)
+
+    def loss(x):
+        return np.sum((np.atleast_2d(x) - centre) ** 2, axis=1)
+
+    found = point_estimate(loss, space, budget=4, rng=0, start=start)
+    assert found["x"] == pytest.approx(centre.tolist())
+    assert found["loss"] == found["start_loss"] == 0.0
+    assert "beat the starting parameters" in found["warnings"][0]
+    assert min(row["loss"] for row in found["history"]) > 0.0  # every candidate was worse
+    far = point_estimate(lambda x: loss(x) - 10 * np.sum(np.atleast_2d(x), axis=1), space,
+                         budget=8, rng=0, start=start)
+    assert far["warnings"] == [] and far["loss"] < far["start_loss"]
+
+
+def test_a_calibration_worse_than_the_defaults_on_validation_says_so(synth_dir, tmp_path,
+                                                                     capsys, caplog):
+    """Bounds that keep friction and restitution far from the truth (0.3, 0.4): the
+    calibrated engine predicts the validation split worse than PyBullet's defaults, and the
+    summary and stderr say so."""
+    out = tmp_path / "far"
+    code, stdout, err = _run(capsys, "calibrate", "--data", synth_dir, "--method", "lsq",
+                             "--budget", "4", "--substeps", "1", "--bounds",
+                             "lateral_friction=0.95:1,restitution=0.95:1", "--out", out)
+    assert code == 0, err
+    record = _last_json(stdout)
+    assert any("worse than the engine's defaults" in w for w in record["warnings"])
+    assert "worse than the engine's defaults" in caplog.text  # the log goes to stderr

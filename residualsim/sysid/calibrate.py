@@ -173,8 +173,9 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
     after each batch; resuming replays it through a fresh optimiser with the same seed
     (no pickles) and refuses a history that does not replay; ``checkpoint_every``
     evaluations between writes (default every batch; see
-    :func:`residualsim.sysid.optimize.minimize`). Returns ``{"x": best values,
-    "loss": best loss, "evaluations", "failed", "history"}``.
+    :func:`residualsim.sysid.optimize.minimize`). The start is evaluated too; when no
+    candidate beats it, it is returned with a warning. Returns ``{"x": best values,
+    "loss": best loss, "start_loss", "evaluations", "failed", "history", "warnings"}``.
     """
     from residualsim.sysid.optimize import minimize
 
@@ -188,8 +189,16 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
                       progress=progress)
     history = [{"z": z.tolist(), "x": space.from_unit(z).tolist(), "loss": float(value)}
                for z, value in zip(result.candidates, result.losses)]
-    return {"x": space.from_unit(result.best).tolist(), "loss": result.best_loss,
-            "evaluations": result.evaluations, "failed": result.failed, "history": history}
+    best, best_loss, warnings = result.best, result.best_loss, []
+    start_loss = float(loss(space.from_unit(init[None]))[0])  # the optimiser may not ask it
+    if not start_loss >= best_loss:
+        warnings.append(f"no candidate of {result.evaluations} beat the starting parameters "
+                        f"(loss {best_loss:.6g} against {start_loss:.6g}): the start is "
+                        "returned; raise --budget or use --method lsq")
+        best, best_loss = init, start_loss
+    return {"x": space.from_unit(best).tolist(), "loss": best_loss, "start_loss": start_loss,
+            "evaluations": result.evaluations, "failed": result.failed, "history": history,
+            "warnings": warnings}
 
 
 # --- the calibration job ------------------------------------------------------------------------------
@@ -435,8 +444,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],
+                           "start_loss": found["start_loss"],
                            "evaluations": found["evaluations"], "failed": found["failed"],
-                           "warnings": []})
+                           "warnings": found["warnings"]})
+            for warning in found["warnings"]:
+                log.warning("%s: %s", out, warning)
         params = space.engine_params([point[n] for n in space.names])
         at_point = likelihood.errors([params])[0]
         result["train_rms_error"] = float(np.sqrt(np.mean(at_point)))
@@ -449,6 +461,14 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         held_out = held_out_figures(scene, kind, validation,
                                     {"calibrated": params, "default": EngineParams()},
                                     settings.substeps, n_workers)
+        key = "position_rmse_m" if kind == "trajectories" else "velocity_rmse_mps"
+        if held_out["calibrated"][key] > held_out["default"][key]:
+            result.setdefault("warnings", []).append(
+                f"the calibrated parameters predict the validation split worse than the "
+                f"engine's defaults ({key} {held_out['calibrated'][key]:.4g} against "
+                f"{held_out['default'][key]:.4g}): more budget, --method lsq, or fewer "
+                "parameters")
+            log.warning("%s: %s", out, result["warnings"][-1])
     if split != "all" and n_validation < 2:
         warning = ("the validation split holds one recording only: its figures say little"
                    if n_validation else "the validation split is empty: no held-out figures")
