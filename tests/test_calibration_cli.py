@@ -277,3 +277,16 @@ def test_a_calibration_worse_than_the_defaults_on_validation_says_so(synth_dir, 
     record = _last_json(stdout)
     assert any("worse than the engine's defaults" in w for w in record["warnings"])
     assert "worse than the engine's defaults" in caplog.text  # the log goes to stderr
+
+
+def test_start_points_set_how_many_evaluations_mh_spends_before_its_first_step(
+        synth_dir, tmp_path, capsys):
+    counts = {}
+    for points in (2, 8):
+        code, stdout, err = _run(capsys, "calibrate", "--data", synth_dir, "--samples", "2",
+                                 "--burn-in", "1", "--chains", "1", "--start-points",
+                                 points, "--substeps", "1", "--no-plots", "--quiet",
+                                 "--max-trajectories", "3", "--out", tmp_path / str(points))
+        assert code == 0, err
+        counts[points] = _last_json(stdout)["evaluations"]
+    assert counts[8] - counts[2] == 6

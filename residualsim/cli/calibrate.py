@@ -80,7 +80,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
-            recorded_start=args.recorded_start)
+            recorded_start=args.recorded_start, start_points=args.start_points)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -136,6 +136,10 @@ def register(commands) -> None:
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
                      help="mh: start the chains at the best Sobol points (default) or at the "
                      "MPEC estimate (written to OUT/mpec-init)")
+    cal.add_argument("--start-points", type=count(1), default=32,
+                     help="mh --init sobol: Sobol points per chain the chains start from, each "
+                     "one likelihood evaluation before the first step (default 32: 64 with 2 "
+                     "chains, most of a short run's time; lower it for quick looks)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
     cal.add_argument("--estimate-offsets", action="store_true",

@@ -302,7 +302,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
-              recorded_start: str | None = None) -> dict[str, Any]:
+              recorded_start: str | None = None, start_points: int = 32) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -312,7 +312,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     synthesize``, ``train`` and ``predict`` use). ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
     default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
     :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
-    of a Sobol set. ``split_fractions`` / ``split_lists``: the train / validation / test
+    of a Sobol set of ``start_points`` × ``chains`` points (each one likelihood evaluation
+    before the first step). ``split_fractions`` / ``split_lists``: the train / validation / test
     split (:func:`residualsim.data.splits.split_recordings`; default 0.7/0.15/0.15).
     ``initial_draws``: initial states drawn per recording whose initial state was fitted
     from poses (:class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`); default
@@ -395,7 +396,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                       if isinstance(likelihood, StagedLikelihood) else None)
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed,
-                                         screen=screen)
+                                         screen=screen, init_draws=start_points)
             every = 50 if checkpoint_every is None else checkpoint_every
             start = None if initial is None else [float(initial[n]) for n in space.names]
             if start is not None:
