@@ -168,6 +168,11 @@ def residual_stage(scene: Path, data: Path, calibration: Path, out: Path,
         score = score_trajectories(predictions, test).aggregate()
         figures[label] = {k: score[k] for k in ("position_rmse_m", "rotation_error_deg",
                                                 "joint_rmse") if k in score}
+    # Honest uncertainty by default (issue 35): train fitted the state noise and spread.
+    predictions, _ = predict_dataset(model_dir, str(data), samples=32, seed=args.seed,
+                                     n_workers=args.workers, split="test")
+    score = score_trajectories(predictions, test).aggregate()
+    figures["samples_32"] = {k: score[k] for k in ("coverage_xy_50", "coverage_xy_90")}
     return figures
 
 
