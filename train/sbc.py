@@ -22,7 +22,7 @@ a temporary file, so it never holds a half line); a rerun skips the data sets al
 (lines of another configuration are refused). Data sets ``--start`` .. ``--datasets``-1 are
 run (or up to ``--stop``), so shards can run side by side; ``--report --also SHARD...`` pools them (by index). Progress goes to stderr. The report pools the
 L+1 ranks into ``--bins`` bins and tests uniformity per parameter with Pearson's chi-square
-(``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §19.
+(``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §20.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fit_recorded=True)")
     parser.add_argument("--initial-draws", type=int, default=4,
                         help="K initial states per recording for --initial-state fit")
+    parser.add_argument("--weighting", choices=("effective", "recording"),
+                        default="effective",
+                        help="effective: each recording weighs as its effective number of "
+                             "independent residuals at a pilot fit, chains start there "
+                             "(calibrate's default); recording: one observation each (old)")
+    parser.add_argument("--pilot-evaluations", type=int, default=40,
+                        help="Nelder-Mead evaluations of the pilot fit (--weighting effective)")
     parser.add_argument("--mh-samples", type=int, default=300, help="kept MH steps per chain")
     parser.add_argument("--burn-in", type=int, default=150, help="MH burn-in steps")
     parser.add_argument("--chains", type=int, default=2, help="MH chains")
@@ -80,7 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_of(args: argparse.Namespace) -> dict:
     """The settings a result line must share with the run (everything but the count)."""
     keys = ("tosses", "samples", "substeps", "noise_m", "noise_rad", "bounds", "initial_state",
-            "initial_draws", "mh_samples", "burn_in", "chains", "init_draws", "draws", "seed")
+            "initial_draws", "weighting", "pilot_evaluations", "mh_samples", "burn_in",
+            "chains", "init_draws", "draws", "seed")
     return {k: getattr(args, k) for k in keys}
 
 
@@ -112,6 +120,7 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.mcmc import MetropolisHastings
     from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import pilot_reference
 
     started = time.perf_counter()
     bounds = parse_bounds(args.bounds)
@@ -126,11 +135,23 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                                       n_workers=args.workers,
                                       initial_draws=args.initial_draws if fit else 0,
                                       seed=index, fit_recorded=fit)
+    weights = {"mode": args.weighting}
     with likelihood:
-        sampler = MetropolisHastings(
-            lambda x: likelihood([space.engine_params(row) for row in x]), space,
-            n_chains=args.chains, init_draws=args.init_draws, rng=np.random.default_rng([args.seed, index, 1]))
-        posterior = sampler.run(args.mh_samples, args.burn_in)
+        def log_like(x: np.ndarray) -> np.ndarray:
+            return likelihood([space.engine_params(row) for row in x])
+
+        start = None
+        if args.weighting == "effective":  # as calibrate: pilot fit, ν fixed, start there
+            start = pilot_reference(log_like, space, seed=index,
+                                    sobol_points=args.init_draws * args.chains,
+                                    evaluations=args.pilot_evaluations)
+            nu = likelihood.set_reference(space.engine_params(start))
+            weights.update(reference=start.tolist(), nu_median=float(np.median(nu)),
+                           nu_min=float(nu.min()), nu_max=float(nu.max()))
+        sampler = MetropolisHastings(log_like, space, n_chains=args.chains,
+                                     init_draws=args.init_draws,
+                                     rng=np.random.default_rng([args.seed, index, 1]))
+        posterior = sampler.run(args.mh_samples, args.burn_in, initial=start)
     draws = thin(posterior.samples, args.draws)
     summary = posterior.summary()
     return {
@@ -138,6 +159,7 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
         "rank": {n: int(np.sum(draws[:, i] < truth[n])) for i, n in enumerate(NAMES)},
         "median": summary["median"], "q05": summary["q05"], "q95": summary["q95"],
         "rhat": summary["rhat"], "ess": summary["ess"], "acceptance": summary["acceptance"],
+        "weighting": weights,
         "evaluations": posterior.meta["evaluations"], "rollouts": likelihood.n_rollouts,
         "seconds": time.perf_counter() - started,
     }

@@ -80,7 +80,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
-            recorded_start=args.recorded_start)
+            recorded_start=args.recorded_start, weighting=args.weighting)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -163,6 +163,12 @@ def register(commands) -> None:
                      "free flight and average over its uncertainty with --initial-draws "
                      "(fit; --initial-draws times the rollouts), or roll out from it as "
                      "recorded (default recorded)")
+    cal.add_argument("--weighting", choices=("effective", "recording"),
+                     help="MH on trajectories, noise estimated: each recording weighs as its "
+                     "effective number of independent residuals, measured at a pilot fit "
+                     "(32 x --chains Sobol points + 40 Nelder-Mead steps; the chains start "
+                     "there) (effective, the default), or as one observation (recording: "
+                     "far too wide a posterior)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25) (default: off)")

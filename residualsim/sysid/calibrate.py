@@ -78,6 +78,11 @@ DEFAULT_INITIAL_DRAWS = 4
 #: ``"fit"`` (fitted to the free flight, the likelihood averaged over its uncertainty with
 #: the initial draws, velocities kept) or ``"recorded"`` (rolled out from as it is).
 DEFAULT_RECORDED_START = "recorded"
+#: How much each trajectory weighs in MH's likelihood with the noise estimated:
+#: ``"effective"`` (ν_i effective independent residuals, measured at a pilot fit,
+#: :mod:`residualsim.sysid.weighting`) or ``"recording"`` (each recording one observation,
+#: ν_i = 1: far too wide a posterior, train/README.md §20).
+DEFAULT_WEIGHTING = "effective"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -289,7 +294,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
-              recorded_start: str | None = None) -> dict[str, Any]:
+              recorded_start: str | None = None,
+              weighting: str | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -318,6 +324,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
     of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §20).
+    ``weighting``: ``"effective"`` or ``"recording"`` (default :data:`DEFAULT_WEIGHTING`),
+    for MH on trajectories with the noise estimated: with ``"effective"`` a pilot fit
+    (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
+    Sobol points, or of ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
+    recording's weight ν_i, and the chains start there.
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq"):
@@ -329,6 +340,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got "
                              f"{recorded_start!r}")
     fit_recorded = recorded_start == "fit"
+    weighting = weighting or DEFAULT_WEIGHTING
+    if weighting not in ("effective", "recording"):
+        raise ParameterError(f"weighting must be 'effective' or 'recording', got "
+                             f"{weighting!r}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     space = ParamSpace(names, bounds=bounds, priors=priors, scene=scene)
@@ -378,15 +393,22 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
         result: dict[str, Any] = {}
         if method == "mh":
+            start = None if initial is None else [float(initial[n]) for n in space.names]
+            if start is not None:
+                fingerprint["initial"] = start
+            effective = (weighting == "effective" and kind == "trajectories"
+                         and noise is None)
+            if effective:
+                result["weighting"] = _effective_weights(likelihood, log_like, space, seed,
+                                                         32 * chains, start)
+                start = result["weighting"]["reference"]
+                fingerprint["weighting"] = "effective"
             screen = (likelihood.screen(space.engine_params)
                       if isinstance(likelihood, StagedLikelihood) else None)
             sampler = MetropolisHastings(log_like, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed,
                                          screen=screen)
             every = 50 if checkpoint_every is None else checkpoint_every
-            start = None if initial is None else [float(initial[n]) for n in space.names]
-            if start is not None:
-                fingerprint["initial"] = start
             posterior = sampler.run(samples, burn_in, initial=start,
                                     checkpoint=out / "checkpoint.npz",
                                     checkpoint_every=every, resume=resume,
@@ -467,6 +489,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "delayed_acceptance": getattr(likelihood, "fraction", None),
         "rotation_weight": float(rotation_weight),
         "recorded_start": recorded_start if kind == "trajectories" else None,
+        "weighting": result.pop("weighting", None) or {"mode": "recording"},
         "backend": current_backend().name,
         "validation": held_out,
         "validation_count": n_validation if split != "all" else 0,
@@ -476,6 +499,31 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if export_urdf is not None:
         export_calibrated_urdf(scene, params, export_urdf)
     return summary
+
+
+def _effective_weights(likelihood, log_like, space: ParamSpace, seed: int,
+                       sobol_points: int, start: Sequence[float] | None) -> dict[str, Any]:
+    """Pilot fit (with ν = 1), then each recording's ν_i measured there and fixed; the
+    summary's ``weighting`` entry (``reference``: natural values the chains start from)."""
+    from residualsim.sysid.weighting import pilot_reference
+
+    started = time.perf_counter()
+    counted = {"evaluations": 0}
+
+    def counting(x: np.ndarray) -> np.ndarray:
+        counted["evaluations"] += len(x)
+        return log_like(x)
+
+    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
+                                start=start)
+    nu = likelihood.set_reference(space.engine_params(reference))
+    log.info("effective residuals per recording at the pilot fit %s: median %.1f (%.1f..%.1f)",
+             dict(zip(space.names, np.round(reference, 4))), np.median(nu), nu.min(), nu.max())
+    return {"mode": "effective", "reference": [float(v) for v in reference],
+            "pilot_evaluations": counted["evaluations"],
+            "pilot_seconds": time.perf_counter() - started,
+            "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
+            "nu_max": float(nu.max()), "nu_total": float(nu.sum())}
 
 
 def export_calibrated_urdf(scene: str, params: EngineParams,

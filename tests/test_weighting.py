@@ -1,0 +1,82 @@
+"""Effective residual counts ν_i (residualsim.sysid.weighting) and the likelihood they weigh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from residualsim.errors import ParameterError
+from residualsim.sim.scenes import EngineParams
+from residualsim.sim.synthesize import synthesize_tosses
+from residualsim.sysid.likelihood import TrajectoryLikelihood
+from residualsim.sysid.weighting import autocorrelation_time, effective_count
+
+TRUTH = EngineParams(lateral_friction=0.3, restitution=0.4)
+
+
+def _ar1(phi: float, n: int, columns: int, rng: np.random.Generator) -> np.ndarray:
+    out = np.zeros((n, columns))
+    noise = rng.standard_normal((n, columns))
+    out[0] = noise[0] / np.sqrt(1 - phi**2)
+    for t in range(1, n):
+        out[t] = phi * out[t - 1] + noise[t]
+    return out
+
+
+def test_white_residuals_count_nearly_all_and_ar1_as_its_autocorrelation_time():
+    rng = np.random.default_rng(0)
+    white = [effective_count(rng.standard_normal((100, 3))) for _ in range(50)]
+    assert 0.75 * 300 < np.mean(white) <= 300
+    # AR(1) with φ = 0.9: τ = (1 + φ) / (1 - φ) = 19
+    taus = [autocorrelation_time(_ar1(0.9, 2000, 1, rng)) for _ in range(10)]
+    assert 13 < np.mean(taus) < 25
+    correlated = [effective_count(_ar1(0.9, 100, 3, rng)) for _ in range(20)]
+    assert np.mean(correlated) < 0.15 * np.mean(white)
+
+
+def test_an_offset_counts_as_correlated_error_and_silent_components_do_not_count():
+    rng = np.random.default_rng(1)
+    noise = rng.standard_normal((60, 3))
+    assert effective_count(noise + 1.0) < 10  # a shift as large as the noise: a few
+    assert autocorrelation_time(np.ones(40)) == pytest.approx(40, rel=0.05)
+    half_silent = np.hstack([noise, np.zeros((60, 3))])
+    assert effective_count(half_silent) == pytest.approx(effective_count(noise), rel=1e-9)
+    assert effective_count(np.zeros((5, 2))) == 10 and autocorrelation_time(np.zeros(5)) == 1
+    assert effective_count(np.full((5, 2), np.nan)) == 1
+
+
+@pytest.fixture(scope="module")
+def tosses():
+    return synthesize_tosses(TRUTH, n_tosses=4, n_samples=40, noise_m=0.002, rng=5, substeps=5)
+
+
+def test_reference_weights_sharpen_the_likelihood_and_more_data_sharpens_more(tosses):
+    wrong = EngineParams(lateral_friction=0.36, restitution=0.46)
+    few = dict(list(tosses.items())[:2])
+    drops = {}
+    for label, data in (("few", few), ("all", tosses)):
+        with TrajectoryLikelihood("cube", data, substeps=5) as likelihood:
+            flat = likelihood([TRUTH, wrong])
+            nu = likelihood.set_reference(TRUTH)
+            sharp = likelihood([TRUTH, wrong])
+            assert nu.shape == (len(data),) and np.all(nu > 3)
+            assert np.all(nu <= 39 * 6) and likelihood.reference == TRUTH
+            # ν_i multiplies each recording's −½ log e_i
+            errors = likelihood.errors([TRUTH])[0]
+            assert sharp[0] == pytest.approx(-0.5 * np.sum(nu * np.log(errors)))
+            assert sharp[0] - sharp[1] > 5 * (flat[0] - flat[1]) > 0
+            drops[label] = sharp[0] - sharp[1]
+    assert drops["all"] > 1.5 * drops["few"]
+
+
+def test_reference_weights_need_the_noise_estimated(tosses):
+    with TrajectoryLikelihood("cube", tosses, substeps=5, noise_m=0.002) as likelihood:
+        with pytest.raises(ParameterError, match="noise scale estimated"):
+            likelihood.set_reference(TRUTH)
+
+
+def test_a_fitted_first_pose_leaves_fewer_correlated_residuals_than_the_recorded_one(tosses):
+    # the recorded first pose is 2 mm off: every later sample shares that offset
+    with TrajectoryLikelihood("cube", tosses, substeps=5) as recorded, \
+            TrajectoryLikelihood("cube", tosses, substeps=5, fit_recorded=True) as fitted:
+        assert np.mean(fitted.set_reference(TRUTH)) > 2 * np.mean(recorded.set_reference(TRUTH))
