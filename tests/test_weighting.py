@@ -80,3 +80,45 @@ def test_a_fitted_first_pose_leaves_fewer_correlated_residuals_than_the_recorded
     with TrajectoryLikelihood("cube", tosses, substeps=5) as recorded, \
             TrajectoryLikelihood("cube", tosses, substeps=5, fit_recorded=True) as fitted:
         assert np.mean(fitted.set_reference(TRUTH)) > 2 * np.mean(recorded.set_reference(TRUTH))
+
+
+class _Quadratic:
+    """Stand-in likelihood: recording i's log-likelihood −½ a |θ − θ_i|² (unit coordinates
+    of the space), served as errors e_i = exp(−2 ℓ_i / ν_i)."""
+
+    def __init__(self, space, modes: np.ndarray, curvature: float) -> None:
+        self.space, self.modes, self.a = space, modes, curvature
+        self.n_items = len(modes)
+        self.nu = np.full(self.n_items, 50.0)
+
+    def errors(self, batch) -> np.ndarray:
+        z = self.space.to_unit(np.array([[p.lateral_friction, p.restitution] for p in batch]))
+        ell = -0.5 * self.a * np.sum((z[:, None, :] - self.modes[None]) ** 2, axis=-1)
+        return np.exp(-2.0 * ell / self.nu)
+
+
+@pytest.mark.parametrize("spread, expected", [(1.0, 1.0), (3.0, 1 / 9)])
+def test_magnitude_adjustment_matches_the_scatter_between_recordings(spread, expected):
+    from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import magnitude_adjustment
+
+    space = ParamSpace(["lateral_friction", "restitution"],
+                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
+    curvature = 1e4  # each recording alone: standard deviation 0.01 in unit coordinates
+    modes = 0.5 + spread * 0.01 * np.random.default_rng(2).standard_normal((400, 2))
+    found = magnitude_adjustment(_Quadratic(space, modes, curvature), space,
+                                 space.from_unit(np.array([[0.5, 0.5]]))[0])
+    assert found["w"] == pytest.approx(expected, rel=0.25), found
+    assert found["w_raw"] is not None and found["evaluations"] == 2 * 13
+
+
+def test_curvature_transform_gives_the_sandwich_curvature_and_never_sharpens():
+    from residualsim.sysid.weighting import curvature_transform
+
+    information = np.array([[4.0, 1.0], [1.0, 2.0]])
+    spread = 3.0 * information  # recordings scatter three times as their curvature says
+    transform = curvature_transform(information, spread)
+    np.testing.assert_allclose(transform.T @ information @ transform, information / 3.0,
+                               rtol=1e-9)
+    agreeing = curvature_transform(information, 0.1 * information)  # would sharpen: kept
+    np.testing.assert_allclose(agreeing.T @ information @ agreeing, information, rtol=1e-9)

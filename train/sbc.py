@@ -57,13 +57,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fit_recorded=True)")
     parser.add_argument("--initial-draws", type=int, default=4,
                         help="K initial states per recording for --initial-state fit")
-    parser.add_argument("--weighting", choices=("effective", "recording"),
-                        default="effective",
-                        help="effective: each recording weighs as its effective number of "
-                             "independent residuals at a pilot fit, chains start there "
-                             "(calibrate's default); recording: one observation each (old)")
+    parser.add_argument("--weighting", choices=("curvature", "scalar", "nu-only",
+                                                 "recording"),
+                        default="curvature",
+                        help="curvature: each recording weighs as its effective number of "
+                             "independent residuals at a pilot fit, the likelihood's "
+                             "curvature adjusted to the scatter between recordings, chains "
+                             "start at its mode (calibrate's --weighting effective); scalar: "
+                             "one factor on every ν_i instead; nu-only: no adjustment; "
+                             "recording: one observation each (ν_i = 1, the old likelihood)")
     parser.add_argument("--pilot-evaluations", type=int, default=40,
-                        help="Nelder-Mead evaluations of the pilot fit (--weighting effective)")
+                        help="Nelder-Mead evaluations of the pilot fit")
+    parser.add_argument("--sampler", choices=("mh", "grid", "sandwich"), default="mh",
+                        help="mh: calibrate's Metropolis-Hastings; grid: the exact posterior "
+                             "of the same likelihood on a --grid² grid around the pilot fit "
+                             "(tells the likelihood's calibration from the sampler's mixing)")
+    parser.add_argument("--grid", type=int, default=25, help="grid points per axis")
     parser.add_argument("--mh-samples", type=int, default=300, help="kept MH steps per chain")
     parser.add_argument("--burn-in", type=int, default=150, help="MH burn-in steps")
     parser.add_argument("--chains", type=int, default=2, help="MH chains")
@@ -88,7 +97,7 @@ def config_of(args: argparse.Namespace) -> dict:
     """The settings a result line must share with the run (everything but the count)."""
     keys = ("tosses", "samples", "substeps", "noise_m", "noise_rad", "bounds", "initial_state",
             "initial_draws", "weighting", "pilot_evaluations", "mh_samples", "burn_in",
-            "chains", "init_draws", "draws", "seed")
+            "chains", "init_draws", "draws", "seed", "sampler", "grid")
     return {k: getattr(args, k) for k in keys}
 
 
@@ -120,7 +129,8 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.mcmc import MetropolisHastings
     from residualsim.sysid.paramspace import ParamSpace
-    from residualsim.sysid.weighting import pilot_reference
+    from residualsim.sysid.weighting import (adjusted_log_likelihood, magnitude_adjustment,
+                                             pilot_reference)
 
     started = time.perf_counter()
     bounds = parse_bounds(args.bounds)
@@ -141,28 +151,151 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
             return likelihood([space.engine_params(row) for row in x])
 
         start = None
-        if args.weighting == "effective":  # as calibrate: pilot fit, ν fixed, start there
+        if args.weighting != "recording":  # as calibrate: pilot fit, ν fixed, start there
             start = pilot_reference(log_like, space, seed=index,
                                     sobol_points=args.init_draws * args.chains,
                                     evaluations=args.pilot_evaluations)
             nu = likelihood.set_reference(space.engine_params(start))
             weights.update(reference=start.tolist(), nu_median=float(np.median(nu)),
                            nu_min=float(nu.min()), nu_max=float(nu.max()))
-        sampler = MetropolisHastings(log_like, space, n_chains=args.chains,
-                                     init_draws=args.init_draws,
-                                     rng=np.random.default_rng([args.seed, index, 1]))
-        posterior = sampler.run(args.mh_samples, args.burn_in, initial=start)
-    draws = thin(posterior.samples, args.draws)
-    summary = posterior.summary()
+            if args.weighting == "scalar":
+                adjustment = magnitude_adjustment(likelihood, space, start)
+                likelihood.scale_weights(adjustment["w"])
+                weights["adjustment"] = _jsonable(adjustment)
+            elif args.weighting == "curvature":  # the ν-weighted mode, then Chandler-Bate
+                start = pilot_reference(log_like, space, start=start, evaluations=30,
+                                        simplex=0.01)
+                adjustment = magnitude_adjustment(likelihood, space, start)
+                weights["adjustment"] = _jsonable(adjustment)
+                weights["mode"] = start.tolist()
+                if adjustment["w_raw"] is not None:
+                    log_like = adjusted_log_likelihood(log_like, space, start,
+                                                       adjustment["transform"])
+        if args.sampler == "sandwich":
+            draws, summary = sandwich_posterior(likelihood, space, start, args.draws,
+                                                np.random.default_rng([args.seed, index, 1]))
+            evaluations = summary.pop("evaluations")
+            weights["sandwich"] = summary.pop("sandwich")
+        elif args.sampler == "grid":
+            if start is None:
+                start = pilot_reference(log_like, space, seed=index,
+                                        sobol_points=args.init_draws * args.chains,
+                                        evaluations=args.pilot_evaluations)
+            draws, summary = grid_posterior(log_like, space, start, args.grid, args.draws,
+                                            np.random.default_rng([args.seed, index, 1]))
+            evaluations = summary.pop("evaluations")
+        else:
+            sampler = MetropolisHastings(log_like, space, n_chains=args.chains,
+                                         init_draws=args.init_draws,
+                                         rng=np.random.default_rng([args.seed, index, 1]))
+            posterior = sampler.run(args.mh_samples, args.burn_in, initial=start)
+            draws = thin(posterior.samples, args.draws)
+            summary = posterior.summary()
+            evaluations = posterior.meta["evaluations"]
     return {
         "index": index, "config": config_of(args), "truth": truth,
         "rank": {n: int(np.sum(draws[:, i] < truth[n])) for i, n in enumerate(NAMES)},
         "median": summary["median"], "q05": summary["q05"], "q95": summary["q95"],
         "rhat": summary["rhat"], "ess": summary["ess"], "acceptance": summary["acceptance"],
         "weighting": weights,
-        "evaluations": posterior.meta["evaluations"], "rollouts": likelihood.n_rollouts,
+        "evaluations": evaluations, "rollouts": likelihood.n_rollouts,
         "seconds": time.perf_counter() - started,
     }
+
+
+def grid_posterior(log_like, space, center: np.ndarray, points: int, count: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """``count`` draws (count, d) from the likelihood × uniform prior on a ``points``^d grid
+    around ``center`` (natural values), and a summary like a Posterior's. The box: ±8
+    conditional standard deviations from the log-likelihood's curvature at ``center``
+    (unit coordinates, clipped to [0, 1]), doubled (up to twice) while more than 0.1 % of
+    the mass lies in the outer cells."""
+    d = space.ndim
+    zc = space.to_unit(np.asarray(center, dtype=np.float64)[None])[0]
+    h = 0.002
+    stencil = [zc] + [zc + s * h * np.eye(d)[k] for k in range(d) for s in (-1, 1)]
+    stencil = np.clip(np.array(stencil), 0, 1)
+    values = np.asarray(log_like(space.from_unit(stencil)), dtype=np.float64)
+    evaluations = len(stencil)
+    half = []
+    for k in range(d):
+        curvature = (values[1 + 2 * k] - 2 * values[0] + values[2 + 2 * k]) / h**2
+        half.append(8.0 / np.sqrt(-curvature) if curvature < 0 else 0.1)
+    half = np.minimum(np.array(half), 0.5)
+    for _ in range(3):
+        axes = [np.linspace(max(0.0, zc[k] - half[k]), min(1.0, zc[k] + half[k]), points)
+                for k in range(d)]
+        mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+        logp = np.asarray(log_like(space.from_unit(mesh)), dtype=np.float64)
+        evaluations += len(mesh)
+        logp = np.where(np.isfinite(logp), logp, -np.inf)
+        weights = np.exp(logp - logp.max())
+        weights /= weights.sum()
+        grid = weights.reshape([points] * d)
+        edge = sum(float(np.take(grid, [0, -1], axis=k).sum()) for k in range(d))
+        at_bound = [(axes[k][0] <= 0.0, axes[k][-1] >= 1.0) for k in range(d)]
+        if edge < 1e-3 or all(all(b) for b in at_bound):
+            break
+        half = np.minimum(2 * half, 1.0)
+    steps = np.array([a[1] - a[0] for a in axes])
+    picks = rng.choice(len(mesh), size=count, p=weights)
+    z = np.clip(mesh[picks] + (rng.random((count, d)) - 0.5) * steps, 0, 1)
+    x = space.from_unit(z)
+    fine = space.from_unit(mesh)
+    summary = {"evaluations": evaluations, "median": {}, "q05": {}, "q95": {},
+               "rhat": {n: 1.0 for n in space.names}, "ess": {n: float(count) for n in
+                                                                space.names},
+               "acceptance": None, "edge_mass": edge}
+    for k, name in enumerate(space.names):
+        order = np.argsort(fine[:, k], kind="stable")
+        cdf = np.cumsum(weights[order])
+        for key, q in (("median", 0.5), ("q05", 0.05), ("q95", 0.95)):
+            summary[key][name] = float(fine[order[min(np.searchsorted(cdf, q),
+                                                       len(cdf) - 1)], k])
+    return x, summary
+
+
+def sandwich_posterior(likelihood, space, center: np.ndarray, count: int,
+                       rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """Draws from N(ẑ, H⁻¹ (J + H) H⁻¹) in unit coordinates (reflected into [0, 1]): the
+    envelope of the rugged likelihood (each recording's ℓ_i a quadratic fitted over ±3
+    standard deviations of that covariance), its mode ẑ, its curvature H and the scatter of
+    the recordings' scores J (J + H: the scores at the envelope's mode, not at the pilot)."""
+    from residualsim.sysid.weighting import _local_quadratics
+
+    found = _local_quadratics(likelihood, space, center, sandwich=True)
+    d = space.ndim
+    if found.get("information") is None:
+        raise SystemExit("sandwich: no positive-definite curvature")
+    information, spread = found["information"], found["spread"]
+    inverse = np.linalg.inv(information)
+    covariance = inverse @ (spread + information) @ inverse
+    mode = found["envelope_mode"]
+    z = rng.multivariate_normal(mode, covariance, size=count)
+    z = np.abs(z) % 2.0
+    z = np.where(z > 1.0, 2.0 - z, z)
+    x = space.from_unit(z)
+    sd = np.sqrt(np.diag(covariance))
+    lows = space.from_unit(np.clip(mode - 1.645 * sd, 0, 1)[None])[0]
+    highs = space.from_unit(np.clip(mode + 1.645 * sd, 0, 1)[None])[0]
+    middle = space.from_unit(mode[None])[0]
+    summary = {"evaluations": found["evaluations"],
+               "median": dict(zip(space.names, middle.tolist())),
+               "q05": dict(zip(space.names, lows.tolist())),
+               "q95": dict(zip(space.names, highs.tolist())),
+               "rhat": {n: 1.0 for n in space.names},
+               "ess": {n: float(count) for n in space.names}, "acceptance": None,
+               "sandwich": {"h": found["h"], "w": found["w_raw"],
+                            "covariance": covariance.tolist()}}
+    return x, summary
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return float(value) if isinstance(value, np.floating) else value
 
 
 def read_results(path: Path, config: dict) -> list[dict]:

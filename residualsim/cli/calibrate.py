@@ -166,9 +166,10 @@ def register(commands) -> None:
     cal.add_argument("--weighting", choices=("effective", "recording"),
                      help="MH on trajectories, noise estimated: each recording weighs as its "
                      "effective number of independent residuals, measured at a pilot fit "
-                     "(32 x --chains Sobol points + 40 Nelder-Mead steps; the chains start "
-                     "there) (effective, the default), or as one observation (recording: "
-                     "far too wide a posterior)")
+                     "(32 x --chains Sobol points + ~100 evaluations), the likelihood's "
+                     "curvature adjusted to the scatter between recordings, the chains "
+                     "starting at its mode (effective, the default); or as one observation "
+                     "(recording: a posterior far too wide; train/README.md section 20)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25) (default: off)")

@@ -327,8 +327,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``weighting``: ``"effective"`` or ``"recording"`` (default :data:`DEFAULT_WEIGHTING`),
     for MH on trajectories with the noise estimated: with ``"effective"`` a pilot fit
     (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
-    Sobol points, or of ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
-    recording's weight ν_i, and the chains start there.
+    Sobol points, or ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
+    recording's weight ν_i; the mode of that likelihood (30 more evaluations) is where the
+    chains start and where its curvature is adjusted to the scatter between recordings
+    (26 evaluations; MH samples x with the engine at x̂ + C (x − x̂), Chandler and Bate
+    2007; see :mod:`residualsim.sysid.weighting` and train/README.md §20).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq"):
@@ -398,14 +401,21 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 fingerprint["initial"] = start
             effective = (weighting == "effective" and kind == "trajectories"
                          and noise is None)
+            to_params, target = space.engine_params, log_like
             if effective:
-                result["weighting"] = _effective_weights(likelihood, log_like, space, seed,
-                                                         32 * chains, start)
-                start = result["weighting"]["reference"]
+                result["weighting"], move = _effective_weights(likelihood, log_like, space,
+                                                               seed, 32 * chains, start)
+                start = result["weighting"]["mode"]
                 fingerprint["weighting"] = "effective"
-            screen = (likelihood.screen(space.engine_params)
+                if move is not None:
+                    def to_params(x: np.ndarray) -> EngineParams:
+                        return space.engine_params(move(x))
+
+                    def target(x: np.ndarray) -> np.ndarray:
+                        return likelihood([to_params(row) for row in x])
+            screen = (likelihood.screen(to_params)
                       if isinstance(likelihood, StagedLikelihood) else None)
-            sampler = MetropolisHastings(log_like, space, n_chains=chains,
+            sampler = MetropolisHastings(target, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed,
                                          screen=screen)
             every = 50 if checkpoint_every is None else checkpoint_every
@@ -417,6 +427,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             posterior.save(out / "posterior.npz")
             result.update(posterior.summary())
             result["warnings"] = convergence_warnings(result)
+            if effective and result["weighting"]["adjustment_transform"] is None:
+                result["warnings"].append(
+                    "the likelihood's curvature could not be adjusted to the scatter between "
+                    "recordings (flat or rugged around the mode): the posterior may be too "
+                    "narrow (--weighting recording is wider)")
             for warning in result["warnings"]:
                 log.warning("%s: %s", out, warning)
             point = posterior.median()
@@ -489,7 +504,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "delayed_acceptance": getattr(likelihood, "fraction", None),
         "rotation_weight": float(rotation_weight),
         "recorded_start": recorded_start if kind == "trajectories" else None,
-        "weighting": result.pop("weighting", None) or {"mode": "recording"},
+        "weighting": ({"method": "effective", **result.pop("weighting")}
+                      if "weighting" in result else {"method": "recording"}),
         "backend": current_backend().name,
         "validation": held_out,
         "validation_count": n_validation if split != "all" else 0,
@@ -502,10 +518,17 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
 
 def _effective_weights(likelihood, log_like, space: ParamSpace, seed: int,
-                       sobol_points: int, start: Sequence[float] | None) -> dict[str, Any]:
-    """Pilot fit (with ν = 1), then each recording's ν_i measured there and fixed; the
-    summary's ``weighting`` entry (``reference``: natural values the chains start from)."""
-    from residualsim.sysid.weighting import pilot_reference
+                       sobol_points: int, start: Sequence[float] | None
+                       ) -> tuple[dict[str, Any], Callable | None]:
+    """The effective weighting (see :func:`calibrate`'s ``weighting``): a pilot fit with
+    ν = 1, each recording's ν_i measured there and fixed, the mode of the ν-weighted
+    likelihood, and the curvature adjustment there
+    (:func:`~residualsim.sysid.weighting.magnitude_adjustment`). Returns the summary's
+    ``weighting`` entry (``mode``: natural values the chains start from) and the map x ↦
+    x̂ + C (x − x̂) where the adjusted likelihood evaluates the engine (None: no adjustment
+    possible, a warning)."""
+    from residualsim.sysid.weighting import (adjusted_point, magnitude_adjustment,
+                                             pilot_reference)
 
     started = time.perf_counter()
     counted = {"evaluations": 0}
@@ -517,13 +540,24 @@ def _effective_weights(likelihood, log_like, space: ParamSpace, seed: int,
     reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
                                 start=start)
     nu = likelihood.set_reference(space.engine_params(reference))
-    log.info("effective residuals per recording at the pilot fit %s: median %.1f (%.1f..%.1f)",
-             dict(zip(space.names, np.round(reference, 4))), np.median(nu), nu.min(), nu.max())
-    return {"mode": "effective", "reference": [float(v) for v in reference],
-            "pilot_evaluations": counted["evaluations"],
-            "pilot_seconds": time.perf_counter() - started,
-            "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
-            "nu_max": float(nu.max()), "nu_total": float(nu.sum())}
+    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
+    adjustment = magnitude_adjustment(likelihood, space, mode)
+    move = None
+    if adjustment["w_raw"] is not None:
+        move = adjusted_point(space, mode, adjustment["transform"])
+    log.info("effective residuals per recording at the pilot fit %s: median %.1f (%.1f..%.1f); "
+             "curvature adjustment %s", dict(zip(space.names, np.round(reference, 4))),
+             np.median(nu), nu.min(), nu.max(),
+             "not possible" if move is None else f"w = {adjustment['w']:.3g}")
+    entry = {"mode": [float(v) for v in mode], "reference": [float(v) for v in reference],
+             "pilot_evaluations": counted["evaluations"] + adjustment["evaluations"],
+             "pilot_seconds": time.perf_counter() - started,
+             "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
+             "nu_max": float(nu.max()), "nu_total": float(nu.sum()),
+             "adjustment_w": adjustment["w_raw"],
+             "adjustment_transform": None if move is None else
+             np.asarray(adjustment["transform"]).tolist()}
+    return entry, move
 
 
 def export_calibrated_urdf(scene: str, params: EngineParams,

@@ -217,7 +217,8 @@ class _Likelihood:
     def set_reference(self, params: EngineParams) -> np.ndarray:
         """Fix each recording's weight ν_i (:mod:`residualsim.sysid.weighting`) from its
         residuals under ``params`` (a pilot fit), the mean over its initial-state draws;
-        returns ν (n_items,). Only with the noise scale estimated (the default)."""
+        returns ν (n_items,). Only with the noise scale estimated (the default); see also
+        :meth:`scale_weights`."""
         from residualsim.sysid.weighting import effective_count, signed_residuals
 
         if self._function is not trajectory_errors:
@@ -225,13 +226,20 @@ class _Likelihood:
         if self.noise is not None:
             raise ParameterError("effective residual weights need the noise scale estimated "
                                  "(no --noise)")
-        per_item = self._pool.map(signed_residuals, [params])
+        rows = [r[0] for r in self._pool.map(signed_residuals, [params])]
         self.n_rollouts += int(self.group_sizes.sum())
-        counts = np.array([effective_count(rows[0]) for rows in per_item])
+        counts = np.array([effective_count(r) for r in rows])
         starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]])
         self.nu = np.array([counts[a:a + k].mean() for a, k in zip(starts, self.group_sizes)])
         self.reference = params
         return self.nu
+
+    def scale_weights(self, factor: float) -> None:
+        """Multiply every ν_i by ``factor`` > 0 (the magnitude adjustment of
+        :func:`~residualsim.sysid.weighting.magnitude_adjustment`)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ParameterError(f"weight factor must be a number > 0, got {factor}")
+        self.nu = self.nu * float(factor)
 
     def _effective_error(self, draws: np.ndarray, nu: float = 1.0) -> np.ndarray:
         """The one error (len(batch),) with the likelihood of the mean over ``draws``
@@ -453,6 +461,10 @@ class StagedLikelihood:
         in the order screen, rest."""
         return np.concatenate([self.first.set_reference(params),
                                self.rest.set_reference(params)])
+
+    def scale_weights(self, factor: float) -> None:
+        self.first.scale_weights(factor)
+        self.rest.scale_weights(factor)
 
     @property
     def nu(self) -> np.ndarray:

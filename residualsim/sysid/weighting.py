@@ -42,7 +42,9 @@ from residualsim.errors import ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.rotations import quat_relative_rotvec
 
-__all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference"]
+__all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
+           "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
+           "adjusted_point"]
 
 
 def autocorrelation_time(series: np.ndarray) -> float:
@@ -83,34 +85,39 @@ def effective_count(residuals: np.ndarray) -> float:
     return float(np.clip(nu, 1.0, n * components))
 
 
+def _signed(engine: Engine, item: tuple, initial_state: np.ndarray) -> np.ndarray:
+    """Signed residual rows (T-1, 6 + joints) of one rollout from ``initial_state``."""
+    _, positions, quat, radius, *joint_item = item
+    states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
+    sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
+    parts = [sim_positions[1:] - positions, radius * quat_relative_rotvec(sim_quat[1:], quat)]
+    if joint_item:
+        joints, scale = joint_item
+        parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
+    return np.concatenate(parts, axis=1)
+
+
 def signed_residuals(engine: Engine, item: tuple, batch) -> list[np.ndarray]:
     """Worker function: per parameter set, the signed residuals of one rollout item of
     :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`, shape (T-1, 6 + joints):
     position error (3, m, world), r_g × the rotation vector from recorded to simulated
     orientation (3, m; its norm is the r_g·angle of e_i) and each joint's error × scale."""
-    initial_state, positions, quat, radius, *joint_item = item
     out = []
     for params in batch:
         if engine.params != params:
             engine.set_params(params)
-        states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
-        sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
-        parts = [sim_positions[1:] - positions,
-                 radius * quat_relative_rotvec(sim_quat[1:], quat)]
-        if joint_item:
-            joints, scale = joint_item
-            parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
-        out.append(np.concatenate(parts, axis=1))
+        out.append(_signed(engine, item, item[0]))
     return out
 
 
 def pilot_reference(log_likelihood: Callable[[np.ndarray], np.ndarray], space,
                     seed: int = 0, sobol_points: int = 16, evaluations: int = 40,
-                    start: np.ndarray | None = None) -> np.ndarray:
+                    start: np.ndarray | None = None, simplex: float = 0.05) -> np.ndarray:
     """A pilot fit: natural parameter values (d,) near the likelihood's maximum, where the
     residuals are measured for ν. The best of a scrambled Sobol set of ``sobol_points``
     (seeded) over the space's box (or ``start``, natural values), refined by Nelder-Mead in
-    the unit coordinates for at most ``evaluations`` likelihood evaluations.
+    the unit coordinates for at most ``evaluations`` likelihood evaluations (first simplex
+    ``simplex`` wide).
     ``log_likelihood`` maps natural values (n, d) to (n,), e.g. with ν = 1 (robust far
     from the optimum)."""
     from scipy.optimize import minimize
@@ -136,11 +143,143 @@ def pilot_reference(log_likelihood: Callable[[np.ndarray], np.ndarray], space,
         value = float(np.asarray(log_likelihood(space.from_unit(z[None])))[0])
         return -value if math.isfinite(value) else math.inf
 
-    simplex = np.vstack([z0] + [np.clip(z0 + 0.05 * np.eye(d)[k], 0, 1)
-                                if z0[k] < 0.95 else z0 - 0.05 * np.eye(d)[k]
-                                for k in range(d)])
+    corners = np.vstack([z0] + [z0 + simplex * np.eye(d)[k] if z0[k] + simplex <= 1
+                                else z0 - simplex * np.eye(d)[k] for k in range(d)])
     found = minimize(loss, z0, method="Nelder-Mead",
-                     options={"maxfev": evaluations, "initial_simplex": simplex,
+                     options={"maxfev": evaluations, "initial_simplex": corners,
                               "xatol": 1e-4, "fatol": 1e-3})
     z = found.x if found.fun <= loss(z0) else z0
     return space.from_unit(np.clip(z, 0, 1)[None])[0]
+
+
+def magnitude_adjustment(likelihood, space, center: np.ndarray) -> dict:
+    """The factor w ≤ 1 on every ν_i that makes the likelihood's curvature match the
+    scatter between recordings (Godambe information; the magnitude adjustment of composite
+    likelihoods, w = d / tr(H⁻¹ J)), at ``center`` (natural values (d,), a pilot fit).
+
+    Each recording's log-likelihood ℓ_i = −(ν_i/2) log e_i is fitted by a quadratic in the
+    space's unit coordinates, by least squares over a design around ``center`` (0, ±h,
+    ±2h along each axis and (±h, ±h) on each pair of axes; 4d + 1 + 2d(d−1) evaluations of
+    all recordings), twice: h = 0.01, then h = 1.5 standard deviations of the resulting
+    posterior per axis (the design spans ±3: contact likelihoods are rugged on small
+    scales, and the envelope is what a posterior should follow). H = −Σ_i ∇²ℓ_i and J =
+    n/(n−1) Σ_i (s_i − s̄)(s_i − s̄)ᵀ, s_i = ∇ℓ_i at ``center``. If each recording's data were
+    the model's (independent noise, the start's error small), recordings would scatter as
+    their curvatures say and w ≈ 1; each recording pulled elsewhere by its own initial
+    state's error amplified by contact, or by model mismatch, gives w < 1 and widens the
+    posterior to that scatter (a sandwich covariance, spread over a scalar). Returns
+    ``{"w", "w_raw", "h", "evaluations"}``: w clipped to [1e-3, 1]; w = 1 and w_raw None
+    with fewer than 2 recordings or when H stayed indefinite (no adjustment possible: the
+    caller warns)."""
+    return _local_quadratics(likelihood, space, center)
+
+
+def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float = 0.01,
+                      sandwich: bool = False) -> dict:
+    """See :func:`magnitude_adjustment`; ``sandwich``: rescale the design to 1.5 standard
+    deviations of the sandwich covariance H⁻¹ J H⁻¹ (not of H⁻¹) until it is stable."""
+    nu = np.asarray(likelihood.nu, dtype=np.float64)
+    d = space.ndim
+    zc = space.to_unit(np.asarray(center, dtype=np.float64)[None])[0]
+    n_items = likelihood.n_items
+    if n_items < 2:
+        return {"w": 1.0, "w_raw": None, "h": None, "evaluations": 0}
+    unit = np.eye(d)
+    offsets = [np.zeros(d)] + [s * unit[k] for k in range(d) for s in (1, -1, 2, -2)]
+    offsets += [a * unit[j] + b * unit[k] for j in range(d) for k in range(j + 1, d)
+                for a in (1, -1) for b in (1, -1)]
+    offsets = np.array(offsets)
+    pairs = [(j, k) for j in range(d) for k in range(j, d)]
+    steps, evaluations, found, scaled = np.full(d, first_step), 0, None, False
+    for _ in range(6 if sandwich else 4):
+        h = np.minimum(steps, 0.25)
+        z = np.clip(zc + offsets * h, 0.0, 1.0)
+        errors = likelihood.errors([space.engine_params(x) for x in space.from_unit(z)])
+        evaluations += len(z)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ell = -0.5 * nu * np.log(np.maximum(errors, 1e-10))  # (points, items)
+        finite = np.all(np.isfinite(ell), axis=1)
+        u = z[finite] - zc
+        design = np.column_stack([np.ones(len(u)), u] + [u[:, j] * u[:, k] for j, k in pairs])
+        coef = np.linalg.lstsq(design, ell[finite], rcond=None)[0]  # (1 + d + pairs, items)
+        grad = coef[1:1 + d].T
+        hess = np.zeros((n_items, d, d))
+        for index, (j, k) in enumerate(pairs):
+            c = coef[1 + d + index]
+            if j == k:
+                hess[:, j, j] = 2 * c
+            else:
+                hess[:, j, k] = hess[:, k, j] = c
+        total = -hess.sum(axis=0)
+        if np.linalg.eigvalsh(total).min() > 0:
+            found = (total, grad, h)
+            if sandwich:
+                centred = grad - grad.mean(axis=0)
+                spread = n_items / (n_items - 1) * centred.T @ centred
+                inverse = np.linalg.inv(total)
+                width = 1.5 * np.sqrt(np.diag(inverse @ (spread + total) @ inverse))
+                if np.all(np.abs(np.log(width / h)) < np.log(1.5)):
+                    break
+                steps = np.maximum(width, 1e-4)
+                continue
+            if scaled:
+                break
+            steps, scaled = 1.5 / np.sqrt(np.diag(total)), True
+        else:
+            steps = 2 * h  # rugged or flat at this scale: look wider
+    if found is None:
+        return {"w": 1.0, "w_raw": None, "h": h.tolist(), "evaluations": evaluations}
+    information, grad, h = found
+    centred = grad - grad.mean(axis=0)
+    spread = n_items / (n_items - 1) * centred.T @ centred
+    w = d / float(np.trace(np.linalg.solve(information, spread)))
+    return {"w": float(np.clip(w, 1e-3, 1.0)), "w_raw": w, "h": h.tolist(),
+            "evaluations": evaluations, "information": information, "spread": spread,
+            "transform": curvature_transform(information, spread),
+            "envelope_mode": np.clip(zc + np.linalg.solve(information, grad.sum(axis=0)),
+                                     0.0, 1.0)}
+
+
+def curvature_transform(information: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """C (d, d) with Cᵀ H C = H_adj, H_adj = H J⁻¹ H the inverse sandwich covariance
+    (Chandler and Bate 2007, the curvature adjustment): the adjusted log-likelihood
+    ℓ(ẑ + C (z − ẑ)) has the curvature the scatter between recordings implies, direction by
+    direction. Never sharper than H along any direction (the eigenvalues of
+    H^{-1/2} H_adj H^{-1/2} clipped to [1e-6, 1]); H, J in unit coordinates."""
+    values, vectors = np.linalg.eigh(information)
+    root = vectors @ np.diag(np.sqrt(values)) @ vectors.T
+    inverse_root = vectors @ np.diag(1 / np.sqrt(values)) @ vectors.T
+    adjusted = information @ np.linalg.pinv(spread) @ information
+    inner = inverse_root @ adjusted @ inverse_root
+    lam, basis = np.linalg.eigh((inner + inner.T) / 2)
+    lam = np.clip(lam, 1e-6, 1.0)
+    return inverse_root @ basis @ np.diag(np.sqrt(lam)) @ basis.T @ root
+
+
+def adjusted_log_likelihood(log_likelihood: Callable[[np.ndarray], np.ndarray], space,
+                            center: np.ndarray, transform: np.ndarray
+                            ) -> Callable[[np.ndarray], np.ndarray]:
+    """x ↦ log L(x̂ + C (x − x̂)) in the space's unit coordinates (natural values in and
+    out; ``center`` x̂ natural (d,), ``transform`` C from :func:`curvature_transform`)."""
+    move = adjusted_point(space, center, transform)
+
+    def adjusted(x: np.ndarray) -> np.ndarray:
+        return log_likelihood(move(x))
+
+    return adjusted
+
+
+def adjusted_point(space, center: np.ndarray, transform: np.ndarray
+                   ) -> Callable[[np.ndarray], np.ndarray]:
+    """x ↦ x̂ + C (x − x̂) in the space's unit coordinates, natural values (n, d) or (d,) in
+    and out: where the adjusted likelihood evaluates the engine."""
+    zc = space.to_unit(np.asarray(center, dtype=np.float64)[None])[0]
+    matrix = np.asarray(transform, dtype=np.float64)
+
+    def move(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        z = space.to_unit(np.atleast_2d(x))
+        out = space.from_unit(np.clip(zc + (z - zc) @ matrix.T, 0.0, 1.0))
+        return out if x.ndim == 2 else out[0]
+
+    return move
