@@ -122,3 +122,27 @@ def test_curvature_transform_gives_the_sandwich_curvature_and_never_sharpens():
                                rtol=1e-9)
     agreeing = curvature_transform(information, 0.1 * information)  # would sharpen: kept
     np.testing.assert_allclose(agreeing.T @ information @ agreeing, information, rtol=1e-9)
+
+
+def test_calibrate_sandwich_gives_intervals_around_the_truth(tmp_path):
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses(TRUTH, n_tosses=5, n_samples=40, noise_m=0.002, rng=7,
+                               substeps=5)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["lateral_friction", "restitution"]
+    summary = calibrate("cube", tmp_path / "data", names, tmp_path / "cal",
+                        method="sandwich", split="all", substeps=5, chains=1, plots=False)
+    covariance = np.array(summary["sandwich"]["covariance_unit"])
+    assert np.all(np.linalg.eigvalsh(covariance) > 0) and summary["warnings"] == []
+    for name in names:
+        assert summary["q05"][name] < summary["median"][name] < summary["q95"][name]
+        half = (summary["q95"][name] - summary["q05"][name]) / 2
+        assert 0 < half < 0.1  # the data inform
+        # the truth within 3.3 posterior standard deviations (99.9 %)
+        assert abs(summary["median"][name] - getattr(TRUTH, name)) < 2 * half, summary
+    assert summary["params"]["lateral_friction"] == summary["median"]["lateral_friction"]
+    with pytest.raises(ParameterError, match="noise scale estimated"):
+        calibrate("cube", tmp_path / "data", names, tmp_path / "cal2", method="sandwich",
+                  split="all", substeps=5, noise=0.002, plots=False)

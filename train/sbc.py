@@ -172,8 +172,8 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                     log_like = adjusted_log_likelihood(log_like, space, start,
                                                        adjustment["transform"])
         if args.sampler == "sandwich":
-            draws, summary = sandwich_posterior(likelihood, space, start, args.draws,
-                                                np.random.default_rng([args.seed, index, 1]))
+            draws, summary = sandwich_draws(likelihood, space, start, args.draws,
+                                            np.random.default_rng([args.seed, index, 1]))
             evaluations = summary.pop("evaluations")
             weights["sandwich"] = summary.pop("sandwich")
         elif args.sampler == "grid":
@@ -255,39 +255,27 @@ def grid_posterior(log_like, space, center: np.ndarray, points: int, count: int,
     return x, summary
 
 
-def sandwich_posterior(likelihood, space, center: np.ndarray, count: int,
-                       rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-    """Draws from N(ẑ, H⁻¹ (J + H) H⁻¹) in unit coordinates (reflected into [0, 1]): the
-    envelope of the rugged likelihood (each recording's ℓ_i a quadratic fitted over ±3
-    standard deviations of that covariance), its mode ẑ, its curvature H and the scatter of
-    the recordings' scores J (J + H: the scores at the envelope's mode, not at the pilot)."""
-    from residualsim.sysid.weighting import _local_quadratics
+def sandwich_draws(likelihood, space, center: np.ndarray, count: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """``count`` draws (natural values) from calibrate's sandwich posterior
+    (:func:`residualsim.sysid.weighting.sandwich_posterior`) and a Posterior-like summary;
+    the prior's (no information) when it found no envelope."""
+    from residualsim.sysid.weighting import sandwich_posterior
 
-    found = _local_quadratics(likelihood, space, center, sandwich=True)
+    found = sandwich_posterior(likelihood, space, center)
     d = space.ndim
-    if found.get("information") is None:
-        raise SystemExit("sandwich: no positive-definite curvature")
-    information, spread = found["information"], found["spread"]
-    inverse = np.linalg.inv(information)
-    covariance = inverse @ (spread + information) @ inverse
-    mode = found["envelope_mode"]
-    z = rng.multivariate_normal(mode, covariance, size=count)
-    z = np.abs(z) % 2.0
-    z = np.where(z > 1.0, 2.0 - z, z)
-    x = space.from_unit(z)
-    sd = np.sqrt(np.diag(covariance))
-    lows = space.from_unit(np.clip(mode - 1.645 * sd, 0, 1)[None])[0]
-    highs = space.from_unit(np.clip(mode + 1.645 * sd, 0, 1)[None])[0]
-    middle = space.from_unit(mode[None])[0]
-    summary = {"evaluations": found["evaluations"],
-               "median": dict(zip(space.names, middle.tolist())),
-               "q05": dict(zip(space.names, lows.tolist())),
-               "q95": dict(zip(space.names, highs.tolist())),
-               "rhat": {n: 1.0 for n in space.names},
-               "ess": {n: float(count) for n in space.names}, "acceptance": None,
-               "sandwich": {"h": found["h"], "w": found["w_raw"],
-                            "covariance": covariance.tolist()}}
-    return x, summary
+    if found["covariance"] is None:
+        z = rng.random((count, d))
+    else:
+        z = rng.multivariate_normal(found["mode_unit"], found["covariance"], size=count)
+        z = np.abs(z) % 2.0
+        z = np.where(z > 1.0, 2.0 - z, z)  # reflected into the prior's box
+    summary = {key: found[key] for key in ("median", "q05", "q95", "evaluations")}
+    summary.update(rhat={n: 1.0 for n in space.names}, acceptance=None,
+                   ess={n: float(count) for n in space.names},
+                   sandwich={"h": found["h"], "w": found["w"],
+                             "failed": found["covariance"] is None})
+    return space.from_unit(z), summary
 
 
 def _jsonable(value):
