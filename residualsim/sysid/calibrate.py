@@ -40,6 +40,7 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings, as_generator
 from residualsim.sysid.paramspace import ParamSpace
+from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.sim.scenes.body import BodyParams
 from residualsim.sim.scenes.params import ObjectParams, body_of
@@ -413,8 +414,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                          and noise is None)
             to_params, target = space.engine_params, log_like
             if effective:
-                result["weighting"], move = _effective_weights(likelihood, log_like, space,
-                                                               seed, 32 * chains, start)
+                result["weighting"], move = effective_weights(likelihood, log_like, space,
+                                                              seed, 32 * chains, start)
                 start = result["weighting"]["mode"]
                 fingerprint["weighting"] = "effective"
                 if move is not None:
@@ -459,28 +460,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             if kind != "trajectories" or noise is not None:
                 raise ParameterError("method 'sandwich' is for trajectories with the noise "
                                      "scale estimated (no --noise)")
-            from residualsim.sysid.weighting import pilot_reference, sandwich_posterior
-
             start = None if initial is None else [float(initial[n]) for n in space.names]
-            reference = pilot_reference(log_like, space, seed=seed,
-                                        sobol_points=32 * chains, start=start)
-            nu = likelihood.set_reference(space.engine_params(reference))
-            mode = pilot_reference(log_like, space, start=reference, evaluations=30,
-                                   simplex=0.01)
-            found = sandwich_posterior(likelihood, space, mode)
-            point = found["median"]
-            result.update({key: found[key] for key in ("median", "q05", "q95")})
-            result["sandwich"] = {
-                "mode_unit": np.asarray(found["mode_unit"]).tolist(),
-                "covariance_unit": None if found["covariance"] is None else
-                np.asarray(found["covariance"]).tolist(),
-                "magnitude_w": found["w"], "design_steps_unit": found["h"],
-                "reference": reference.tolist(), "nu_median": float(np.median(nu)),
-                "nu_min": float(nu.min()), "nu_max": float(nu.max())}
-            result["evaluations"] = int(found["evaluations"]) + 32 * chains + 71
-            result["warnings"] = [] if found["covariance"] is not None else [
-                "no positive-definite envelope of the likelihood around its mode: the "
-                "intervals are the prior's (the data do not pin these parameters here)"]
+            result.update(sandwich_calibration(likelihood, log_like, space, seed,
+                                               32 * chains, start))
+            point = result["median"]
         elif method == "lsq":
             if kind != "trajectories":
                 raise ParameterError("method 'lsq' fits trajectories, not impacts")
@@ -551,49 +534,6 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if export_urdf is not None:
         export_calibrated_urdf(scene, params, export_urdf)
     return summary
-
-
-def _effective_weights(likelihood, log_like, space: ParamSpace, seed: int,
-                       sobol_points: int, start: Sequence[float] | None
-                       ) -> tuple[dict[str, Any], Callable | None]:
-    """The effective weighting (see :func:`calibrate`'s ``weighting``): a pilot fit with
-    ν = 1, each recording's ν_i measured there and fixed, the mode of the ν-weighted
-    likelihood, and the curvature adjustment there
-    (:func:`~residualsim.sysid.weighting.magnitude_adjustment`). Returns the summary's
-    ``weighting`` entry (``mode``: natural values the chains start from) and the map x ↦
-    x̂ + C (x − x̂) where the adjusted likelihood evaluates the engine (None: no adjustment
-    possible, a warning)."""
-    from residualsim.sysid.weighting import (adjusted_point, magnitude_adjustment,
-                                             pilot_reference)
-
-    started = time.perf_counter()
-    counted = {"evaluations": 0}
-
-    def counting(x: np.ndarray) -> np.ndarray:
-        counted["evaluations"] += len(x)
-        return log_like(x)
-
-    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
-                                start=start)
-    nu = likelihood.set_reference(space.engine_params(reference))
-    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
-    adjustment = magnitude_adjustment(likelihood, space, mode)
-    move = None
-    if adjustment["w_raw"] is not None:
-        move = adjusted_point(space, mode, adjustment["transform"])
-    log.info("effective residuals per recording at the pilot fit %s: median %.1f (%.1f..%.1f); "
-             "curvature adjustment %s", dict(zip(space.names, np.round(reference, 4))),
-             np.median(nu), nu.min(), nu.max(),
-             "not possible" if move is None else f"w = {adjustment['w']:.3g}")
-    entry = {"mode": [float(v) for v in mode], "reference": [float(v) for v in reference],
-             "pilot_evaluations": counted["evaluations"] + adjustment["evaluations"],
-             "pilot_seconds": time.perf_counter() - started,
-             "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
-             "nu_max": float(nu.max()), "nu_total": float(nu.sum()),
-             "adjustment_w": adjustment["w_raw"],
-             "adjustment_transform": None if move is None else
-             np.asarray(adjustment["transform"]).tolist()}
-    return entry, move
 
 
 def export_calibrated_urdf(scene: str, params: EngineParams,

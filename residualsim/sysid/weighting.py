@@ -33,8 +33,11 @@ weight is the information the recording holds about θ, not its sample count.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +47,8 @@ from residualsim.sim.rotations import quat_relative_rotvec
 
 __all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
            "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
-           "adjusted_point", "sandwich_posterior"]
+           "adjusted_point", "sandwich_posterior", "effective_weights",
+           "sandwich_calibration"]
 
 
 def autocorrelation_time(series: np.ndarray) -> float:
@@ -324,3 +328,71 @@ def sandwich_posterior(likelihood, space, center: np.ndarray) -> dict:
             "h": found["h"], "evaluations": found["evaluations"],
             "mode": dict(zip(names, quantiles["median"].tolist())),
             **{key: dict(zip(names, value.tolist())) for key, value in quantiles.items()}}
+
+
+def effective_weights(likelihood, log_like, space, seed: int,
+                       sobol_points: int, start: Sequence[float] | None
+                       ) -> tuple[dict[str, Any], Callable | None]:
+    """The effective weighting of MH (:func:`~residualsim.sysid.calibrate.calibrate`'s
+    ``weighting``): a pilot fit with
+    ν = 1, each recording's ν_i measured there and fixed, the mode of the ν-weighted
+    likelihood, and the curvature adjustment there
+    (:func:`~residualsim.sysid.weighting.magnitude_adjustment`). Returns the summary's
+    ``weighting`` entry (``mode``: natural values the chains start from) and the map x ↦
+    x̂ + C (x − x̂) where the adjusted likelihood evaluates the engine (None: no adjustment
+    possible, a warning)."""
+    started = time.perf_counter()
+    counted = {"evaluations": 0}
+
+    def counting(x: np.ndarray) -> np.ndarray:
+        counted["evaluations"] += len(x)
+        return log_like(x)
+
+    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
+                                start=start)
+    nu = likelihood.set_reference(space.engine_params(reference))
+    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
+    adjustment = magnitude_adjustment(likelihood, space, mode)
+    move = None
+    if adjustment["w_raw"] is not None:
+        move = adjusted_point(space, mode, adjustment["transform"])
+    logging.getLogger(__name__).info("effective residuals per recording at the pilot fit %s: median %.1f (%.1f..%.1f); "
+             "curvature adjustment %s", dict(zip(space.names, np.round(reference, 4))),
+             np.median(nu), nu.min(), nu.max(),
+             "not possible" if move is None else f"w = {adjustment['w']:.3g}")
+    entry = {"mode": [float(v) for v in mode], "reference": [float(v) for v in reference],
+             "pilot_evaluations": counted["evaluations"] + adjustment["evaluations"],
+             "pilot_seconds": time.perf_counter() - started,
+             "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
+             "nu_max": float(nu.max()), "nu_total": float(nu.sum()),
+             "adjustment_w": adjustment["w_raw"],
+             "adjustment_transform": None if move is None else
+             np.asarray(adjustment["transform"]).tolist()}
+    return entry, move
+
+
+def sandwich_calibration(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
+                         seed: int, sobol_points: int, start) -> dict[str, Any]:
+    """``calibrate --method sandwich``: a pilot fit (ν = 1; ``start`` natural values or the
+    best of ``sobol_points`` Sobol points, refined by 40 Nelder-Mead evaluations), each
+    recording's ν_i measured there, the ν-weighted mode (30 evaluations) and
+    :func:`sandwich_posterior` there. Returns the summary's entries (``median``, ``q05``,
+    ``q95``, ``sandwich``, ``evaluations``, ``warnings``)."""
+    reference = pilot_reference(log_like, space, seed=seed, sobol_points=sobol_points,
+                                start=start)
+    nu = likelihood.set_reference(space.engine_params(reference))
+    mode = pilot_reference(log_like, space, start=reference, evaluations=30, simplex=0.01)
+    found = sandwich_posterior(likelihood, space, mode)
+    result: dict[str, Any] = {key: found[key] for key in ("median", "q05", "q95")}
+    result["sandwich"] = {
+        "mode_unit": np.asarray(found["mode_unit"]).tolist(),
+        "covariance_unit": None if found["covariance"] is None else
+        np.asarray(found["covariance"]).tolist(),
+        "magnitude_w": found["w"], "design_steps_unit": found["h"],
+        "reference": reference.tolist(), "nu_median": float(np.median(nu)),
+        "nu_min": float(nu.min()), "nu_max": float(nu.max())}
+    result["evaluations"] = int(found["evaluations"]) + sobol_points + 71
+    result["warnings"] = [] if found["covariance"] is not None else [
+        "no positive-definite envelope of the likelihood around its mode: the intervals "
+        "are the prior's (the data do not pin these parameters here)"]
+    return result
