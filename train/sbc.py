@@ -2,6 +2,12 @@
 
     python train/sbc.py --out runs/sbc-fit.jsonl [--datasets 50] [--initial-state fit]
     python train/sbc.py --out runs/sbc-fit.jsonl --report      # histograms and p-values only
+    python train/sbc.py --out runs/sbc-sand.jsonl --initial-state recorded --sampler sandwich
+
+The posterior is MH's (``--sampler mh``, with ``--weighting`` choosing the likelihood:
+``recording`` ν_i = 1, ``nu-only``, ``scalar`` or ``curvature``, see
+:mod:`residualsim.sysid.weighting`), ``calibrate --method sandwich``'s (``--sampler
+sandwich``) or the exact one of the likelihood on a grid (``--sampler grid``).
 
 Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
 algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,

@@ -29,6 +29,15 @@ from any θ the model can reach (chaotic contact from a noisy start, real-data m
 smooth, autocorrelated residuals, a small ν, and weighs little. n / τ is the variance
 inflation of a smooth (low-frequency) signal fitted through autocorrelated noise, so the
 weight is the information the recording holds about θ, not its sample count.
+
+ν_i alone made MH's posterior too narrow in simulation-based calibration (train/README.md
+§20): away from the true initial state the likelihood is rugged (contact timing against
+the substeps), and each recording's start error pulls its fit elsewhere. Two remedies
+use the scatter between recordings (Godambe information, :func:`magnitude_adjustment`):
+the curvature adjustment of MH's target (:func:`curvature_transform`, ``calibrate
+--weighting effective``; still too narrow) and the Gaussian sandwich posterior around the
+likelihood's envelope (:func:`sandwich_posterior`, ``calibrate --method sandwich``; it
+passed).
 """
 
 from __future__ import annotations
