@@ -143,6 +143,10 @@ def test_calibrate_sandwich_gives_intervals_around_the_truth(tmp_path):
         # the truth within 3.3 posterior standard deviations (99.9 %)
         assert abs(summary["median"][name] - getattr(TRUTH, name)) < 2 * half, summary
     assert summary["params"]["lateral_friction"] == summary["median"]["lateral_friction"]
+    from residualsim.experiments.report import _posterior_section
+
+    text, figures = _posterior_section(tmp_path / "cal", summary)
+    assert f"{summary['q95']['restitution']:.4g}" in text and figures == []
     with pytest.raises(ParameterError, match="noise scale estimated"):
         calibrate("cube", tmp_path / "data", names, tmp_path / "cal2", method="sandwich",
                   split="all", substeps=5, noise=0.002, plots=False)

@@ -130,8 +130,8 @@ def register(commands) -> None:
                                           "gradient", "homotopy"),
                      default="mh", help="mh, sandwich (trajectories, noise estimated: a "
                      "Gaussian posterior around the likelihood's envelope with the sandwich "
-                     "covariance, ~200 evaluations; the one whose 90 %% intervals passed "
-                     "simulation-based calibration, train/README.md section 20), "
+                     "covariance, ~200 evaluations; its ranks passed simulation-based "
+                     "calibration, MH's did not: train/README.md section 20), "
                      "nevergrad, lsq (least squares on trajectory "
                      "error, finite differences; fast for many parameters, --budget parameter "
                      "sets) or mpec (complementarity-constrained, no simulator; fits "
