@@ -244,7 +244,7 @@ def test_empty_or_missing_data_dir_exits_2(tmp_path, capsys):
 def test_a_point_estimate_never_returns_worse_than_its_start():
     """A loss whose minimum is the start: a tiny nevergrad budget finds nothing better, so
     the start comes back with a warning instead of a worse candidate."""
-    from residualsim.sysid.calibrate import point_estimate
+    from residualsim.sysid.optimize import point_estimate
     from residualsim.sysid.paramspace import ParamSpace
 
     space = ParamSpace(["lateral_friction", "restitution"])

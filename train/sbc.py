@@ -2,6 +2,12 @@
 
     python train/sbc.py --out runs/sbc-fit.jsonl [--datasets 50] [--initial-state fit]
     python train/sbc.py --out runs/sbc-fit.jsonl --report      # histograms and p-values only
+    python train/sbc.py --out runs/sbc-sand.jsonl --initial-state recorded --sampler sandwich
+
+The posterior is MH's (``--sampler mh``, with ``--weighting`` choosing the likelihood:
+``recording`` ν_i = 1, ``nu-only``, ``scalar`` or ``curvature``, see
+:mod:`residualsim.sysid.weighting`), ``calibrate --method sandwich``'s (``--sampler
+sandwich``) or the exact one of the likelihood on a grid (``--sampler grid``).
 
 Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
 algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,
@@ -22,7 +28,7 @@ a temporary file, so it never holds a half line); a rerun skips the data sets al
 (lines of another configuration are refused). Data sets ``--start`` .. ``--datasets``-1 are
 run (or up to ``--stop``), so shards can run side by side; ``--report --also SHARD...`` pools them (by index). Progress goes to stderr. The report pools the
 L+1 ranks into ``--bins`` bins and tests uniformity per parameter with Pearson's chi-square
-(``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §19.
+(``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §20.
 """
 
 from __future__ import annotations
@@ -57,6 +63,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fit_recorded=True)")
     parser.add_argument("--initial-draws", type=int, default=4,
                         help="K initial states per recording for --initial-state fit")
+    parser.add_argument("--weighting", choices=("curvature", "scalar", "nu-only",
+                                                 "recording"),
+                        default="curvature",
+                        help="curvature: each recording weighs as its effective number of "
+                             "independent residuals at a pilot fit, the likelihood's "
+                             "curvature adjusted to the scatter between recordings, chains "
+                             "start at its mode (calibrate's --weighting effective); scalar: "
+                             "one factor on every ν_i instead; nu-only: no adjustment; "
+                             "recording: one observation each (ν_i = 1, the old likelihood)")
+    parser.add_argument("--pilot-evaluations", type=int, default=40,
+                        help="Nelder-Mead evaluations of the pilot fit")
+    parser.add_argument("--sampler", choices=("mh", "grid", "sandwich"), default="mh",
+                        help="mh: calibrate's Metropolis-Hastings; grid: the exact posterior "
+                             "of the same likelihood on a --grid² grid around the pilot fit "
+                             "(tells the likelihood's calibration from the sampler's mixing)")
+    parser.add_argument("--grid", type=int, default=25, help="grid points per axis")
     parser.add_argument("--mh-samples", type=int, default=300, help="kept MH steps per chain")
     parser.add_argument("--burn-in", type=int, default=150, help="MH burn-in steps")
     parser.add_argument("--chains", type=int, default=2, help="MH chains")
@@ -80,7 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_of(args: argparse.Namespace) -> dict:
     """The settings a result line must share with the run (everything but the count)."""
     keys = ("tosses", "samples", "substeps", "noise_m", "noise_rad", "bounds", "initial_state",
-            "initial_draws", "mh_samples", "burn_in", "chains", "init_draws", "draws", "seed")
+            "initial_draws", "weighting", "pilot_evaluations", "mh_samples", "burn_in",
+            "chains", "init_draws", "draws", "seed", "sampler", "grid")
     return {k: getattr(args, k) for k in keys}
 
 
@@ -112,6 +135,8 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.mcmc import MetropolisHastings
     from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import (adjusted_log_likelihood, magnitude_adjustment,
+                                             pilot_reference)
 
     started = time.perf_counter()
     bounds = parse_bounds(args.bounds)
@@ -126,21 +151,145 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                                       n_workers=args.workers,
                                       initial_draws=args.initial_draws if fit else 0,
                                       seed=index, fit_recorded=fit)
+    weights = {"mode": args.weighting}
     with likelihood:
-        sampler = MetropolisHastings(
-            lambda x: likelihood([space.engine_params(row) for row in x]), space,
-            n_chains=args.chains, init_draws=args.init_draws, rng=np.random.default_rng([args.seed, index, 1]))
-        posterior = sampler.run(args.mh_samples, args.burn_in)
-    draws = thin(posterior.samples, args.draws)
-    summary = posterior.summary()
+        def log_like(x: np.ndarray) -> np.ndarray:
+            return likelihood([space.engine_params(row) for row in x])
+
+        start = None
+        if args.weighting != "recording":  # as calibrate: pilot fit, ν fixed, start there
+            start = pilot_reference(log_like, space, seed=index,
+                                    sobol_points=args.init_draws * args.chains,
+                                    evaluations=args.pilot_evaluations)
+            nu = likelihood.set_reference(space.engine_params(start))
+            weights.update(reference=start.tolist(), nu_median=float(np.median(nu)),
+                           nu_min=float(nu.min()), nu_max=float(nu.max()))
+            if args.weighting == "scalar":
+                adjustment = magnitude_adjustment(likelihood, space, start)
+                likelihood.scale_weights(adjustment["w"])
+                weights["adjustment"] = _jsonable(adjustment)
+            elif args.weighting == "curvature":  # the ν-weighted mode, then Chandler-Bate
+                start = pilot_reference(log_like, space, start=start, evaluations=30,
+                                        simplex=0.01)
+                adjustment = magnitude_adjustment(likelihood, space, start)
+                weights["adjustment"] = _jsonable(adjustment)
+                weights["mode"] = start.tolist()
+                if adjustment["w_raw"] is not None:
+                    log_like = adjusted_log_likelihood(log_like, space, start,
+                                                       adjustment["transform"])
+        if args.sampler == "sandwich":
+            draws, summary = sandwich_draws(likelihood, space, start, args.draws,
+                                            np.random.default_rng([args.seed, index, 1]))
+            evaluations = summary.pop("evaluations")
+            weights["sandwich"] = summary.pop("sandwich")
+        elif args.sampler == "grid":
+            if start is None:
+                start = pilot_reference(log_like, space, seed=index,
+                                        sobol_points=args.init_draws * args.chains,
+                                        evaluations=args.pilot_evaluations)
+            draws, summary = grid_posterior(log_like, space, start, args.grid, args.draws,
+                                            np.random.default_rng([args.seed, index, 1]))
+            evaluations = summary.pop("evaluations")
+        else:
+            sampler = MetropolisHastings(log_like, space, n_chains=args.chains,
+                                         init_draws=args.init_draws,
+                                         rng=np.random.default_rng([args.seed, index, 1]))
+            posterior = sampler.run(args.mh_samples, args.burn_in, initial=start)
+            draws = thin(posterior.samples, args.draws)
+            summary = posterior.summary()
+            evaluations = posterior.meta["evaluations"]
     return {
         "index": index, "config": config_of(args), "truth": truth,
         "rank": {n: int(np.sum(draws[:, i] < truth[n])) for i, n in enumerate(NAMES)},
         "median": summary["median"], "q05": summary["q05"], "q95": summary["q95"],
         "rhat": summary["rhat"], "ess": summary["ess"], "acceptance": summary["acceptance"],
-        "evaluations": posterior.meta["evaluations"], "rollouts": likelihood.n_rollouts,
+        "weighting": weights,
+        "evaluations": evaluations, "rollouts": likelihood.n_rollouts,
         "seconds": time.perf_counter() - started,
     }
+
+
+def grid_posterior(log_like, space, center: np.ndarray, points: int, count: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """``count`` draws (count, d) from the likelihood × uniform prior on a ``points``^d grid
+    around ``center`` (natural values), and a summary like a Posterior's. The box: ±8
+    conditional standard deviations from the log-likelihood's curvature at ``center``
+    (unit coordinates, clipped to [0, 1]), doubled (up to twice) while more than 0.1 % of
+    the mass lies in the outer cells."""
+    d = space.ndim
+    zc = space.to_unit(np.asarray(center, dtype=np.float64)[None])[0]
+    h = 0.002
+    stencil = [zc] + [zc + s * h * np.eye(d)[k] for k in range(d) for s in (-1, 1)]
+    stencil = np.clip(np.array(stencil), 0, 1)
+    values = np.asarray(log_like(space.from_unit(stencil)), dtype=np.float64)
+    evaluations = len(stencil)
+    half = []
+    for k in range(d):
+        curvature = (values[1 + 2 * k] - 2 * values[0] + values[2 + 2 * k]) / h**2
+        half.append(8.0 / np.sqrt(-curvature) if curvature < 0 else 0.1)
+    half = np.minimum(np.array(half), 0.5)
+    for _ in range(3):
+        axes = [np.linspace(max(0.0, zc[k] - half[k]), min(1.0, zc[k] + half[k]), points)
+                for k in range(d)]
+        mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+        logp = np.asarray(log_like(space.from_unit(mesh)), dtype=np.float64)
+        evaluations += len(mesh)
+        logp = np.where(np.isfinite(logp), logp, -np.inf)
+        weights = np.exp(logp - logp.max())
+        weights /= weights.sum()
+        grid = weights.reshape([points] * d)
+        edge = sum(float(np.take(grid, [0, -1], axis=k).sum()) for k in range(d))
+        at_bound = [(axes[k][0] <= 0.0, axes[k][-1] >= 1.0) for k in range(d)]
+        if edge < 1e-3 or all(all(b) for b in at_bound):
+            break
+        half = np.minimum(2 * half, 1.0)
+    steps = np.array([a[1] - a[0] for a in axes])
+    picks = rng.choice(len(mesh), size=count, p=weights)
+    z = np.clip(mesh[picks] + (rng.random((count, d)) - 0.5) * steps, 0, 1)
+    x = space.from_unit(z)
+    fine = space.from_unit(mesh)
+    summary = {"evaluations": evaluations, "median": {}, "q05": {}, "q95": {},
+               "rhat": {n: 1.0 for n in space.names}, "ess": {n: float(count) for n in
+                                                                space.names},
+               "acceptance": None, "edge_mass": edge}
+    for k, name in enumerate(space.names):
+        order = np.argsort(fine[:, k], kind="stable")
+        cdf = np.cumsum(weights[order])
+        for key, q in (("median", 0.5), ("q05", 0.05), ("q95", 0.95)):
+            summary[key][name] = float(fine[order[min(np.searchsorted(cdf, q),
+                                                       len(cdf) - 1)], k])
+    return x, summary
+
+
+def sandwich_draws(likelihood, space, center: np.ndarray, count: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """``count`` draws (natural values) from calibrate's sandwich posterior
+    (:func:`residualsim.sysid.weighting.sandwich_posterior`) and a Posterior-like summary;
+    the prior's (no information) when it found no envelope."""
+    from residualsim.sysid.weighting import sandwich_posterior
+
+    found = sandwich_posterior(likelihood, space, center)
+    d = space.ndim
+    if found["covariance"] is None:
+        z = rng.random((count, d))
+    else:
+        z = rng.multivariate_normal(found["mode_unit"], found["covariance"], size=count)
+        z = np.abs(z) % 2.0
+        z = np.where(z > 1.0, 2.0 - z, z)  # reflected into the prior's box
+    summary = {key: found[key] for key in ("median", "q05", "q95", "evaluations")}
+    summary.update(rhat={n: 1.0 for n in space.names}, acceptance=None,
+                   ess={n: float(count) for n in space.names},
+                   sandwich={"h": found["h"], "w": found["w"],
+                             "failed": found["covariance"] is None})
+    return space.from_unit(z), summary
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return float(value) if isinstance(value, np.floating) else value
 
 
 def read_results(path: Path, config: dict) -> list[dict]:

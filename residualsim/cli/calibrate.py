@@ -44,9 +44,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              "trajectories of a free body")
     if args.scene == "arm-loop":
         return _identify_loop(args)
-    if args.method not in ("mh", "nevergrad", "mpec", "lsq"):
+    if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
-                             f"{args.scene} with mh, nevergrad, lsq or mpec")
+                             f"{args.scene} with mh, sandwich, nevergrad, lsq or mpec")
     if args.export_urdf is not None:
         check_output(args.export_urdf, kind="file", command="calibrate", flag="--export-urdf",
                      force=args.resume)
@@ -80,7 +80,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial=initial, split_fractions=split["fractions"], split_lists=split["lists"],
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
-            recorded_start=args.recorded_start, start_points=args.start_points)
+            recorded_start=args.recorded_start, start_points=args.start_points,
+            weighting=args.weighting)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -126,9 +127,13 @@ def register(commands) -> None:
                      "none)")
     cal.add_argument("--out", required=True, help="output directory (summary.json, "
                      "posterior.npz, corner.png, trace.png)")
-    cal.add_argument("--method", choices=("mh", "nevergrad", "mpec", "lsq", "gradient",
-                                          "homotopy"),
-                     default="mh", help="mh, nevergrad, lsq (least squares on trajectory "
+    cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",
+                                          "gradient", "homotopy"),
+                     default="mh", help="mh, sandwich (trajectories, noise estimated: a "
+                     "Gaussian posterior around the likelihood's envelope with the sandwich "
+                     "covariance, ~200 evaluations; its ranks passed simulation-based "
+                     "calibration, MH's did not: train/README.md section 20), "
+                     "nevergrad, lsq (least squares on trajectory "
                      "error, finite differences; fast for many parameters, --budget parameter "
                      "sets) or mpec (complementarity-constrained, no simulator; fits "
                      "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
@@ -167,6 +172,15 @@ def register(commands) -> None:
                      "free flight and average over its uncertainty with --initial-draws "
                      "(fit; --initial-draws times the rollouts), or roll out from it as "
                      "recorded (default recorded)")
+    cal.add_argument("--weighting", choices=("effective", "recording"),
+                     help="MH on trajectories, noise estimated: each recording weighs as one "
+                     "observation (recording, the default: too wide a posterior on few "
+                     "short tosses) or as its effective number of independent residuals "
+                     "at a pilot fit, the curvature adjusted to the scatter between "
+                     "recordings, the chains starting at its mode (effective: 32 x --chains "
+                     "Sobol points + ~100 evaluations first; too narrow). Neither passed "
+                     "simulation-based calibration; --method sandwich did (train/README.md "
+                     "section 20)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25) (default: off)")

@@ -198,7 +198,7 @@ def _calibrated_mdn_positions(train, validation, heldout, params, substeps, conf
 
 def _calibrate_on(train, substeps, config) -> EngineParams:
     """The engine parameters nevergrad finds on the training tosses alone."""
-    from residualsim.sysid.calibrate import point_estimate
+    from residualsim.sysid.optimize import point_estimate
     from residualsim.sysid.likelihood import TrajectoryLikelihood
 
     space = _calibration_space(config)

@@ -202,6 +202,15 @@ def _posterior_section(calibration: Path, summary: Mapping[str, Any]) -> tuple[s
     from residualsim.sysid.posterior import Posterior
 
     path = calibration / "posterior.npz"
+    if summary.get("method") == "sandwich":  # intervals, no draws (train/README.md §20)
+        rows = "".join(
+            f"<tr><th>{html.escape(name)}</th><td>{value:.4g}</td><td>"
+            f"{summary.get('q05', {}).get(name, float('nan')):.4g} – "
+            f"{summary.get('q95', {}).get(name, float('nan')):.4g}</td></tr>"
+            for name, value in (summary.get("median") or {}).items())
+        return ("<p>Sandwich posterior (Gaussian around the likelihood's envelope):</p>"
+                "<table><tr><th></th><th>median</th><th>90 % interval</th></tr>"
+                f"{rows}</table>"), []
     if summary.get("method") != "mh" or not path.is_file():
         return (f"<p>{html.escape(str(calibration))}: a {html.escape(str(summary.get('method')))}"
                 " point estimate, no posterior to show.</p>"), []

@@ -1,7 +1,9 @@
 """System identification: engine parameters from recorded trajectories.
 
 * :mod:`~residualsim.sysid.paramspace`: which parameters, bounds, priors, transforms.
-* :mod:`~residualsim.sysid.likelihood`: trajectory and impact likelihoods over workers.
+* :mod:`~residualsim.sysid.likelihood`: trajectory and impact likelihoods over workers;
+  :mod:`~residualsim.sysid.weighting`: how much each trajectory weighs (effective
+  independent residuals ν_i, pilot fit).
 * :mod:`~residualsim.sysid.mcmc`, :mod:`~residualsim.sysid.posterior`: Metropolis-Hastings
   and its posterior (R-hat, ESS); :mod:`~residualsim.sysid.plots`: corner and trace plots.
 * :mod:`~residualsim.sysid.optimize`: nevergrad point estimates.
@@ -28,6 +30,8 @@ _EXPORTS = {
     'TrajectoryLikelihood': 'residualsim.sysid.likelihood',
     'ImpactLikelihood': 'residualsim.sysid.likelihood',
     'ERROR_FLOOR': 'residualsim.sysid.likelihood',
+    'effective_count': 'residualsim.sysid.weighting',
+    'pilot_reference': 'residualsim.sysid.weighting',
     'ReplayConfig': 'residualsim.sysid.loop_stiffness',
     'LoopReplay': 'residualsim.sysid.loop_stiffness',
     'RolloutPool': 'residualsim.sysid.loop_stiffness',

@@ -38,8 +38,10 @@ from residualsim.atomic import atomic_write_text, path_for_file, path_from_file,
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
-from residualsim.sysid.mcmc import MetropolisHastings, as_generator
+from residualsim.sysid.mcmc import MetropolisHastings
+from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace
+from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene
 from residualsim.sim.scenes.scene_file import same_scene
 from residualsim.sim.scenes.body import BodyParams
@@ -79,6 +81,14 @@ DEFAULT_INITIAL_DRAWS = 4
 #: ``"fit"`` (fitted to the free flight, the likelihood averaged over its uncertainty with
 #: the initial draws, velocities kept) or ``"recorded"`` (rolled out from as it is).
 DEFAULT_RECORDED_START = "recorded"
+#: How much each trajectory weighs in MH's likelihood with the noise estimated:
+#: ``"recording"`` (each recording one observation, ν_i = 1: too wide a posterior on few
+#: short tosses) or ``"effective"`` (ν_i effective independent residuals at a pilot fit,
+#: the curvature adjusted to the scatter between recordings,
+#: :mod:`residualsim.sysid.weighting`: too narrow, MH finds the rugged likelihood's
+#: spikes). Neither passed simulation-based calibration (train/README.md §20); the
+#: ``sandwich`` method did.
+DEFAULT_WEIGHTING = "recording"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -156,49 +166,6 @@ def convergence_warnings(summary: Mapping[str, Any]) -> list[str]:
                         f"{'large' if acceptance < low else 'small'}; change "
                         "--proposal-scale or keep adaptation on")
     return warnings
-
-
-# --- point estimate -------------------------------------------------------------------------------
-def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, *,
-                   budget: int = 200, optimizer: str = "CMA", batch_size: int = 4,
-                   rng: int | None = 0, checkpoint: str | os.PathLike[str] | None = None,
-                   resume: bool = False, checkpoint_every: int | None = None,
-                   fingerprint: Mapping[str, Any] | None = None,
-                   progress: bool = False, start: np.ndarray | None = None) -> dict[str, Any]:
-    """Minimise ``loss(x (n, d)) -> (n,)`` over the space with a pinned nevergrad optimiser,
-    from unit coordinates ``start`` (default the middle of the box).
-
-    Candidates are asked and told in batches of ``batch_size`` (reproducible for a seed and
-    evaluated together by the likelihood's workers). The history is checkpointed as JSON
-    after each batch; resuming replays it through a fresh optimiser with the same seed
-    (no pickles) and refuses a history that does not replay; ``checkpoint_every``
-    evaluations between writes (default every batch; see
-    :func:`residualsim.sysid.optimize.minimize`). The start is evaluated too; when no
-    candidate beats it, it is returned with a warning. Returns ``{"x": best values,
-    "loss": best loss, "start_loss", "evaluations", "failed", "history", "warnings"}``.
-    """
-    from residualsim.sysid.optimize import minimize
-
-    seed = rng if isinstance(rng, int) else int(as_generator(rng).integers(2**31))
-    fingerprint = {**dict(fingerprint or {}), "space": space.as_json()}
-    init = np.full(space.ndim, 0.5) if start is None else np.asarray(start, dtype=float)
-    result = minimize(lambda z: loss(space.from_unit(z)), init,
-                      budget=budget, lower=0.0, upper=1.0, optimizer=optimizer,
-                      batch_size=batch_size, seed=seed, checkpoint=checkpoint, resume=resume,
-                      checkpoint_every=checkpoint_every, fingerprint=fingerprint,
-                      progress=progress)
-    history = [{"z": z.tolist(), "x": space.from_unit(z).tolist(), "loss": float(value)}
-               for z, value in zip(result.candidates, result.losses)]
-    best, best_loss, warnings = result.best, result.best_loss, []
-    start_loss = float(loss(space.from_unit(init[None]))[0])  # the optimiser may not ask it
-    if not start_loss >= best_loss:
-        warnings.append(f"no candidate of {result.evaluations} beat the starting parameters "
-                        f"(loss {best_loss:.6g} against {start_loss:.6g}): the start is "
-                        "returned; raise --budget or use --method lsq")
-        best, best_loss = init, start_loss
-    return {"x": space.from_unit(best).tolist(), "loss": best_loss, "start_loss": start_loss,
-            "evaluations": result.evaluations, "failed": result.failed, "history": history,
-            "warnings": warnings}
 
 
 # --- the calibration job ------------------------------------------------------------------------------
@@ -302,7 +269,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
-              recorded_start: str | None = None, start_points: int = 32) -> dict[str, Any]:
+              recorded_start: str | None = None, start_points: int = 32,
+              weighting: str | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -332,10 +300,25 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
     of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §20).
+    ``method="sandwich"`` (trajectories, noise estimated): a pilot fit (ν = 1, the best of
+    32 × ``chains`` Sobol points refined by 40 Nelder-Mead evaluations), each recording's
+    ν_i measured there, the ν-weighted mode (30 evaluations), and the Gaussian posterior
+    of :func:`~residualsim.sysid.weighting.sandwich_posterior` around the likelihood's
+    envelope there (``median``, ``q05``, ``q95`` as MH's summary; the posterior that
+    passed simulation-based calibration, train/README.md §20).
+    ``weighting``: ``"effective"`` or ``"recording"`` (default :data:`DEFAULT_WEIGHTING`),
+    for MH on trajectories with the noise estimated: with ``"effective"`` a pilot fit
+    (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
+    Sobol points, or ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
+    recording's weight ν_i; the mode of that likelihood (30 more evaluations) is where the
+    chains start and where its curvature is adjusted to the scatter between recordings
+    (26 evaluations; MH samples x with the engine at x̂ + C (x − x̂), Chandler and Bate
+    2007; see :mod:`residualsim.sysid.weighting` and train/README.md §20).
     Returns the summary written to ``out/summary.json``.
     """
-    if method not in ("mh", "nevergrad", "lsq"):
-        raise ParameterError(f"method must be 'mh', 'nevergrad' or 'lsq', got {method!r}")
+    if method not in ("mh", "nevergrad", "lsq", "sandwich"):
+        raise ParameterError(f"method must be 'mh', 'sandwich', 'nevergrad' or 'lsq', got "
+                             f"{method!r}")
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
     recorded_start = recorded_start or DEFAULT_RECORDED_START
@@ -343,6 +326,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got "
                              f"{recorded_start!r}")
     fit_recorded = recorded_start == "fit"
+    weighting = weighting or DEFAULT_WEIGHTING
+    if weighting not in ("effective", "recording"):
+        raise ParameterError(f"weighting must be 'effective' or 'recording', got "
+                             f"{weighting!r}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     space = ParamSpace(names, bounds=bounds, priors=priors, scene=scene)
@@ -392,15 +379,29 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
         result: dict[str, Any] = {}
         if method == "mh":
-            screen = (likelihood.screen(space.engine_params)
-                      if isinstance(likelihood, StagedLikelihood) else None)
-            sampler = MetropolisHastings(log_like, space, n_chains=chains,
-                                         proposal_scale=proposal_scale, adapt=adapt, rng=seed,
-                                         screen=screen, init_draws=start_points)
-            every = 50 if checkpoint_every is None else checkpoint_every
             start = None if initial is None else [float(initial[n]) for n in space.names]
             if start is not None:
                 fingerprint["initial"] = start
+            effective = (weighting == "effective" and kind == "trajectories"
+                         and noise is None)
+            to_params, target = space.engine_params, log_like
+            if effective:
+                result["weighting"], move = effective_weights(likelihood, log_like, space,
+                                                              seed, start_points * chains, start)
+                start = result["weighting"]["mode"]
+                fingerprint["weighting"] = "effective"
+                if move is not None:
+                    def to_params(x: np.ndarray) -> EngineParams:
+                        return space.engine_params(move(x))
+
+                    def target(x: np.ndarray) -> np.ndarray:
+                        return likelihood([to_params(row) for row in x])
+            screen = (likelihood.screen(to_params)
+                      if isinstance(likelihood, StagedLikelihood) else None)
+            sampler = MetropolisHastings(target, space, n_chains=chains,
+                                         proposal_scale=proposal_scale, adapt=adapt, rng=seed,
+                                         screen=screen, init_draws=start_points)
+            every = 50 if checkpoint_every is None else checkpoint_every
             posterior = sampler.run(samples, burn_in, initial=start,
                                     checkpoint=out / "checkpoint.npz",
                                     checkpoint_every=every, resume=resume,
@@ -409,6 +410,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             posterior.save(out / "posterior.npz")
             result.update(posterior.summary())
             result["warnings"] = convergence_warnings(result)
+            if effective and result["weighting"]["adjustment_transform"] is None:
+                result["warnings"].append(
+                    "the likelihood's curvature could not be adjusted to the scatter between "
+                    "recordings (flat or rugged around the mode): the posterior may be too "
+                    "narrow (--weighting recording is wider)")
             for warning in result["warnings"]:
                 log.warning("%s: %s", out, warning)
             point = posterior.median()
@@ -422,6 +428,14 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
                 corner_plot(posterior, out / "corner.png")
                 trace_plot(posterior, out / "trace.png")
+        elif method == "sandwich":
+            if kind != "trajectories" or noise is not None:
+                raise ParameterError("method 'sandwich' is for trajectories with the noise "
+                                     "scale estimated (no --noise)")
+            start = None if initial is None else [float(initial[n]) for n in space.names]
+            result.update(sandwich_calibration(likelihood, log_like, space, seed,
+                                               start_points * chains, start))
+            point = result["median"]
         elif method == "lsq":
             if kind != "trajectories":
                 raise ParameterError("method 'lsq' fits trajectories, not impacts")
@@ -493,6 +507,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "delayed_acceptance": getattr(likelihood, "fraction", None),
         "rotation_weight": float(rotation_weight),
         "recorded_start": recorded_start if kind == "trajectories" else None,
+        "weighting": ({"method": "effective", **result.pop("weighting")}
+                      if "weighting" in result else {"method": "recording"}),
         "backend": current_backend().name,
         "validation": held_out,
         "validation_count": n_validation if split != "all" else 0,

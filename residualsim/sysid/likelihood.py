@@ -22,9 +22,14 @@ favour the rotation over the position (train/README.md §18). Estimated (the
 default), each recording i gets its own unknown scale σ_i, integrated out under the
 scale-free prior p(σ_i) ∝ 1/σ_i, which gives
 
-    log L(θ) = −½ Σ_i log e_i(θ)
+    log L(θ) = −½ Σ_i ν_i log e_i(θ)
 
-(both up to a constant). Why per recording: contact is chaotic, and from a noisy initial
+(both up to a constant), ν_i the number of effectively independent residuals recording i
+holds: 1 (each recording one observation) until :meth:`~_Likelihood.set_reference` measures
+it from the recording's residuals at a pilot fit (:mod:`residualsim.sysid.weighting`; fixed
+afterwards, so MH samples one fixed target). ``calibrate --method mh`` does that by
+default (``--weighting effective``): with ν_i = 1 simulation-based calibration found the
+posterior far too wide (train/README.md §20). Why per recording: contact is chaotic, and from a noisy initial
 state a few recordings end up centimetres off whatever θ is, while most fit to millimetres.
 A pooled σ lets those few dominate and, on synthetic tosses with 1 mm / 5 mrad noise, put
 the true parameters 25 log-units below the mode (a posterior narrower than the real
@@ -40,12 +45,12 @@ recording's likelihood is averaged over K initial states x_k drawn once from tha
 uncertainty (seeded; the same draws for every θ, so log L stays a deterministic function
 of θ and MH is exact for it):
 
-    L_i(θ) = (1/K) Σ_k e_ik(θ)^(−1/2)   (σ_i integrated out)   or
+    L_i(θ) = (1/K) Σ_k e_ik(θ)^(−ν_i/2)   (σ_i integrated out)   or
     L_i(θ) = (1/K) Σ_k exp(−e_ik(θ) / 2σ²)   (σ given),
 
 a Monte Carlo estimate of ∫ p(recording | θ, x0) p(x0) dx0. :meth:`errors` returns the
 *effective* error of each recording, the e with the same likelihood (the power mean of
-order −½ of the e_ik, or its σ-given counterpart), so everything downstream is unchanged.
+order −ν_i/2 of the e_ik, or its σ-given counterpart), so everything downstream is unchanged.
 Recordings whose velocities were recorded (no fitted state) are rolled out once. It costs
 K rollouts per such recording.
 """
@@ -174,6 +179,10 @@ class _Likelihood:
         self.n_workers = self._pool.n_workers
         #: Number of rollouts run so far (items × parameter sets).
         self.n_rollouts = 0
+        #: Weight ν_i of each recording (effective independent residuals; 1 until
+        #: :meth:`set_reference`), and the parameters it was measured at.
+        self.nu = np.ones(self.n_items)
+        self.reference: EngineParams | None = None
 
     def errors(self, batch: Sequence[EngineParams]) -> np.ndarray:
         """Per-item errors e_i, shape (len(batch), n_items), in the items' order (effective
@@ -188,8 +197,8 @@ class _Likelihood:
         if n_rollouts == self.n_items:
             return raw
         starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]])
-        return np.stack([self._effective_error(raw[:, a:a + k])
-                         for a, k in zip(starts, self.group_sizes)], axis=1)
+        return np.stack([self._effective_error(raw[:, a:a + k], nu)
+                         for a, k, nu in zip(starts, self.group_sizes, self.nu)], axis=1)
 
     def residuals(self, batch: Sequence[EngineParams]) -> np.ndarray:
         """Per-sample residuals of every rollout (trajectories only), shape (len(batch), m):
@@ -205,15 +214,45 @@ class _Likelihood:
         return np.concatenate([np.asarray(rows, dtype=np.float64) for rows in per_item],
                               axis=1)
 
-    def _effective_error(self, draws: np.ndarray) -> np.ndarray:
+    def set_reference(self, params: EngineParams) -> np.ndarray:
+        """Fix each recording's weight ν_i (:mod:`residualsim.sysid.weighting`) from its
+        residuals under ``params`` (a pilot fit), the mean over its initial-state draws;
+        returns ν (n_items,). Only with the noise scale estimated (the default); see also
+        :meth:`scale_weights`."""
+        from residualsim.sysid.weighting import effective_count, signed_residuals
+
+        if self._function is not trajectory_errors:
+            raise ParameterError("effective residual weights are for trajectories")
+        if self.noise is not None:
+            raise ParameterError("effective residual weights need the noise scale estimated "
+                                 "(no --noise)")
+        rows = [r[0] for r in self._pool.map(signed_residuals, [params])]
+        self.n_rollouts += int(self.group_sizes.sum())
+        counts = np.array([effective_count(r) for r in rows])
+        starts = np.concatenate([[0], np.cumsum(self.group_sizes)[:-1]])
+        self.nu = np.array([counts[a:a + k].mean() for a, k in zip(starts, self.group_sizes)])
+        self.reference = params
+        return self.nu
+
+    def scale_weights(self, factor: float) -> None:
+        """Multiply every ν_i by ``factor`` > 0 (the magnitude adjustment of
+        :func:`~residualsim.sysid.weighting.magnitude_adjustment`)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ParameterError(f"weight factor must be a number > 0, got {factor}")
+        self.nu = self.nu * float(factor)
+
+    def _effective_error(self, draws: np.ndarray, nu: float = 1.0) -> np.ndarray:
         """The one error (len(batch),) with the likelihood of the mean over ``draws``
-        (len(batch), K) of each draw's likelihood (see the module doc)."""
+        (len(batch), K) of each draw's likelihood (see the module doc); ``nu``: the
+        recording's weight ν_i."""
         if draws.shape[1] == 1:
             return draws[:, 0]
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            if self.noise is None:
-                mean = np.mean(np.maximum(draws, ERROR_FLOOR) ** -0.5, axis=1)
-                return mean ** -2.0
+            if self.noise is None:  # power mean of order -ν/2, in logs (ν may be large)
+                logs = -0.5 * nu * np.log(np.maximum(draws, ERROR_FLOOR))
+                top = np.max(logs, axis=1, keepdims=True)
+                log_mean = top[:, 0] + np.log(np.mean(np.exp(logs - top), axis=1))
+                return np.exp(-2.0 / nu * log_mean)
             two_var = 2.0 * self.noise ** 2
             low = np.min(draws, axis=1, keepdims=True)
             mean = np.mean(np.exp(-(draws - low) / two_var), axis=1)
@@ -227,7 +266,8 @@ class _Likelihood:
             value = -total / (2.0 * self.noise**2)
         else:
             with np.errstate(invalid="ignore", over="ignore"):
-                value = -0.5 * np.sum(np.log(np.maximum(errors, ERROR_FLOOR)), axis=-1)
+                value = -0.5 * np.sum(self.nu * np.log(np.maximum(errors, ERROR_FLOOR)),
+                                      axis=-1)
         return np.where(np.isfinite(total), value, -np.inf)
 
     def __call__(self, batch: Sequence[EngineParams]) -> np.ndarray:
@@ -381,8 +421,9 @@ class StagedLikelihood:
 
     The recordings are split (seeded) into a screen of ``fraction`` of them and the rest,
     each on its own workers. log L = log L_screen + log L_rest (the per-recording terms of
-    the module doc add up), and the first stage is log L_screen × n / n_screen, the screen's
-    estimate of the whole set's log-likelihood; :meth:`screen` gives the
+    the module doc add up), and the first stage is log L_screen × Σν / Σν_screen (n /
+    n_screen with ν = 1), the screen's estimate of the whole set's log-likelihood;
+    :meth:`screen` gives the
     :class:`~residualsim.sysid.mcmc.Screen` over natural parameter values. Otherwise it
     answers like one :class:`TrajectoryLikelihood` over all recordings (``errors`` in the
     order screen, rest).
@@ -415,6 +456,20 @@ class StagedLikelihood:
         batch = list(batch)
         return self.first(batch) + self.rest(batch)
 
+    def set_reference(self, params: EngineParams) -> np.ndarray:
+        """ν of every recording (both stages; see :meth:`TrajectoryLikelihood.set_reference`),
+        in the order screen, rest."""
+        return np.concatenate([self.first.set_reference(params),
+                               self.rest.set_reference(params)])
+
+    def scale_weights(self, factor: float) -> None:
+        self.first.scale_weights(factor)
+        self.rest.scale_weights(factor)
+
+    @property
+    def nu(self) -> np.ndarray:
+        return np.concatenate([self.first.nu, self.rest.nu])
+
     def errors(self, batch: Sequence[EngineParams]) -> np.ndarray:
         batch = list(batch)
         return np.concatenate([self.first.errors(batch), self.rest.errors(batch)], axis=1)
@@ -427,7 +482,7 @@ class StagedLikelihood:
         EngineParams."""
         from residualsim.sysid.mcmc import Screen
 
-        weight = self.n_items / self.first.n_items
+        weight = float(np.sum(self.nu) / np.sum(self.first.nu))  # the screen's share
 
         def first(x: np.ndarray):
             values = self.first([to_params(row) for row in x])

@@ -29,9 +29,10 @@ import numpy as np
 
 from residualsim.atomic import atomic_open
 from residualsim.errors import DataError, ParameterError
-from residualsim.sysid.mcmc import check_fingerprint
+from residualsim.sysid.mcmc import as_generator, check_fingerprint
+from residualsim.sysid.paramspace import ParamSpace
 
-__all__ = ["minimize", "OptimizationResult", "FAILED_LOSS"]
+__all__ = ["minimize", "point_estimate", "OptimizationResult", "FAILED_LOSS"]
 
 log = logging.getLogger(__name__)
 
@@ -210,3 +211,43 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
     finally:
         bar.close()
     return result
+
+
+def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, *,
+                   budget: int = 200, optimizer: str = "CMA", batch_size: int = 4,
+                   rng: int | None = 0, checkpoint: str | os.PathLike[str] | None = None,
+                   resume: bool = False, checkpoint_every: int | None = None,
+                   fingerprint: Mapping[str, Any] | None = None,
+                   progress: bool = False, start: np.ndarray | None = None) -> dict[str, Any]:
+    """Minimise ``loss(x (n, d)) -> (n,)`` over the space with a pinned nevergrad optimiser,
+    from unit coordinates ``start`` (default the middle of the box).
+
+    Candidates are asked and told in batches of ``batch_size`` (reproducible for a seed and
+    evaluated together by the likelihood's workers). The history is checkpointed as JSON
+    after each batch; resuming replays it through a fresh optimiser with the same seed
+    (no pickles) and refuses a history that does not replay; ``checkpoint_every``
+    evaluations between writes (default every batch; see
+    :func:`residualsim.sysid.optimize.minimize`). The start is evaluated too; when no
+    candidate beats it, it is returned with a warning. Returns ``{"x": best values,
+    "loss": best loss, "start_loss", "evaluations", "failed", "history", "warnings"}``.
+    """
+    seed = rng if isinstance(rng, int) else int(as_generator(rng).integers(2**31))
+    fingerprint = {**dict(fingerprint or {}), "space": space.as_json()}
+    init = np.full(space.ndim, 0.5) if start is None else np.asarray(start, dtype=float)
+    result = minimize(lambda z: loss(space.from_unit(z)), init,
+                      budget=budget, lower=0.0, upper=1.0, optimizer=optimizer,
+                      batch_size=batch_size, seed=seed, checkpoint=checkpoint, resume=resume,
+                      checkpoint_every=checkpoint_every, fingerprint=fingerprint,
+                      progress=progress)
+    history = [{"z": z.tolist(), "x": space.from_unit(z).tolist(), "loss": float(value)}
+               for z, value in zip(result.candidates, result.losses)]
+    best, best_loss, warnings = result.best, result.best_loss, []
+    start_loss = float(loss(space.from_unit(init[None]))[0])  # the optimiser may not ask it
+    if not start_loss >= best_loss:
+        warnings.append(f"no candidate of {result.evaluations} beat the starting parameters "
+                        f"(loss {best_loss:.6g} against {start_loss:.6g}): the start is "
+                        "returned; raise --budget or use --method lsq")
+        best, best_loss = init, start_loss
+    return {"x": space.from_unit(best).tolist(), "loss": best_loss, "start_loss": start_loss,
+            "evaluations": result.evaluations, "failed": result.failed, "history": history,
+            "warnings": warnings}

@@ -1,0 +1,152 @@
+"""Effective residual counts ν_i (residualsim.sysid.weighting) and the likelihood they weigh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from residualsim.errors import ParameterError
+from residualsim.sim.scenes import EngineParams
+from residualsim.sim.synthesize import synthesize_tosses
+from residualsim.sysid.likelihood import TrajectoryLikelihood
+from residualsim.sysid.weighting import autocorrelation_time, effective_count
+
+TRUTH = EngineParams(lateral_friction=0.3, restitution=0.4)
+
+
+def _ar1(phi: float, n: int, columns: int, rng: np.random.Generator) -> np.ndarray:
+    out = np.zeros((n, columns))
+    noise = rng.standard_normal((n, columns))
+    out[0] = noise[0] / np.sqrt(1 - phi**2)
+    for t in range(1, n):
+        out[t] = phi * out[t - 1] + noise[t]
+    return out
+
+
+def test_white_residuals_count_nearly_all_and_ar1_as_its_autocorrelation_time():
+    rng = np.random.default_rng(0)
+    white = [effective_count(rng.standard_normal((100, 3))) for _ in range(50)]
+    assert 0.75 * 300 < np.mean(white) <= 300
+    # AR(1) with φ = 0.9: τ = (1 + φ) / (1 - φ) = 19
+    taus = [autocorrelation_time(_ar1(0.9, 2000, 1, rng)) for _ in range(10)]
+    assert 13 < np.mean(taus) < 25
+    correlated = [effective_count(_ar1(0.9, 100, 3, rng)) for _ in range(20)]
+    assert np.mean(correlated) < 0.15 * np.mean(white)
+
+
+def test_an_offset_counts_as_correlated_error_and_silent_components_do_not_count():
+    rng = np.random.default_rng(1)
+    noise = rng.standard_normal((60, 3))
+    assert effective_count(noise + 1.0) < 10  # a shift as large as the noise: a few
+    assert autocorrelation_time(np.ones(40)) == pytest.approx(40, rel=0.05)
+    half_silent = np.hstack([noise, np.zeros((60, 3))])
+    assert effective_count(half_silent) == pytest.approx(effective_count(noise), rel=1e-9)
+    assert effective_count(np.zeros((5, 2))) == 10 and autocorrelation_time(np.zeros(5)) == 1
+    assert effective_count(np.full((5, 2), np.nan)) == 1
+
+
+@pytest.fixture(scope="module")
+def tosses():
+    return synthesize_tosses(TRUTH, n_tosses=4, n_samples=40, noise_m=0.002, rng=5, substeps=5)
+
+
+def test_reference_weights_sharpen_the_likelihood_and_more_data_sharpens_more(tosses):
+    wrong = EngineParams(lateral_friction=0.36, restitution=0.46)
+    few = dict(list(tosses.items())[:2])
+    drops = {}
+    for label, data in (("few", few), ("all", tosses)):
+        with TrajectoryLikelihood("cube", data, substeps=5) as likelihood:
+            flat = likelihood([TRUTH, wrong])
+            nu = likelihood.set_reference(TRUTH)
+            sharp = likelihood([TRUTH, wrong])
+            assert nu.shape == (len(data),) and np.all(nu > 3)
+            assert np.all(nu <= 39 * 6) and likelihood.reference == TRUTH
+            # ν_i multiplies each recording's −½ log e_i
+            errors = likelihood.errors([TRUTH])[0]
+            assert sharp[0] == pytest.approx(-0.5 * np.sum(nu * np.log(errors)))
+            assert sharp[0] - sharp[1] > 5 * (flat[0] - flat[1]) > 0
+            drops[label] = sharp[0] - sharp[1]
+    assert drops["all"] > 1.5 * drops["few"]
+
+
+def test_reference_weights_need_the_noise_estimated(tosses):
+    with TrajectoryLikelihood("cube", tosses, substeps=5, noise_m=0.002) as likelihood:
+        with pytest.raises(ParameterError, match="noise scale estimated"):
+            likelihood.set_reference(TRUTH)
+
+
+def test_a_fitted_first_pose_leaves_fewer_correlated_residuals_than_the_recorded_one(tosses):
+    # the recorded first pose is 2 mm off: every later sample shares that offset
+    with TrajectoryLikelihood("cube", tosses, substeps=5) as recorded, \
+            TrajectoryLikelihood("cube", tosses, substeps=5, fit_recorded=True) as fitted:
+        assert np.mean(fitted.set_reference(TRUTH)) > 2 * np.mean(recorded.set_reference(TRUTH))
+
+
+class _Quadratic:
+    """Stand-in likelihood: recording i's log-likelihood −½ a |θ − θ_i|² (unit coordinates
+    of the space), served as errors e_i = exp(−2 ℓ_i / ν_i)."""
+
+    def __init__(self, space, modes: np.ndarray, curvature: float) -> None:
+        self.space, self.modes, self.a = space, modes, curvature
+        self.n_items = len(modes)
+        self.nu = np.full(self.n_items, 50.0)
+
+    def errors(self, batch) -> np.ndarray:
+        z = self.space.to_unit(np.array([[p.lateral_friction, p.restitution] for p in batch]))
+        ell = -0.5 * self.a * np.sum((z[:, None, :] - self.modes[None]) ** 2, axis=-1)
+        return np.exp(-2.0 * ell / self.nu)
+
+
+@pytest.mark.parametrize("spread, expected", [(1.0, 1.0), (3.0, 1 / 9)])
+def test_magnitude_adjustment_matches_the_scatter_between_recordings(spread, expected):
+    from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import magnitude_adjustment
+
+    space = ParamSpace(["lateral_friction", "restitution"],
+                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
+    curvature = 1e4  # each recording alone: standard deviation 0.01 in unit coordinates
+    modes = 0.5 + spread * 0.01 * np.random.default_rng(2).standard_normal((400, 2))
+    found = magnitude_adjustment(_Quadratic(space, modes, curvature), space,
+                                 space.from_unit(np.array([[0.5, 0.5]]))[0])
+    assert found["w"] == pytest.approx(expected, rel=0.25), found
+    assert found["w_raw"] is not None and found["evaluations"] == 2 * 13
+
+
+def test_curvature_transform_gives_the_sandwich_curvature_and_never_sharpens():
+    from residualsim.sysid.weighting import curvature_transform
+
+    information = np.array([[4.0, 1.0], [1.0, 2.0]])
+    spread = 3.0 * information  # recordings scatter three times as their curvature says
+    transform = curvature_transform(information, spread)
+    np.testing.assert_allclose(transform.T @ information @ transform, information / 3.0,
+                               rtol=1e-9)
+    agreeing = curvature_transform(information, 0.1 * information)  # would sharpen: kept
+    np.testing.assert_allclose(agreeing.T @ information @ agreeing, information, rtol=1e-9)
+
+
+def test_calibrate_sandwich_gives_intervals_around_the_truth(tmp_path):
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses(TRUTH, n_tosses=5, n_samples=40, noise_m=0.002, rng=7,
+                               substeps=5)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["lateral_friction", "restitution"]
+    summary = calibrate("cube", tmp_path / "data", names, tmp_path / "cal",
+                        method="sandwich", split="all", substeps=5, chains=1, plots=False)
+    covariance = np.array(summary["sandwich"]["covariance_unit"])
+    assert np.all(np.linalg.eigvalsh(covariance) > 0) and summary["warnings"] == []
+    for name in names:
+        assert summary["q05"][name] < summary["median"][name] < summary["q95"][name]
+        half = (summary["q95"][name] - summary["q05"][name]) / 2
+        assert 0 < half < 0.1  # the data inform
+        # the truth within 3.3 posterior standard deviations (99.9 %)
+        assert abs(summary["median"][name] - getattr(TRUTH, name)) < 2 * half, summary
+    assert summary["params"]["lateral_friction"] == summary["median"]["lateral_friction"]
+    from residualsim.experiments.report import _posterior_section
+
+    text, figures = _posterior_section(tmp_path / "cal", summary)
+    assert f"{summary['q95']['restitution']:.4g}" in text and figures == []
+    with pytest.raises(ParameterError, match="noise scale estimated"):
+        calibrate("cube", tmp_path / "data", names, tmp_path / "cal2", method="sandwich",
+                  split="all", substeps=5, noise=0.002, plots=False)
