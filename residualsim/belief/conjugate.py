@@ -246,11 +246,23 @@ def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, eve
     if feasibility == "truncate":
         return ((alpha >= 1.0).mean(axis=1), means,
                 np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity))))
+    exact = np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity)))
+    if (alpha >= 1.0).all():
+        return np.ones(len(means)), means, exact
+    # The draws' own moments as a control variate: mean m_j + avg((α − 1) p) and
+    # covariance S_j + cov(α p) − cov(p), so the finite set of draws adds no bias where the
+    # guard rarely acts (and none at all where it never does).
     scaled = alpha[..., None] * impulses
-    mean = scaled.mean(axis=1)
-    spread = scaled - mean[:, None, :]
-    covariance = np.einsum("jmk,jml->jkl", spread, spread) / len(draws)
+    mean = means + (scaled - impulses).mean(axis=1)
+    values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
+    covariance = np.einsum("jkl,jl,jml->jkm", vectors, np.clip(values, 0.0, None), vectors)
     return np.ones(len(means)), mean, covariance
+
+
+def _scatter(samples: np.ndarray) -> np.ndarray:
+    """Sample covariances (J, k, k) of samples (J, m, k)."""
+    spread = samples - samples.mean(axis=1, keepdims=True)
+    return np.einsum("jmk,jml->jkl", spread, spread) / samples.shape[1]
 
 
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
@@ -259,7 +271,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    energy_tolerance_j: float = 1e-9, max_components: int = MAX_COMPONENTS,
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
-                   kernel_bandwidth: float | None = None) -> BeliefStep:
+                   kernel_bandwidth: float | None = None, draws: int | None = None,
+                   refit_samples: int | None = None) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K, ``sigma_kappa`` κ, ``sigma_rotations``, ``kernel_bandwidth`` h
@@ -276,7 +289,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     policy = model.sampling_policy()
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
-              zip(belief.means, belief.covariances)]
+              zip(belief.means, belief.covariances)] if draws is None else \
+        stratified_draws(belief, int(draws), rng)
     points = np.vstack([p for p, _ in groups])
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
@@ -308,7 +322,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     jumps = np.zeros((len(accepted), tangent.size, policy.n_outputs))
     jumps[:, rows, :] = np.array([event[1] for event in events])
     mix, means, std = _residual_mixtures(policy, events, residual, deterministic_residual)
-    draws = rng.standard_normal((int(feasibility_draws), policy.n_outputs))
+    half = rng.standard_normal(((int(feasibility_draws) + 1) // 2, policy.n_outputs))
+    draws = np.vstack([half, -half])  # antithetic: the draws' mean is exactly zero
     guarded = [_guarded_impulses(means[n], std[n], draws, event, feasibility)
                for n, event in enumerate(events)]
     feasible = np.array([g[0] for g in guarded])
@@ -335,6 +350,12 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
+    if refit_samples is not None:
+        sample = _sample_kernels(parts, int(refit_samples), rng)
+        refit = GaussianMixtureBelief.fit(tangent.from_tangent(sample), planar,
+                                          max_components=int(max_components),
+                                          rng=int(rng.integers(2 ** 31)))
+        return BeliefStep(belief=refit, **common)
     weights, mixture_means, covariances = runnalls_reduce(
         np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
         np.array([p[2] for p in parts]), int(max_components))
@@ -368,3 +389,44 @@ def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool
         return np.ones((n, 1)), policy.mean(features)[:, None, :], np.zeros((n, 1, k))
     weights, means, scales = policy.components(features)
     return weights, means, policy.spread * scales
+
+
+def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Generator
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n`` draws from ``belief`` (tangent coordinates), per component: (points (n_k, d),
+    weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
+    (one uniform offset), the points within a component are a scrambled Sobol sequence
+    mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo)."""
+    from scipy.stats import norm, qmc
+
+    if n < 1:
+        raise ParameterError(f"draws must be >= 1, got {n!r}")
+    edges = np.floor(np.cumsum(belief.weights) * n + rng.uniform())
+    counts = np.diff(np.r_[0.0, np.clip(edges, 0, n)]).astype(int)
+    counts[-1] += n - counts.sum()
+    d = belief.means.shape[1]
+    groups = []
+    for mu, cov, count in zip(belief.means, belief.covariances, counts):
+        if count <= 0:
+            groups.append((np.empty((0, d)), np.empty(0)))
+            continue
+        values, vectors = np.linalg.eigh(0.5 * (cov + cov.T))
+        root = vectors * np.sqrt(np.clip(values, 0.0, None))
+        unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
+        z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
+        groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
+    return groups
+
+
+def _sample_kernels(parts: list, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws (n, d) from the mixture of kernels [(mass, mean, covariance)] (positive
+    semi-definite covariances: symmetric square roots)."""
+    masses = np.array([p[0] for p in parts])
+    counts = rng.multinomial(n, masses / masses.sum())
+    out = []
+    for (_, mean, cov), count in zip(parts, counts):
+        if count:
+            values, vectors = np.linalg.eigh(cov)
+            root = vectors * np.sqrt(np.clip(values, 0.0, None))
+            out.append(mean + rng.standard_normal((count, len(mean))) @ root.T)
+    return np.vstack(out)[rng.permutation(n)]
