@@ -120,8 +120,10 @@ def test_velocity_coordinates_of_each_scene_kind():
 
 # --- feasibility of the residual impulse ------------------------------------------------------
 def _event(velocity, inverse_inertia, budget_j, floor_mps):
-    return (None, None, np.asarray(velocity, float), np.asarray(inverse_inertia, float),
-            budget_j, floor_mps)
+    """An event whose one touching point is the contact itself (normal row 0)."""
+    velocity, inverse_inertia = np.asarray(velocity, float), np.asarray(inverse_inertia, float)
+    return (None, None, velocity, inverse_inertia, budget_j,
+            (velocity[:1], inverse_inertia[:1], np.array([floor_mps], float)))
 
 
 def test_truncation_keeps_the_share_that_gains_no_energy():

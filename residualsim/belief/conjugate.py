@@ -56,16 +56,22 @@ import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, slot_particles)
-from residualsim.belief.reduction import merge_components, runnalls_reduce
+from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth", "velocity_coordinates",
-           "MAX_COMPONENTS", "FEASIBILITY_DRAWS"]
+           "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS",
+           "EM_ITERATIONS", "stratified_draws"]
 
 #: Default bound on the number of mixture components after each conjugate step.
 MAX_COMPONENTS = 4
 #: Default number of common impulse draws per sigma point for the feasibility fractions.
 FEASIBILITY_DRAWS = 64
+#: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
+#: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
+DRAWS = 150
+#: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
+EM_ITERATIONS = 100
 
 
 def sigma_points(mean: np.ndarray, covariance: np.ndarray, kappa: float = 0.0,
@@ -192,7 +198,8 @@ class _SigmaRequest:
 def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
     """One sigma point to the end of its next event without residual: (status, post state,
     steps, event) with event = (features, M⁻¹Jᵀ (nv, k), contact velocity after the step
-    J q̇ (k,) m/s, J M⁻¹ Jᵀ (k, k), energy budget J, normal-velocity floor m/s) or None."""
+    J q̇ (k,) m/s, J M⁻¹ Jᵀ (k, k), energy budget J, (normal velocity (n,) m/s, its change
+    per unit impulse (n, k), floor (n,) m/s) of the n touching points) or None."""
     from residualsim.sim.rollout import residual_rollout
 
     run = residual_rollout(engine, state, request.max_steps, request.probe, None,
@@ -209,10 +216,32 @@ def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
         return "energy", run.states[-1], steps, None
     model = run.contact_models[-1]
     jump = np.linalg.solve(model.mass_matrix, model.jacobian.T)
-    velocity = model.jacobian @ scene.generalized_velocity_of(run.states[-1])
-    floor = min(0.0, velocity[0]) - request.guard.penetration_tolerance_m / engine.dt_s
-    return "ok", run.states[-1], steps, (run.features[-1], jump, velocity,
-                                         model.jacobian @ jump, float(budget), floor)
+    qdot = scene.generalized_velocity_of(run.states[-1])
+    rows = _touching_normal_rows(engine, request.guard)
+    normal = rows @ qdot  # every touching point's normal velocity now, m/s
+    floors = np.minimum(0.0, normal) - request.guard.penetration_tolerance_m / engine.dt_s
+    return "ok", run.states[-1], steps, (run.features[-1], jump, model.jacobian @ qdot,
+                                         model.jacobian @ jump, float(budget),
+                                         (normal, rows @ jump, floors))
+
+
+def _touching_normal_rows(engine, guard) -> np.ndarray:
+    """(n, nv): the normal rows n_pᵀ J_p of the points the contact guard checks after an
+    event step (the engine at the post-step state): the touching points, or at an impact
+    hidden inside the step the nearest corner(s), as the rollout's corrector takes them."""
+    from residualsim.sim.bullet import pb
+    from residualsim.sim.contact import is_touching
+
+    scene, cid = engine.scene, engine.client
+    points = [p for p in pb.getContactPoints(scene.body, scene.static_body, scene.link, -1,
+                                             physicsClientId=cid) if is_touching(p)]
+    if not points:
+        near = pb.getClosestPoints(scene.body, scene.static_body, guard.new_point_distance_m,
+                                   scene.link, -1, physicsClientId=cid)
+        closest = min((p[8] for p in near), default=0.0)
+        points = [p for p in near if p[8] <= closest + 1e-3]
+    rows = [np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]), p[3]) for p in points]
+    return np.array(rows).reshape(len(rows), -1)
 
 
 def _sigma_tasks(engine, slot: int, request: _SigmaRequest) -> list:
@@ -233,15 +262,17 @@ def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, eve
     those of the Gaussian itself."""
     from residualsim.sim.contact import largest_steps
 
-    _, _, velocity, inverse_inertia, budget, floor = event
+    _, _, velocity, inverse_inertia, budget, (normal, gain, floors) = event
     impulses = means[:, None, :] + std[:, None, :] * draws[None]  # (J, m, k)
     change = impulses @ inverse_inertia.T  # contact-velocity change J M⁻¹ Jᵀ p
     a = 0.5 * np.einsum("jmk,jmk->jm", impulses, change)
     b = impulses @ velocity
-    normal = change[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cap = np.where(velocity[0] + normal < floor,
-                       np.clip((floor - velocity[0]) / normal, 0.0, 1.0), 1.0)
+    cap = np.ones(a.shape)
+    for now, row, floor in zip(normal, gain, floors):  # each touching point's normal
+        push = impulses @ row
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap = np.where(now + push < floor,
+                           np.minimum(cap, np.clip((floor - now) / push, 0.0, 1.0)), cap)
     alpha = largest_steps(a, b, -budget, cap)
     if feasibility == "truncate":
         return ((alpha >= 1.0).mean(axis=1), means,
@@ -271,8 +302,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    energy_tolerance_j: float = 1e-9, max_components: int = MAX_COMPONENTS,
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
-                   kernel_bandwidth: float | None = None, draws: int | None = None,
-                   refit_samples: int | None = None) -> BeliefStep:
+                   kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
+                   em_iterations: int = EM_ITERATIONS) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K, ``sigma_kappa`` κ, ``sigma_rotations``, ``kernel_bandwidth`` h
@@ -334,8 +365,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         mine = owner[accepted] == k
         if not mine.any():
             continue
-        h = silverman_bandwidth(int(mine.sum()), tangent.size) if kernel_bandwidth is None \
-            else float(kernel_bandwidth)
+        h = float(kernel_bandwidth) if kernel_bandwidth is not None else 0.0 \
+            if draws is not None else silverman_bandwidth(int(mine.sum()), tangent.size)
         for part_mass, mean, cov in component_kernels(
                 point_weights[accepted][mine], y[mine], jumps[mine], mix[mine],
                 means[mine], covariances[mine], feasible[mine], h):
@@ -350,16 +381,14 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
-    if refit_samples is not None:
-        sample = _sample_kernels(parts, int(refit_samples), rng)
-        refit = GaussianMixtureBelief.fit(tangent.from_tangent(sample), planar,
-                                          max_components=int(max_components),
-                                          rng=int(rng.integers(2 ** 31)))
-        return BeliefStep(belief=refit, **common)
-    weights, mixture_means, covariances = runnalls_reduce(
-        np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
-        np.array([p[2] for p in parts]), int(max_components))
+    kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
+               np.array([p[2] for p in parts]))
+    weights, mixture_means, covariances = runnalls_reduce(*kernels, int(max_components))
     covariances = _positive_definite(weights, mixture_means, covariances)
+    if em_iterations:
+        weights, mixture_means, covariances = em_refine(
+            *kernels, (weights, mixture_means, covariances), int(em_iterations),
+            floor=_variance_floor(*kernels))
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
@@ -370,10 +399,16 @@ def _positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.n
     coordinate (plus 1e-12), as the particle step's fit regularises in standardised
     coordinates. A kernel can be flat in some direction (the sigma points' scatter has rank
     at most 2d; the residual moves velocities only), and a belief must be sampled."""
-    _, _, total = merge_components(weights, means, covariances)
-    floor = 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
+    floor = _variance_floor(weights, means, covariances)
     covariances = 0.5 * (covariances + np.transpose(covariances, (0, 2, 1)))
     return covariances + np.diag(floor)[None]
+
+
+def _variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+                    ) -> np.ndarray:
+    """1e-6 of the mixture's variance per coordinate, plus 1e-12 (tangent units²)."""
+    _, _, total = merge_components(weights, means, covariances)
+    return 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
 
 
 def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool
@@ -416,17 +451,3 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
         z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
-
-
-def _sample_kernels(parts: list, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` draws (n, d) from the mixture of kernels [(mass, mean, covariance)] (positive
-    semi-definite covariances: symmetric square roots)."""
-    masses = np.array([p[0] for p in parts])
-    counts = rng.multinomial(n, masses / masses.sum())
-    out = []
-    for (_, mean, cov), count in zip(parts, counts):
-        if count:
-            values, vectors = np.linalg.eigh(cov)
-            root = vectors * np.sqrt(np.clip(values, 0.0, None))
-            out.append(mean + rng.standard_normal((count, len(mean))) @ root.T)
-    return np.vstack(out)[rng.permutation(n)]
