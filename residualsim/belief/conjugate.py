@@ -432,6 +432,8 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
     weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
     (one uniform offset), the points within a component are a scrambled Sobol sequence
     mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo)."""
+    import warnings
+
     from scipy.stats import norm, qmc
 
     if n < 1:
@@ -447,7 +449,9 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
             continue
         values, vectors = np.linalg.eigh(0.5 * (cov + cov.T))
         root = vectors * np.sqrt(np.clip(values, 0.0, None))
-        unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
+        with warnings.catch_warnings():  # balance needs 2^m points; any count is unbiased
+            warnings.simplefilter("ignore", UserWarning)
+            unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
         z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
