@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from residualsim.belief.conjugate import (_guarded_impulses, component_kernels, sigma_points,
-                                          silverman_bandwidth, velocity_coordinates)
+from residualsim.belief.conjugate import (DRAWS, _guarded_impulses, component_kernels,
+                                          sigma_points, silverman_bandwidth, stratified_draws,
+                                          velocity_coordinates)
 from residualsim.belief.distance import belief_distance, energy_distance
 from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
-from residualsim.belief.reduction import merge_components, runnalls_reduce
+from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
 from residualsim.residual.policy import ResidualModel
@@ -120,8 +121,10 @@ def test_velocity_coordinates_of_each_scene_kind():
 
 # --- feasibility of the residual impulse ------------------------------------------------------
 def _event(velocity, inverse_inertia, budget_j, floor_mps):
-    return (None, None, np.asarray(velocity, float), np.asarray(inverse_inertia, float),
-            budget_j, floor_mps)
+    """An event whose one touching point is the contact itself (normal row 0)."""
+    velocity, inverse_inertia = np.asarray(velocity, float), np.asarray(inverse_inertia, float)
+    return (None, None, velocity, inverse_inertia, budget_j,
+            (velocity[:1], inverse_inertia[:1], np.array([floor_mps], float)))
 
 
 def test_truncation_keeps_the_share_that_gains_no_energy():
@@ -153,11 +156,91 @@ def test_clamping_scales_impulses_within_the_energy_budget_and_keeps_mass():
 
 
 def test_clamping_respects_the_normal_velocity_floor():
-    draws = np.random.default_rng(2).standard_normal((2000, 3))
+    half = np.random.default_rng(2).standard_normal((1000, 3))
+    draws = np.vstack([half, -half])  # antithetic, as the step draws them
     event = _event([0.0, 0.0, 0.0], np.eye(3), 10.0, -0.05)  # energy no limit here
     _, means, cov = _guarded_impulses(np.array([[-0.2, 0.0, 0.0]]), np.full((1, 3), 0.05),
                                       draws, event, "clamp")
     assert means[0, 0] == pytest.approx(-0.05, abs=1e-3)  # pushed down at most to the floor
+
+
+def test_where_the_guard_never_acts_the_gaussian_is_kept_exactly():
+    """64 draws shared by every point: their sample moments would shift every point's
+    impulse alike; unclamped, the residual's own Gaussian is returned."""
+    draws = np.random.default_rng(3).standard_normal((64, 3))
+    event = _event([0.0, 0.0, -1.0], np.eye(3), 1e6, -1e6)  # no limit binds
+    means, std = np.array([[0.1, -0.2, 0.3], [0.0, 0.1, 0.0]]), np.full((2, 3), 0.05)
+    kept, mean, cov = _guarded_impulses(means, std, np.vstack([draws, -draws]), event, "clamp")
+    np.testing.assert_array_equal(kept, 1.0)
+    np.testing.assert_array_equal(mean, means)
+    np.testing.assert_allclose(cov, 0.0025 * np.eye(3)[None].repeat(2, 0), atol=1e-15)
+
+
+def test_clamping_with_few_draws_matches_many():
+    """The control variate: 128 antithetic draws give the clamped moments that 200 000 give
+    (within a tenth of the impulse's std), a covariance that is positive semi-definite."""
+    event = _event([0.0, 1.0, 0.0], np.eye(3) * 2.0, 0.0, -np.inf)
+    args = np.array([[0.0, -0.05, 0.0]]), np.full((1, 3), 0.1)
+    half = np.random.default_rng(4).standard_normal((64, 3))
+    _, few_mean, few_cov = _guarded_impulses(*args, np.vstack([half, -half]), event, "clamp")
+    many = np.random.default_rng(5).standard_normal((200000, 3))
+    _, mean, cov = _guarded_impulses(*args, many, event, "clamp")
+    np.testing.assert_allclose(few_mean, mean, atol=0.01)  # impulse std 0.1 N s
+    np.testing.assert_allclose(few_cov, cov, atol=0.002)  # variance 0.01
+    assert np.linalg.eigvalsh(few_cov[0]).min() >= 0
+
+
+def test_every_touching_point_keeps_its_normal_velocity_floor():
+    """Two touching points: the event's own is far from its floor, the second's normal
+    velocity falls with +t1 impulses and binds."""
+    draws = np.random.default_rng(6).standard_normal((4000, 3))
+    velocity, inverse = np.zeros(3), np.eye(3)
+    normal = np.array([0.0, 0.0])
+    gain = np.array([[1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+    event = (None, None, velocity, inverse, 10.0, (normal, gain, np.array([-1.0, -0.02])))
+    _, means, _ = _guarded_impulses(np.array([[0.0, 0.2, 0.0]]), np.full((1, 3), 0.01),
+                                    draws, event, "clamp")
+    assert means[0, 1] == pytest.approx(0.02, abs=1e-3)  # capped at the second floor
+
+
+# --- draws from a belief ------------------------------------------------------------------------
+def test_stratified_draws_follow_the_weights_and_moments():
+    mixture = GaussianMixtureBelief(np.array([0.7, 0.3]), np.array([[0.0] * 12, [1.0] * 12]),
+                                    np.stack([np.eye(12) * 0.01, _spd(12, 5)]),
+                                    StateTangent(False))
+    groups = stratified_draws(mixture, 100, np.random.default_rng(0))
+    assert [len(p) for p, _ in groups] == [70, 30]
+    for (points, weights), mean, cov in zip(
+            stratified_draws(mixture, 4096, np.random.default_rng(1)), mixture.means,
+            mixture.covariances):
+        assert weights.sum() == pytest.approx(1.0)
+        std = np.sqrt(np.diag(cov))
+        assert (np.abs(points.mean(axis=0) - mean) < 0.03 * std).all()
+        np.testing.assert_allclose(np.cov(points.T), cov, atol=0.1 * std.max() ** 2)
+    again = stratified_draws(mixture, 100, np.random.default_rng(0))
+    for (a, _), (b, _) in zip(groups, again):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ParameterError):
+        stratified_draws(mixture, 0, np.random.default_rng(0))
+
+
+# --- EM on the kernels ---------------------------------------------------------------------------
+def test_em_refine_finds_the_clusters_a_poor_start_misses():
+    """Kernels in two clusters (3:1), start with both components mixed across them: EM ends
+    with each component the moment match of one cluster; the mixture's mean is kept."""
+    rng = np.random.default_rng(7)
+    centres = np.vstack([rng.normal(0.0, 0.1, (30, 2)), rng.normal(3.0, 0.1, (10, 2))])
+    covs = np.repeat((0.01 * np.eye(2))[None], 40, 0)
+    weights = np.full(40, 1 / 40)
+    start = (np.array([0.5, 0.5]), np.array([[1.0, 0.5], [2.0, 2.5]]),
+             np.repeat(np.eye(2)[None], 2, 0))
+    w, m, c = em_refine(weights, centres, covs, start)
+    np.testing.assert_allclose(w, [0.75, 0.25], atol=1e-6)
+    for k, part in enumerate((slice(0, 30), slice(30, 40))):
+        _, mean, cov = merge_components(weights[part], centres[part], covs[part])
+        np.testing.assert_allclose(m[k], mean, atol=1e-6)
+        np.testing.assert_allclose(c[k], cov, atol=1e-6)
+    np.testing.assert_allclose(w @ m, weights @ centres, atol=1e-12)
 
 
 # --- Runnalls' reduction ----------------------------------------------------------------------
@@ -243,12 +326,11 @@ def conjugate(model, initial) -> list:
 @pytest.mark.slow
 def test_first_contact_agrees_with_a_large_particle_filter(model, initial, conjugate):
     """Against 400 particles: every tangent coordinate's mean within half the particle
-    filter's standard deviation, spreads within a factor 1.5, with 24 rollouts instead of
-    400."""
+    filter's standard deviation, spreads within a factor 1.5, with 150 rollouts."""
     particles = propagate_belief(model, initial, n_events=1, n_particles=400, seed=1,
                                  n_workers=2)[0]
     step = conjugate[0]
-    assert step.n_drawn == 24 and step.method == "conjugate"
+    assert step.n_drawn == DRAWS and step.method == "conjugate"
     rng = np.random.default_rng(0)
     reference = particles.belief.tangent
     ours = reference.to_tangent(step.belief.sample(4000, rng))
@@ -266,23 +348,30 @@ def test_conjugate_steps_are_post_event_beliefs(conjugate):
         assert (step.particles[:, 2] < 0.1).all() and (step.elapsed_s > 0).all()
         assert 0.0 <= step.rejected_fraction <= 1.0
         assert step.summary()["method"] == "conjugate"
-    assert conjugate[0].n_drawn == 24  # 2d sigma points of the one initial component
-    assert conjugate[1].n_drawn == 24 * conjugate[0].belief.n_components
+    assert conjugate[0].n_drawn == conjugate[1].n_drawn == DRAWS
+
+
+def test_sigma_points_remain_an_option(model, initial):
+    steps = propagate_belief(model, initial, n_events=2, seed=0, n_workers=1,
+                             method="conjugate", draws=None)
+    assert steps[0].n_drawn == 24  # 2d sigma points of the one initial component
+    assert steps[1].n_drawn == 24 * steps[0].belief.n_components
 
 
 def test_sinking_mass_is_removed_and_no_event_mass_left_out(model, initial):
-    """Zero penetration tolerance (the soft contact always sinks a little): every sigma
-    point of the landing component (weight 0.7) is removed; a second component thrown up
-    from 0.5 m meets no event within 0.3 s and is left out, not counted as removed."""
+    """Zero penetration tolerance (the soft contact always sinks a little): every draw
+    from the landing component (weight 0.7: 70 of 100) is removed; a second component thrown
+    up from 0.5 m meets no event within 0.3 s and is left out, not counted as removed."""
     thrown = toss_state([0.0, 0.0, 0.5], [1, 0, 0, 0], [0.0, 0.0, 2.0], [0.0, 0.0, 0.0])
     mixture = GaussianMixtureBelief(
         np.array([0.7, 0.3]), np.vstack([initial.means[0],
                                          initial.tangent.to_tangent(thrown[None])[0]]),
         np.repeat(initial.covariances, 2, 0), initial.tangent)
     step = propagate_belief(model, mixture, n_events=1, seed=0, n_workers=1,
-                            method="conjugate", horizon_s=0.3, penetration_tolerance_m=0.0)[0]
-    assert step.n_drawn == 48
-    assert step.n_rejected_penetration == 24 and step.n_no_event == 24
+                            method="conjugate", horizon_s=0.3, penetration_tolerance_m=0.0,
+                            draws=100)[0]
+    assert step.n_drawn == 100
+    assert step.n_rejected_penetration == 70 and step.n_no_event == 30
     assert step.rejected_fraction == 1.0 and step.belief is None
     assert len(step.particles) == 0
 
@@ -293,8 +382,8 @@ def test_truncation_removes_impulse_mass_that_clamping_keeps(model, initial):
              for rule in ("clamp", "truncate")}
     clamp, truncate = steps["clamp"], steps["truncate"]
     assert clamp.n_rejected_penetration == truncate.n_rejected_penetration
-    sigma_removed = clamp.n_rejected_penetration / 24  # equal sigma weights
-    assert clamp.rejected_fraction == pytest.approx(sigma_removed)
+    removed = clamp.n_rejected_penetration / DRAWS  # one component: equal weights
+    assert clamp.rejected_fraction == pytest.approx(removed)
     assert truncate.rejected_fraction > clamp.rejected_fraction
     assert truncate.belief is not None
 
@@ -311,8 +400,9 @@ def test_same_seed_same_conjugate_belief_for_one_and_two_workers(model, initial,
 
 def test_engine_alone_and_bad_options(model, initial):
     a, b = (propagate_belief(model, initial, n_events=1, seed=seed, n_workers=1,
-                             method="conjugate", residual=False)[0] for seed in (0, 1))
-    assert a.belief is not None  # no residual: nothing random, the seed changes nothing
+                             method="conjugate", residual=False, draws=None)[0]
+            for seed in (0, 1))
+    assert a.belief is not None  # sigma points, no residual: the seed changes nothing
     np.testing.assert_array_equal(a.belief.means, b.belief.means)
     np.testing.assert_array_equal(a.belief.covariances, b.belief.covariances)
     with pytest.raises(ParameterError):
@@ -322,6 +412,8 @@ def test_engine_alone_and_bad_options(model, initial):
     with pytest.raises(ParameterError):
         propagate_belief(model, initial, n_events=1, method="conjugate",
                          feasibility="ignore")
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="conjugate", draws=0)
 
 
 def test_bench_methods_option_names_the_known_steps():

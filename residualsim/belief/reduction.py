@@ -101,3 +101,56 @@ def runnalls_reduce(weights: np.ndarray, means: np.ndarray, covariances: np.ndar
             cost[low, high] = values
     order = np.flatnonzero(alive)[np.argsort(-w[alive], kind="stable")]
     return w[order], mu[order], cov[order]
+
+
+def em_refine(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray,
+              start: tuple[np.ndarray, np.ndarray, np.ndarray], iterations: int = 100,
+              floor: np.ndarray | float = 0.0, tolerance: float = 1e-8
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fit a K-component mixture to a larger mixture (the kernels: ``weights`` (n,),
+    ``means`` (n, d), ``covariances`` (n, d, d)) by expectation-maximisation on the kernels
+    themselves, from ``start`` = (weights (K,), means (K, d), covariances (K, d, d)), e.g.
+    Runnalls' reduction.
+
+    Each kernel acts as a weighted data point that carries its own covariance: the E-step
+    gives kernel i's responsibility r_ik ∝ w_k N(μ_i | m_k, C_k) exp(−½ tr(C_k⁻¹ P_i)) (its
+    expected log-likelihood under component k), the M-step w_k = Σ π_i r_ik, m_k the
+    weighted mean of the μ_i and C_k = Σ π_i r_ik (P_i + (μ_i − m_k)(μ_i − m_k)ᵀ) / w_k
+    (+ ``floor`` on the diagonal, (d,) or scalar): EM on infinitely many draws from the
+    kernels, without drawing them. Stops when the expected log-likelihood gains less than
+    ``tolerance``; returns (weights, means, covariances), heaviest first."""
+    pi = np.asarray(weights, float) / np.sum(weights)
+    mu, cov = np.asarray(means, float), np.asarray(covariances, float)
+    w, m, c = (np.array(x, dtype=float, copy=True) for x in start)
+    d = mu.shape[1]
+    ridge = np.diag(np.broadcast_to(np.asarray(floor, float), (d,)))
+    previous = -np.inf
+    for _ in range(int(iterations)):
+        log_r = np.empty((len(pi), len(w)))
+        for k in range(len(w)):
+            chol = np.linalg.cholesky(c[k])
+            gap = np.linalg.solve(chol, (mu - m[k]).T)  # (d, n)
+            inverse = np.linalg.inv(c[k])
+            log_r[:, k] = (np.log(max(w[k], 1e-300)) - np.log(np.diag(chol)).sum()
+                           - 0.5 * (gap ** 2).sum(axis=0)
+                           - 0.5 * np.einsum("ij,nji->n", inverse, cov)
+                           - 0.5 * d * np.log(2 * np.pi))
+        top = log_r.max(axis=1, keepdims=True)
+        norm = top[:, 0] + np.log(np.exp(log_r - top).sum(axis=1))
+        score = float(pi @ norm)
+        r = np.exp(log_r - norm[:, None]) * pi[:, None]  # (n, K), sums to 1 overall
+        w = r.sum(axis=0)
+        keep = w > 1e-12
+        r, w = r[:, keep], w[keep]
+        m = (r.T @ mu) / w[:, None]
+        c = np.empty((len(w), d, d))
+        for k in range(len(w)):
+            gap = mu - m[k]
+            c[k] = (np.einsum("n,nij->ij", r[:, k], cov)
+                    + np.einsum("n,ni,nj->ij", r[:, k], gap, gap)) / w[k] + ridge
+            c[k] = 0.5 * (c[k] + c[k].T)
+        if score - previous < tolerance:
+            break
+        previous = score
+    order = np.argsort(-w, kind="stable")
+    return w[order] / w.sum(), m[order], c[order]

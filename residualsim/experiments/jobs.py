@@ -341,7 +341,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     sampled positions and quaternions, the particles and mixture of each event) and, with
     ``plot``, the belief picture (PNG). ``belief_method``: the belief step
     (:func:`~residualsim.belief.propagation.propagate_belief`'s ``method``; with "conjugate"
-    the event particles are its sigma points' outcomes). Returns the command's figures.
+    the event particles are its draws' outcomes). Returns the command's figures.
     """
     from residualsim.atomic import atomic_open
     from residualsim.belief.plot import belief_plot

@@ -1,0 +1,95 @@
+"""Where a belief step loses accuracy: belief-step variants against a cached particle
+reference on validation cube tosses (issue 38, train/README §10).
+
+    python train/belief_accuracy.py --tosses 4 --reference-particles 3000 \\
+        --variants '[{"name": "sigma", "draws": null}, {"name": "d150"}]' [--seeds 0,1,2]
+
+Per toss (initial belief as ``bench beliefs``: a Gaussian of ``default_initial_std`` about
+the first recorded sample; 3 contacts; 1 worker): the reference (particle step,
+``--reference-particles``, seed 1) and the 1000-particle filter (seed 0) are computed once
+and cached in ``--cache`` (pickled beliefs; delete it when the code changes); each variant
+(``method`` "conjugate" by default, other keys go to ``propagate_belief``) runs once per
+seed. Prints per variant the energy distance to the reference summed over the contacts
+(``belief_distance``, 2000 draws each) averaged over the tosses, each toss's per-contact
+distances, engine rollouts and wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
+    parser.add_argument("--model", default="data/pretrained/cube-contactnets-5substep")
+    parser.add_argument("--tosses", type=int, default=4)
+    parser.add_argument("--reference-particles", type=int, default=3000)
+    parser.add_argument("--variants", default='[{"name": "conjugate"}]', help="JSON list")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--cache", default="runs/belief-accuracy-cache")
+    args = parser.parse_args(argv)
+
+    from residualsim.belief.distance import belief_distance
+    from residualsim.belief.propagation import GaussianMixtureBelief
+    from residualsim.belief.simulator import StochasticSimulator, default_initial_std
+    from residualsim.experiments.jobs import model_and_tosses
+    from residualsim.sim.scenes import make_scene
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
+    scene = make_scene(model.scene)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    report: dict = {}
+    with StochasticSimulator(model, 1) as simulator:
+        for toss_id, toss in tosses.items():
+            belief = GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0),
+                                                    default_initial_std(model), planar=False)
+
+            def run(method, seed, n_particles=1000, **options):
+                start = time.perf_counter()
+                steps = simulator.beliefs(belief, n_events=3, n_particles=n_particles,
+                                          seed=seed, method=method, **options)
+                return ([s.belief for s in steps], sum(s.n_drawn for s in steps),
+                        time.perf_counter() - start)
+
+            def cached(name, make):
+                path = cache / f"{name}.pkl"
+                if not path.exists():
+                    path.write_bytes(pickle.dumps(make()))
+                return pickle.loads(path.read_bytes())
+
+            reference = cached(f"reference_{toss_id}_{args.reference_particles}",
+                               lambda: run("particles", 1, args.reference_particles))[0]
+            rows = {"particles-1000": cached(f"particles1000_{toss_id}",
+                                             lambda: run("particles", 0))}
+            for variant in json.loads(args.variants):
+                options = dict(variant)
+                name, method = options.pop("name"), options.pop("method", "conjugate")
+                for seed in seeds:
+                    rows[f"{name}/seed{seed}"] = run(method, seed, **options)
+            for name, (beliefs, rollouts, wall) in rows.items():
+                distances = [belief_distance(ours, ref, 2000, seed=k) if ours is not None
+                             else float("nan") for k, (ours, ref) in
+                             enumerate(zip(beliefs, reference))]
+                report.setdefault(name, []).append(
+                    {"toss": toss_id, "distance": float(np.sum(distances)),
+                     "per_contact": distances, "rollouts": rollouts, "wall_s": wall})
+    for name, runs in report.items():
+        print(f"{name:>24}: {np.mean([r['distance'] for r in runs]):.3f}  " + " ".join(
+            f"[{r['distance']:.2f}: {', '.join(f'{d:.2f}' for d in r['per_contact'])}; "
+            f"{r['rollouts']} rollouts, {r['wall_s']:.1f} s]" for r in runs))
+    print(json.dumps({"command": "belief_accuracy", "distance": {
+        name: float(np.mean([r["distance"] for r in runs])) for name, runs in report.items()}}))
+    return report
+
+
+if __name__ == "__main__":
+    main()
