@@ -153,10 +153,11 @@ def make_mcube():
     return write_mcube_dir
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray with 2 CPUs for the tests of the ``ray`` backend, started once per session
-    (~5 s) and shut down at its end; skips when Ray is not installed."""
+    """A local Ray with 2 CPUs for the tests of the ``ray`` backend, started once per module
+    (~5 s) and shut down at its end (its daemons would otherwise poll, beside the rest of the
+    suite, until the session ends); skips when Ray is not installed."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, namespace="residualsim",

@@ -5,7 +5,7 @@ with 2 actors — must give bit-identical simulations and the same trained weigh
 that dies (``os._exit`` in the work, or SIGKILL from outside during training) is replaced and
 its shard re-run without changing the result; an exception in the work is not retried.
 
-The Ray tests share one local Ray (the session fixture ``local_ray``, 2 CPUs) and skip only
+The Ray tests share one local Ray (the fixture ``local_ray``, 2 CPUs, per module) and skip only
 when Ray is not installed. Ray workers cannot import this module by name (pytest imports it
 as ``test_executors`` from ``tests/``, which is not on the workers' path), so the ``backend``
 fixture registers it with Ray's cloudpickle to ship the item functions below by value; the
