@@ -328,6 +328,7 @@ def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
     assert stages["impact"]["names"] == ["joint.elbow.damping", "lateral_friction"]
     assert stages["impact"]["samples"] > stages["body"]["samples"]
     assert summary["evaluations"] == sum(row["evaluations"] for row in stages.values())
+    assert not any("without velocities" in w for w in summary["warnings"])
 
 
 def test_pose_only_initial_states_are_refitted_with_the_found_body(tmp_path):
@@ -356,6 +357,11 @@ def test_pose_only_initial_states_are_refitted_with_the_found_body(tmp_path):
     after = [again[k].metadata["initial_fit_rms_m"] for k in read]
     assert np.mean(after) < 0.7 * np.mean(before)
     assert all(again[k].n_samples == read[k].n_samples for k in read)
+    from residualsim.sysid.calibrate import calibrate
+
+    summary = calibrate(str(HINGE), tmp_path / "data", ["joint.elbow.damping"],
+                        tmp_path / "cal", method="lsq", budget=3, split="all", plots=False)
+    assert any("without velocities" in w for w in summary["warnings"])
 
 
 @pytest.mark.parametrize("method", ["mh", "nevergrad"])

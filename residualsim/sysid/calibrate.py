@@ -449,7 +449,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],
                            "evaluations": found["evaluations"], "failed": found["failed"],
-                           "lsq_stages": found["stages"], "warnings": []})
+                           "lsq_stages": found["stages"], "warnings": found["warnings"]})
         else:
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed, start=space.start(),
