@@ -188,8 +188,15 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     for traj in trajectories.values():
         check_plausible(traj)
     out = dict(trajectories)
-    with Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
+    estimated = sum(t.metadata.get("velocities") == "estimated" for t in trajectories.values())
+    from tqdm.auto import tqdm
+
+    # Fitting initial states takes ~1 s a recording: a bar on a terminal (none in logs).
+    bar = tqdm(total=len(trajectories), desc="read: initial states", unit="recording",
+               disable=None if estimated >= 20 else True, leave=False)
+    with bar, Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
         for key, traj in trajectories.items():
+            bar.update()
             depth = _penetration(engine, traj, 0)
             if depth > START_PENETRATION_M:
                 raise DataError(f"{traj.source or key}: the first pose puts the object "
