@@ -243,7 +243,7 @@ def point_estimate(loss: Callable[[np.ndarray], np.ndarray], space: ParamSpace, 
                for z, value in zip(result.candidates, result.losses)]
     best, best_loss, warnings = result.best, result.best_loss, []
     start_loss = float(loss(space.from_unit(init[None]))[0])  # the optimiser may not ask it
-    if not start_loss >= best_loss:
+    if np.isfinite(start_loss) and not start_loss >= best_loss:
         warnings.append(f"no candidate of {result.evaluations} beat the starting parameters "
                         f"(loss {best_loss:.6g} against {start_loss:.6g}): the start is "
                         "returned; raise --budget or use --method lsq")
