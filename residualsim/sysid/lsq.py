@@ -235,18 +235,13 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             "left the body worse than the URDF's (train/README.md section 19); record "
             "velocities, or check the held-out figures against contact alone")
         log.warning("%s", warnings[-1])
-    whole = likelihood
+    refitted = False  # train's initial states differ from those ``likelihood`` holds
     for number, (stage, names, stage_budget, step) in enumerate(plan):
         if number and body and any(t.metadata.get("velocities") == "estimated"
                                    for t in train.values()):
             train = refit_initial_states(scene, train, space.engine_params(values),
                                          likelihood.settings)
-            if whole is not likelihood:
-                whole.close()
-            whole = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
-                                         likelihood.noise, n_workers,
-                                         initial_draws=likelihood.initial_draws,
-                                         rotation_weight=rotation_weight)
+            refitted = True
         index = [space.names.index(n) for n in names]
         sub = ParamSpace(names, bounds={n: (space.parameters[i].low, space.parameters[i].high)
                                         for n, i in zip(names, index)},
@@ -267,8 +262,13 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             target = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
                                           likelihood.noise, n_workers, initial_draws=0,
                                           rotation_weight=rotation_weight, horizons=horizons)
+        elif refitted:  # whole recordings from the refitted initial states
+            target = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
+                                          likelihood.noise, n_workers,
+                                          initial_draws=likelihood.initial_draws,
+                                          rotation_weight=rotation_weight)
         else:
-            target = whole
+            target = likelihood
         try:
             found = fit_least_squares(
                 lambda x, target=target, full=full: target.residuals(
@@ -278,7 +278,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
                                             "fixed": fixed.tolist()}, progress=progress)
         finally:
-            if target is not whole:
+            if target is not likelihood:
                 target.close()
         values[index] = found["x"]
         history += [{**row, "stage": stage, "x": full(np.array([row["x"]]))[0].tolist()}
@@ -289,8 +289,6 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))}
                           if stage in ("body", "impact") else {})})
-    if whole is not likelihood:
-        whole.close()
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
