@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from residualsim.atomic import atomic_write_text
 from residualsim.errors import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,14 +232,14 @@ def main(argv: list[str] | None = None) -> int:
             row["recovery"] = recovery(params.body, truth)
         report[name] = row
         print(json.dumps({name: row}), flush=True)
-        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        atomic_write_text(out / "report.json", json.dumps(report, indent=1) + "\n")
     calibration = out / args.residual_calibration
     if "residual" in args.stages and "residual" not in report:
         if not (calibration / "summary.json").is_file():
             parser.error(f"the residual trains on {calibration}: run its stage first")
         report["residual"] = {"calibration": args.residual_calibration, **residual_stage(
             user_scene, data, calibration, out, args)}
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    atomic_write_text(out / "report.json", json.dumps(report, indent=1) + "\n")
     print(json.dumps(report["held_out"]))
     return 0
 
