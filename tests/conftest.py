@@ -166,6 +166,23 @@ def local_ray():
     ray.shutdown()
 
 
+def quiet_main(*argv) -> tuple[int, str, str]:
+    """``residualsim.cli.main(argv)`` with stdout and stderr captured and warnings silenced:
+    (exit code, stdout, stderr). For module-scoped fixtures, where capsys is not available."""
+    import contextlib
+    import io
+    import warnings
+
+    from residualsim.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
 def load_train_script(name: str):
     """The module of ``train/<name>.py`` (the training scripts are not a package)."""
     import importlib.util

@@ -5,16 +5,13 @@ seconds; bad input is one error line and exit 2."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import warnings
 from pathlib import Path
 
 import pytest
+from conftest import quiet_main
 
-from residualsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 HINGE = ROOT / "assets" / "examples" / "hinge.toml"
@@ -28,13 +25,7 @@ BOX = """<?xml version="1.0"?>
 """
 
 
-def _main(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+_main = quiet_main  # (exit code, stdout, stderr)
 
 
 def _ok(*argv) -> tuple[dict, str]:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import quiet_main
 
 from residualsim.cli import main
 from residualsim.sysid.posterior import Posterior
@@ -25,14 +23,8 @@ MH_ARGS = ["--split", "all", "--samples", "300", "--burn-in", "200", "--chains",
            "--seed", "0", "--quiet", "--substeps", "1"]
 
 
-def _quiet_main(argv: list[str]) -> tuple[int, str, str]:
-    """main() with stdout/stderr captured, for module-scoped fixtures (no capsys there)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+def _quiet_main(argv: list) -> tuple[int, str, str]:
+    return quiet_main(*argv)
 
 
 def _run(capsys, *argv):

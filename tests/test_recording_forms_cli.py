@@ -4,16 +4,13 @@ units and orders naming the cause, and ``data info`` shows each file's time base
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import quiet_main
 
-from residualsim.cli import main
 from residualsim.evaluation.predictions import load_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,13 +18,7 @@ HINGE = ROOT / "assets" / "examples" / "hinge.toml"
 TRUTH = "lateral_friction=0.4,restitution=0.3"
 
 
-def _main(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+_main = quiet_main  # (exit code, stdout, stderr)
 
 
 def _ok(*argv) -> dict:

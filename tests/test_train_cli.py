@@ -7,15 +7,13 @@ The bundled set has 8 tosses: 7 in the training split and 1 (synthetic-6) in val
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import quiet_main
 
 from residualsim.cli import main
 from residualsim.data import load_trajectories
@@ -34,13 +32,7 @@ FIGURES = ("best_loss", "validation_rmse_m", "evaluations", "seconds", "params_s
 
 
 def _quiet_main(argv: list) -> tuple[int, str, str]:
-    """main() with stdout/stderr captured (usable in module-scoped fixtures)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+    return quiet_main(*argv)
 
 
 def _last_json(out: str) -> dict:
