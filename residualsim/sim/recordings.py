@@ -59,7 +59,8 @@ __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
            "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS",
-           "initial_state_draws", "offset_initial_state"]
+           "initial_state_draws", "offset_initial_state", "with_initial_state",
+           "rollout_residuals"]
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +346,7 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
     rms_m = float(np.sqrt(np.mean(fit.fun ** 2)))
     covariance = np.zeros((len(full), len(full)))
     covariance[np.ix_(fitted, fitted)] = _fit_covariance(fit)
-    return _with_initial_state(trajectory, scene, state, {
+    return with_initial_state(trajectory, scene, state, {
         "initial_state": "fitted by rollout" + ("" if velocities else " (pose only)"),
         "free_flight_samples": n_free, "initial_fit_rms_m": rms_m,
         "initial_state_covariance": covariance.tolist()})
@@ -393,7 +394,7 @@ def initial_state_draws(scene, trajectory: Trajectory, count: int,
     return np.array([offset_initial_state(scene, state, z) for z in offsets])
 
 
-def _with_initial_state(trajectory: Trajectory, scene, state: np.ndarray,
+def with_initial_state(trajectory: Trajectory, scene, state: np.ndarray,
                         notes: dict) -> Trajectory:
     """A copy of ``trajectory`` whose sample 0 holds ``state`` (scene layout)."""
     position, quat, velocity, omega = (a[0] for a in scene.rigid_motion(state[None]))
@@ -410,3 +411,21 @@ def _with_initial_state(trajectory: Trajectory, scene, state: np.ndarray,
         arrays["joint_velocities"][0] = state[13 + n_joints:]
     return dataclasses.replace(trajectory, **arrays,
                                metadata={**trajectory.metadata, **notes})
+
+
+def rollout_residuals(engine: Engine, initial_state: np.ndarray, positions: np.ndarray,
+                 quat: np.ndarray, radius: float, *joint_item) -> np.ndarray:
+    """The residual vector (T * (6 + joints),) of one rollout of ``engine`` (at its current
+    parameters) from ``initial_state`` against T recorded samples after it: per sample the
+    position error (3, m, world), ``radius`` times the rotation vector from recorded to
+    simulated orientation (3, m, world; its norm is radius × the angle, and its signed
+    components give Gauss-Newton a smooth model where the angle has a kink at zero) and
+    each joint's error times its scale (m per rad, or 1). A failed rollout gives 1 m."""
+    states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
+    sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
+    parts = [sim_positions[1:] - positions, radius * quat_relative_rotvec(sim_quat[1:], quat)]
+    if joint_item:
+        joints, scale = joint_item
+        parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
+    row = np.concatenate(parts, axis=1).ravel()
+    return row if np.all(np.isfinite(row)) else np.ones_like(row)

@@ -65,7 +65,7 @@ import numpy as np
 from residualsim.data.impacts import PlanarImpacts
 from residualsim.data.trajectory import Trajectory
 from residualsim.sim.engine import Engine
-from residualsim.sim.recordings import initial_state_draws
+from residualsim.sim.recordings import initial_state_draws, rollout_residuals
 from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
@@ -111,24 +111,17 @@ def trajectory_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]
 def trajectory_residuals(engine: Engine, item: tuple, batch: Sequence[EngineParams]
                          ) -> np.ndarray:
     """Worker function: the residual vector of one recording for each parameter set, shape
-    (len(batch), (T-1) * (4 + n_joints)): per sample the position error (3, m, world), the
-    weighted rotation angle r_g·angle (m) and each joint's error times its scale (m); the
-    squares of one row sum to (T-1)·e_i (see :func:`trajectory_errors`). A failed rollout
-    gives a row of 1 m."""
-    initial_state, positions, quat, radius, *joint_item = item
+    (len(batch), (T-1) * (6 + n_joints)): per sample the position error (3, m, world), r_g
+    times the rotation vector from recorded to simulated orientation (3, m, world; its norm
+    is r_g·angle, and signed components give Gauss-Newton a smooth model where the angle
+    has a kink at zero) and each joint's error times its scale (m); the squares of one row
+    sum to (T-1)·e_i (see :func:`trajectory_errors`). A failed rollout gives a row of 1 m."""
+    initial_state, *recorded = item
     rows = []
     for params in batch:
         if engine.params != params:
             engine.set_params(params)
-        states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
-        sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
-        parts = [sim_positions[1:] - positions,
-                 (radius * geodesic_angle(sim_quat[1:], quat))[:, None]]
-        if joint_item:
-            joints, scale = joint_item
-            parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
-        row = np.concatenate(parts, axis=1).ravel()
-        rows.append(row if np.all(np.isfinite(row)) else np.ones_like(row))
+        rows.append(rollout_residuals(engine, initial_state, *recorded))
     return np.array(rows)
 
 

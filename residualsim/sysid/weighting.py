@@ -52,7 +52,7 @@ import numpy as np
 
 from residualsim.errors import ParameterError
 from residualsim.sim.engine import Engine
-from residualsim.sim.rotations import quat_relative_rotvec
+from residualsim.sim.recordings import rollout_residuals
 
 __all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
            "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
@@ -99,15 +99,12 @@ def effective_count(residuals: np.ndarray) -> float:
 
 
 def _signed(engine: Engine, item: tuple, initial_state: np.ndarray) -> np.ndarray:
-    """Signed residual rows (T-1, 6 + joints) of one rollout from ``initial_state``."""
-    _, positions, quat, radius, *joint_item = item
-    states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
-    sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
-    parts = [sim_positions[1:] - positions, radius * quat_relative_rotvec(sim_quat[1:], quat)]
-    if joint_item:
-        joints, scale = joint_item
-        parts.append((engine.scene.joint_positions(states)[1:] - joints) * scale)
-    return np.concatenate(parts, axis=1)
+    """Signed residual rows (T-1, 6 + joints) of one rollout from ``initial_state`` (the
+    rows of :func:`~residualsim.sim.recordings.rollout_residuals`)."""
+    
+    _, positions, *recorded = item
+    row = rollout_residuals(engine, initial_state, positions, *recorded)
+    return row.reshape(len(positions), -1)
 
 
 def signed_residuals(engine: Engine, item: tuple, batch) -> list[np.ndarray]:
