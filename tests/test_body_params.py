@@ -331,37 +331,67 @@ def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
     assert not any("without velocities" in w for w in summary["warnings"])
 
 
-def test_pose_only_initial_states_are_refitted_with_the_found_body(tmp_path):
-    """Pose-only tosses of a body with a shifted centre of mass: read with the user's URDF,
-    their fitted initial states explain the free flight worse than after a refit with
-    the true body (what lsq does between its stages)."""
-    from residualsim.data.csv import save_csv_trajectories
-    from residualsim.sim.recordings import load_recordings
-    from residualsim.sim.scenes.params import ObjectParams
-    from residualsim.sim.synthesize import synthesize_tosses
-    from residualsim.sysid.lsq import refit_initial_states
+def test_least_squares_fits_parameters_and_each_recordings_offset_together():
+    """A linear model r_i = A_i θ + B_i s_i − y_i whose recordings each have their own
+    unknown offset s_i: the joint solve (dense θ block, block-diagonal offsets) recovers
+    θ and every s_i; holding the offsets at zero biases θ."""
+    from residualsim.sysid.joint_states import StateBlock
+    from residualsim.sysid.lsq import fit_least_squares
+    from residualsim.sysid.paramspace import ParamSpace
 
-    user = read_body(HINGE_URDF)
-    truth = dataclasses.replace(user, links=tuple(dataclasses.replace(
-        link, com_m=tuple(np.add(link.com_m, (0.0, 0.015, 0.0))),
-        inertia=tuple(3.0 * np.asarray(link.inertia))) for link in user.links))
-    write_urdf(HINGE_URDF, tmp_path / "true.urdf", body=truth)
-    (tmp_path / "true.toml").write_text('name = "hinge"\nurdf = "true.urdf"\n')
-    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=40, rng=4,
-                               scene=str(tmp_path / "true.toml"), rate_hz=100.0,
-                               noise_m=1e-4)
-    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=False)
-    read = load_recordings(tmp_path / "data", str(HINGE))
-    again = refit_initial_states(str(HINGE), read, ObjectParams(body=truth), None)
-    before = [t.metadata["initial_fit_rms_m"] for t in read.values()]
-    after = [again[k].metadata["initial_fit_rms_m"] for k in read]
-    assert np.mean(after) < 0.7 * np.mean(before)
-    assert all(again[k].n_samples == read[k].n_samples for k in read)
+    rng = np.random.default_rng(3)
+    space = ParamSpace(["lateral_friction", "restitution"])
+    n_items, k, rows = 5, 3, 12
+    a = rng.normal(size=(n_items, rows, 2))
+    b = rng.normal(size=(n_items, rows, k))
+    theta = np.array([0.37, 0.61])
+    truth = rng.normal(scale=0.2, size=(n_items, k))
+    y = np.einsum("irj,j->ir", a, theta) + np.einsum("irk,ik->ir", b, truth)
+    y *= 1e-3  # millimetre residuals: inside the Cauchy loss's quadratic part
+    a, b = a * 1e-3, b * 1e-3
+
+    def residuals(x, offsets=None):
+        offsets = np.zeros((len(x), n_items, k)) if offsets is None else offsets
+        return np.stack([(np.einsum("irj,j->ir", a, xx) + np.einsum("irk,ik->ir", b, o)
+                          - y).ravel() for xx, o in zip(x, offsets)])
+
+    block = StateBlock(tuple((i, i * rows, (i + 1) * rows) for i in range(n_items)), k,
+                       np.full(k, 1e-4), np.full(k, 0.1))
+    found = fit_least_squares(residuals, space, budget=60, step=0.01, n_items=n_items,
+                              states=block)
+    assert found["x"] == pytest.approx(theta, abs=1e-4)
+    assert found["offsets"] == pytest.approx(truth, abs=1e-4)
+    fixed = fit_least_squares(residuals, space, budget=60, step=0.01, n_items=n_items)
+    assert np.max(np.abs(np.array(fixed["x"]) - theta)) > 1e-2
+    assert found["loss"] < 1e-3 * fixed["loss"]
+
+
+def test_pose_only_tosses_have_their_initial_states_fitted_with_the_body(tmp_path):
+    """Pose-only tosses: lsq's body stage fits every recording's initial state with the
+    body (reported per stage) and moves those states, which the summary's fit uses."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
     from residualsim.sysid.calibrate import calibrate
 
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=40, rng=4,
+                               scene=str(HINGE), rate_hz=100.0, noise_m=1e-4)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=False)
     summary = calibrate(str(HINGE), tmp_path / "data", ["joint.elbow.damping"],
-                        tmp_path / "cal", method="lsq", budget=3, split="all", plots=False)
-    assert any("without velocities" in w for w in summary["warnings"])
+                        tmp_path / "cal", method="lsq", budget=40, split="all", plots=False)
+    (stage,) = summary["lsq_stages"]
+    assert stage["initial_states"] == 3
+    assert stage["evaluations"] > 19  # one Jacobian: 1 + 1 damping + 14 offsets... and steps
+    with_velocities = calibrate(str(HINGE), _with_velocities(tmp_path, tosses),
+                                ["joint.elbow.damping"], tmp_path / "cal2", method="lsq",
+                                budget=40, split="all", plots=False)
+    assert "initial_states" not in with_velocities["lsq_stages"][0]
+
+
+def _with_velocities(tmp_path, tosses):
+    from residualsim.data.csv import save_csv_trajectories
+
+    save_csv_trajectories(tmp_path / "data-v", tosses, with_velocities=True)
+    return tmp_path / "data-v"
 
 
 @pytest.mark.parametrize("method", ["mh", "nevergrad"])
@@ -406,3 +436,43 @@ def test_calibrate_cli_exports_the_identified_urdf(tmp_path, capsys):
     summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
     assert read_body(tmp_path / "x.urdf").joints[0].damping == pytest.approx(
         summary["body"]["joints"][0]["damping"])
+
+
+def test_contact_stage_candidate_starts_cover_friction_and_restitution_only():
+    """The candidate starts of a contact stage: the current values, the scene's own and
+    Sobol points spread over friction and restitution, the other coefficients at the
+    scene's own values (spinning or rolling friction of centimetres stops any tumble)."""
+    from residualsim.sysid.lsq import SCREENED_STARTS, _contact_starts
+    from residualsim.sysid.paramspace import ParamSpace
+
+    space = ParamSpace(["contact"], scene=str(HINGE))
+    current = space.start()
+    own = space.to_unit(np.array([getattr(space.base, n) for n in space.names]))
+    rows = _contact_starts(space, current, seed=0)
+    assert len(rows) == SCREENED_STARTS + 2
+    assert any(np.allclose(r, current) for r in rows) and any(np.allclose(r, own) for r in rows)
+    primary = [space.names.index(n) for n in ("lateral_friction", "restitution")]
+    others = [i for i in range(space.ndim) if i not in primary]
+    spread = [r for r in rows if not np.allclose(r, current)]
+    assert all(np.allclose(r[others], own[others]) for r in spread)
+    assert np.ptp(np.array(spread)[:, primary], axis=0).min() > 0.8  # covers the ranges
+    assert np.array_equal(rows, _contact_starts(space, current, seed=0))
+    assert not np.array_equal(rows, _contact_starts(space, current, seed=1))
+
+
+def test_the_simplex_search_reaches_a_v_shaped_minimum():
+    """A loss that falls linearly to its minimum and rises linearly after (as chaotic
+    contact makes it across recordings): Nelder-Mead reaches the minimum."""
+    from residualsim.sysid.lsq import fit_least_squares
+    from residualsim.sysid.paramspace import ParamSpace
+
+    space = ParamSpace(["lateral_friction", "restitution"])
+    target = np.array([0.3, 0.4])
+    scale = np.array([space.parameters[0].high, space.parameters[1].high])
+
+    def residuals(x):
+        return 0.01 * np.sqrt(np.abs(np.atleast_2d(x) - target) / scale)
+
+    found = fit_least_squares(residuals, space, budget=150, simplex=True)
+    assert found["x"] == pytest.approx(target, abs=5e-3)
+    assert found["evaluations"] <= 150

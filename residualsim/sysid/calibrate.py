@@ -444,7 +444,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             found = staged_least_squares(
                 scene, train, space, likelihood, budget=budget, out=out, resume=resume,
                 fingerprint=fingerprint, progress=progress, n_workers=n_workers,
-                rotation_weight=rotation_weight)
+                rotation_weight=rotation_weight, seed=seed)
             atomic_write_text(out / "history.json", json.dumps(found["history"]))
             point = dict(zip(space.names, found["x"]))
             result.update({"best": point, "loss": found["loss"],

@@ -3,38 +3,50 @@
 ``calibrate --method lsq`` minimises, over the unit box of a
 :class:`~residualsim.sysid.paramspace.ParamSpace`, a robust sum over the per-sample
 residuals of every recording (:func:`residualsim.sysid.likelihood.trajectory_residuals`:
-position error, r_g times the rotation angle, scaled joint errors, all metres):
+position error, r_g times the rotation vector, scaled joint errors, all metres):
 
     Σ_k ρ(r_k),   ρ(r) = f² log(1 + r²/f²)   (Cauchy, f = ``f_scale``, default 1 cm),
 
 quadratic for residuals below f and growing only logarithmically beyond, so the few
 recordings that contact sends centimetres off whatever the parameters cannot dominate,
 while the millimetre residuals of free flight weigh fully. Per-sample residuals give
-Gauss-Newton a Jacobian of (samples × 5) rows per recording rather than one number.
+Gauss-Newton a Jacobian of (samples × 6) rows per recording rather than one number.
 :func:`scipy.optimize.least_squares` (trust region reflective, bounds [0, 1]) takes a
 forward-difference Jacobian whose d + 1 parameter sets are evaluated as ONE batch, so the
-likelihood's workers share them: a Jacobian costs d + 1 rollouts per recording. The difference step (default 2 % of each range) is deliberately
-wide: contact makes e_i rough on a fine scale, and a wide step reads its trend.
+likelihood's workers share them: a Jacobian costs d + 1 rollouts per recording. The
+difference step (default 2 % of each range) is deliberately wide: contact makes e_i rough on a fine scale, and a wide step reads its trend.
 
 **Stages** (:func:`staged_least_squares`, what ``calibrate --method lsq`` runs). Free
 flight identifies the body and joints: inertia, centres of mass, mass ratios and joint
 losses shape the tumble before the first contact, smoothly and without the chaos of contact.
-Contact segments identify the contact coefficients. So with body or joint names the body is
-fitted first on each recording's free flight (the samples before its first contact,
-:func:`residualsim.sim.recordings.free_flight_samples`, at most 30; difference step 0.5 %),
-then the contact coefficients on the whole recordings with that body. ``budget`` parameter
-sets go to the body stage, at most 12 Jacobians' worth (12 (k + 1) for k coefficients) to
-the contact stage: a free-flight rollout is short, a whole one is not. Without body names
-it is one stage on the whole recordings. Free flight cannot separate what only contact
-reveals (the scale of the inertias against the mass, how the mass splits between links
-along a joint axis: at 0.5 mm pose noise the true body fits free flight no better than a
-body 10 % off), so a third stage, ``impact``, refines body, joints and contact together on
-each recording's free flight plus its first :data:`IMPACT_SECONDS` of contact, where the
-impulse's response to the body's inertia (M_c = (J M⁻¹ Jᵀ)⁻¹) is sharp and the chaos of
-later contacts has not set in; it gets ``budget`` parameter sets too. Recordings without
-velocities had their initial state fitted to the free flight with the URDF's body when they
-were read; that fit absorbs part of the body's error, so before each later stage it is
-fitted again with the parameters found so far (:func:`refit_initial_states`).
+Contact segments identify the contact coefficients. So with body or joint names:
+
+1. ``body``: body and joints on each recording's free flight (the samples before its first
+   contact, :func:`residualsim.sim.recordings.free_flight_samples`, at most 30; difference
+   step 0.5 %), ``budget`` parameter sets;
+2. ``contact``: the contact coefficients with that body on the free flight plus the first
+   :data:`IMPACT_SECONDS` of contact, at most 12 (k + 1) sets for k coefficients. Whole
+   recordings were tried first: their later contacts are chaotic, and with 210 synthetic
+   hinge tosses the fit fell into a poor minimum (friction 0.18 for 0.30,
+   train/README.md §19);
+3. ``impact``: body, joints and contact together on the same horizon, where the impulse's
+   response to the body's inertia (M_c = (J M⁻¹ Jᵀ)⁻¹) is sharp: free flight cannot
+   separate what only contact reveals (the inertias' scale against the mass, how the mass
+   splits between links along a joint axis); ``budget`` sets.
+
+Without body names it is one stage (``all``) on the whole recordings. Contact
+coefficients (``contact`` and ``all``) are searched in two steps: candidate starts screened
+on the short horizon (:func:`_contact_starts`), then Nelder-Mead from the best
+(:data:`SIMPLEX_SIZE` says why not Gauss-Newton). Recordings without velocities
+(poses only) had their initial state fitted to the free flight with the URDF's body when
+they were read; in the ``body`` and ``impact`` stages each such state is an unknown beside
+the parameters (:mod:`residualsim.sysid.joint_states`), so the velocities cannot absorb
+what the body should explain.
+
+**Residuals.** Rotation enters as r_g times the rotation *vector* between recorded and
+simulated orientation (three signed components), not the angle: the angle has a kink at
+zero where Gauss-Newton's linear model fails (on pose-only hinge tosses the angle residual
+stalled the body stage; the vector converged in 177 sets).
 
 Resume: every evaluated batch is written (atomically, one ``.npz`` each, residuals as float32
 whether resumed or not) to the checkpoint folder; a resumed run replays the same
@@ -45,6 +57,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -58,7 +71,7 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.mcmc import check_fingerprint
 from residualsim.sysid.paramspace import ParamSpace
 
-__all__ = ["fit_least_squares", "staged_least_squares", "refit_initial_states", "DEFAULT_STEP",
+__all__ = ["fit_least_squares", "staged_least_squares", "DEFAULT_STEP",
            "DEFAULT_F_SCALE"]
 
 log = logging.getLogger(__name__)
@@ -69,8 +82,25 @@ DEFAULT_STEP = 0.02
 FLIGHT_STEP = 0.005
 #: Scale f (m) of the Cauchy loss: residuals beyond it count logarithmically.
 DEFAULT_F_SCALE = 0.01
+#: Seconds of free flight before the first contact that the ``body`` stage leaves out: the
+#: last samples before a contact are within the engine's contact distance for a body whose
+#: swing differs a little, which makes the loss rough (pose-only hinge tosses, 100 Hz:
+#: without the margin the body stage stopped at a robust loss of 1.1e-4 per recording with
+#: arm moments 57 % off; 20 ms left out, it converged with base moments within 4.3 % and
+#: its centre of mass within 1.5 mm).
+FLIGHT_MARGIN_S = 0.02
 #: Seconds of contact after the free flight that the ``impact`` stage compares.
 IMPACT_SECONDS = 0.2
+#: Contact coefficients whose range a contact stage's candidate starts cover.
+PRIMARY = ("lateral_friction", "restitution")
+#: Edge of the first Nelder-Mead simplex (unit coordinates). Contact coefficients are
+#: searched without derivatives: across recordings, chaotic contact makes the robust loss
+#: V-shaped at its minimum (pose-only hinge tosses, restitution in steps of 0.025: the loss
+#: falls linearly to the truth and rises linearly after), where Gauss-Newton stopped
+#: 0.08 away from the truth.
+SIMPLEX_SIZE = 0.05
+#: Sobol points among those candidate starts.
+SCREENED_STARTS = 32
 #: The difference step of the ``impact`` stage (contact is rough; the body is smooth).
 IMPACT_STEP = 0.01
 
@@ -89,7 +119,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
                       start: np.ndarray | None = None,
                       checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
                       fingerprint: Mapping[str, Any] | None = None,
-                      progress: bool = False) -> dict[str, Any]:
+                      progress: bool = False, states: Any = None,
+                      simplex: bool = False) -> dict[str, Any]:
     """Minimise Σ_k ρ(r_k) (module doc) over the space.
 
     ``residuals(x (n, d) natural values) -> (n, m)`` evaluates a batch (metres);
@@ -97,15 +128,25 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     recording).
     ``budget``: parameter sets evaluated at most (each a rollout of every recording; a
     Jacobian spends d + 1); the best set seen is returned when it is spent. ``start``: unit
-    coordinates (default :meth:`ParamSpace.start`). Returns ``{"x": best values, "loss":
+    coordinates (default :meth:`ParamSpace.start`), or several rows of them: all are
+    evaluated as one batch and the search starts from the best. Returns ``{"x": best values, "loss":
     its robust cost per recording (m²), "evaluations", "iterations", "status", "history"}``.
+
+    ``simplex``: search by Nelder-Mead on the robust loss instead of Gauss-Newton (for
+    contact coefficients, whose loss is V-shaped at its minimum, see :data:`SIMPLEX_SIZE`).
+    ``states``: a :class:`~residualsim.sysid.joint_states.StateBlock`; then the recordings'
+    initial-state offsets are unknowns too (:mod:`residualsim.sysid.joint_states`),
+    ``residuals(x, offsets (n, items, k))`` takes them, the Jacobian is sparse and the
+    result adds ``"offsets"`` (items, k) of the best set.
     """
     from scipy.optimize import least_squares
 
     if not 0 < step < 0.5:
         raise ParameterError(f"the difference step must lie in (0, 0.5), got {step}")
-    if budget < space.ndim + 2:
-        raise ParameterError(f"budget {budget} is below one Jacobian ({space.ndim + 1} "
+    d = space.ndim
+    n_shifts = d + (states.k if states is not None and states.size else 0)
+    if budget < n_shifts + 2:
+        raise ParameterError(f"budget {budget} is below one Jacobian ({n_shifts + 1} "
                              "evaluations) plus a step")
     fingerprint = {**dict(fingerprint or {}), "space": space.as_json(), "step": step,
                    "f_scale": f_scale, "method": "lsq"}
@@ -132,7 +173,11 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         if len(history) + len(batch) > budget:
             raise _Budget
         if missing:
-            values = np.atleast_2d(residuals(space.from_unit(np.array(missing))))
+            missing_z = np.array(missing)
+            values = np.atleast_2d(
+                residuals(space.from_unit(missing_z)) if n_shifts == d else
+                residuals(space.from_unit(missing_z[:, :d]),
+                          missing_z[:, d:].reshape(len(missing), -1, states.k)))
             values = values.astype(np.float32)  # as stored: a resumed run sees the same
             for z, row in zip(missing, values):
                 cache[_key(z)] = row
@@ -154,66 +199,124 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
 
     last: dict[str, Any] = {}
 
+    def clip(z: np.ndarray) -> np.ndarray:
+        z = z.copy()
+        z[..., :d] = np.clip(z[..., :d], 0.0, 1.0)
+        return z
+
     def fun(z: np.ndarray) -> np.ndarray:
-        r = evaluate(np.clip(z, 0.0, 1.0)[None])[0]
+        r = evaluate(clip(z)[None])[0]
         last.update(z=z.copy(), r=r)
         return r
 
+    def differences(z: np.ndarray, r0: np.ndarray) -> np.ndarray:
+        """Forward differences (m, d + k): along each θ, then along offset component j of
+        every recording at once (each recording's rows depend on its own offset only)."""
+        signs = np.ones(n_shifts)
+        signs[:d] = np.where(z[:d] + step <= 1.0, 1.0, -1.0)
+        steps = signs * np.concatenate([np.full(d, step), states.step if n_shifts > d else []])
+        shifted = np.repeat(z[None], n_shifts, axis=0)
+        shifted[np.arange(d), np.arange(d)] += steps[:d]
+        for j in range(n_shifts - d):
+            shifted[d + j, d + j::states.k] += steps[d + j]
+        return ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+
     def jac(z: np.ndarray) -> np.ndarray:
-        r0 = last["r"] if "z" in last and np.array_equal(last["z"], z) else fun(z)
-        signs = np.where(z + step <= 1.0, 1.0, -1.0)
-        shifted = z[None] + np.diag(signs * step)
-        r = evaluate(np.clip(shifted, 0.0, 1.0))
-        return ((r - r0[None]) / (signs * step)[:, None]).T
+        return differences(z, last["r"] if "z" in last and np.array_equal(last["z"], z)
+                           else fun(z))
 
     z0 = np.clip(space.start() if start is None else np.asarray(start, float), 0.0, 1.0)
+    if z0.ndim == 2:  # candidate starts: the best of them
+        candidates = np.concatenate([z0, np.zeros((len(z0), n_shifts - d))], axis=1)
+        z0 = z0[int(np.argmin([np.sum(np.log1p((r / f_scale) ** 2))
+                               for r in evaluate(candidates)]))]
     status, iterations = "budget spent", None
     try:
-        fit = least_squares(fun, z0, jac=jac, bounds=(0.0, 1.0), method="trf", loss="cauchy",
-                            f_scale=f_scale, x_scale=1.0, max_nfev=budget, xtol=1e-4,
-                            ftol=1e-6, gtol=1e-8)
-        status, iterations = fit.message, int(fit.nfev)
+        if simplex:
+            from scipy.optimize import minimize
+
+            corner = np.where(z0 + SIMPLEX_SIZE <= 1.0, SIMPLEX_SIZE, -SIMPLEX_SIZE)
+            fit = minimize(lambda z: float(np.sum(np.log1p((fun(z) / f_scale) ** 2))), z0,
+                           method="Nelder-Mead", bounds=[(0.0, 1.0)] * d,
+                           options={"maxfev": budget, "xatol": 1e-3, "fatol": 1e-9,
+                                    "initial_simplex": np.vstack([z0, z0 + np.diag(corner)])})
+            status, iterations = fit.message, int(fit.nit)
+        elif n_shifts > d:
+            from residualsim.sysid.joint_states import schur_levenberg_marquardt
+
+            status = schur_levenberg_marquardt(
+                fun, differences, np.concatenate([z0, np.zeros(states.size)]), d, states,
+                f_scale)
+        else:
+            fit = least_squares(fun, z0, jac=jac, bounds=(0.0, 1.0), method="trf",
+                                loss="cauchy", f_scale=f_scale, x_scale=1.0, max_nfev=budget,
+                                xtol=1e-4, ftol=1e-6, gtol=1e-8)
+            status, iterations = fit.message, int(fit.nfev)
     except _Budget:
         pass
     if best["z"] is None:
         raise DataError("least squares evaluated nothing (budget too small)")
-    history = [{**row, "x": space.from_unit(np.array(row["z"])).tolist()} for row in history]
-    return {"x": space.from_unit(best["z"]).tolist(), "loss": best["loss"],
+    history = [{"loss": row["loss"], "z": row["z"][:d],
+                "x": space.from_unit(np.array(row["z"][:d])).tolist()} for row in history]
+    extra = {"offsets": best["z"][d:].reshape(-1, states.k)} if n_shifts > d else {}
+    return {**extra, "x": space.from_unit(best["z"][:d]).tolist(), "loss": best["loss"],
             "evaluations": len(history), "iterations": iterations, "status": status,
             "failed": int(sum(not np.isfinite(row["loss"]) for row in history)),
             "history": history}
 
 
-def refit_initial_states(scene: str, trajectories: Mapping[str, Any], params: Any,
-                         settings: Any) -> dict[str, Any]:
-    """``trajectories`` with the initial state of each recording whose velocities were
-    estimated fitted again to its free flight by an engine at ``params`` (e.g. a body found
-    by the body stage); recordings with recorded velocities are returned as they are."""
-    from residualsim.sim.engine import Engine
-    from residualsim.sim.recordings import fit_initial_state
+def _contact_starts(space: ParamSpace, current: np.ndarray, seed: int) -> np.ndarray:
+    """Candidate starts (unit coordinates) of a stage fitting contact coefficients, screened
+    on the free flight plus :data:`IMPACT_SECONDS` of contact before the local search: the
+    current values, the scene's own (its URDF's, else PyBullet's defaults) and
+    :data:`SCREENED_STARTS` scrambled Sobol points (seeded) over the primary coefficients
+    (:data:`PRIMARY`; the others at the scene's own values).
 
-    estimated = [k for k, t in trajectories.items()
-                 if t.metadata.get("velocities") == "estimated"]
-    out = dict(trajectories)
-    if estimated:
-        with Engine(scene, params=params, settings=settings) as engine:
-            for key in estimated:
-                out[key] = fit_initial_state(engine, trajectories[key])
-    return out
+    Why: the robust loss over (friction, restitution) has one sharp valley at the truth and
+    a flat plateau around it, where Gauss-Newton stalls. On pose-only hinge tosses with
+    the true body, searches from mid-range and from the defaults stopped at robust losses
+    0.28 and 0.22 per recording, the truth being at 0.067; spread over every coefficient,
+    each Sobol point had rolling or spinning friction of centimetres, which stops any
+    tumble, and all were worse than the defaults."""
+    from scipy.stats import qmc
+
+    own = space.to_unit(np.array([np.clip(getattr(space.base, p.name), p.low, p.high)
+                                  for p in space.parameters]))
+    rows = [current, own]
+    spread = [i for i, name in enumerate(space.names) if name in PRIMARY]
+    if spread:
+        points = np.repeat(own[None], SCREENED_STARTS, axis=0)
+        points[:, spread] = qmc.Sobol(len(spread), scramble=True,
+                                      seed=seed).random(SCREENED_STARTS)
+        rows += list(points)
+    return np.unique(np.stack(rows), axis=0)
+
+
+def _horizons(scene: str, train: Mapping[str, Any], settings: Any,
+              contact_s: float) -> list[int]:
+    """Per recording: its free-flight samples plus ``contact_s`` seconds of samples."""
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.recordings import free_flight_samples
+
+    with Engine(scene, settings=settings) as engine:
+        flight = [free_flight_samples(engine, t) for t in train.values()]
+    if not contact_s:  # free flight only: keep FLIGHT_MARGIN_S away from the contact
+        return [max(3, n - math.ceil(FLIGHT_MARGIN_S * t.rate_hz - 1e-9))
+                for n, t in zip(flight, train.values())]
+    return [n + int(round(contact_s * t.rate_hz)) for n, t in zip(flight, train.values())]
 
 
 def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace,
                          likelihood: Any, *, budget: int, out: Path, resume: bool,
                          fingerprint: Mapping[str, Any], progress: bool = False,
-                         n_workers: int = 1, rotation_weight: float = 1.0) -> dict[str, Any]:
+                         n_workers: int = 1, rotation_weight: float = 1.0,
+                         seed: int = 0) -> dict[str, Any]:
     """The stages of the module doc over ``space`` on recordings ``train``; ``likelihood``
     the whole-recording :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`.
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
-    from residualsim.sim.engine import Engine
-    from residualsim.sim.recordings import free_flight_samples
     from residualsim.sysid.bodyspace import is_body_name
-    from residualsim.sysid.likelihood import TrajectoryLikelihood
+    from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
 
     values = space.from_unit(space.start())
     body = [n for n in space.names if is_body_name(n)]
@@ -228,20 +331,8 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
         plan = [("all", space.names, budget, DEFAULT_STEP)]
     stages, history, evaluations, failed, found = [], [], 0, 0, None
     warnings = []
-    if body and any(t.metadata.get("velocities") == "estimated" for t in train.values()):
-        warnings.append(
-            "body or joint names with recordings without velocities: each initial state is "
-            "fitted to the same free flight the body is, and on synthetic hinge tosses this "
-            "left the body worse than the URDF's (train/README.md section 19); record "
-            "velocities, or check the held-out figures against contact alone")
-        log.warning("%s", warnings[-1])
-    refitted = False  # train's initial states differ from those ``likelihood`` holds
-    for number, (stage, names, stage_budget, step) in enumerate(plan):
-        if number and body and any(t.metadata.get("velocities") == "estimated"
-                                   for t in train.values()):
-            train = refit_initial_states(scene, train, space.engine_params(values),
-                                         likelihood.settings)
-            refitted = True
+    estimated = estimated_ids(train) if body else []
+    for stage, names, stage_budget, step in plan:
         index = [space.names.index(n) for n in names]
         sub = ParamSpace(names, bounds={n: (space.parameters[i].low, space.parameters[i].high)
                                         for n, i in zip(names, index)},
@@ -253,42 +344,60 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             rows[:, index] = x
             return rows
 
-        if stage in ("body", "impact"):
-            with Engine(scene, settings=likelihood.settings) as engine:
-                horizons = [free_flight_samples(engine, t) for t in train.values()]
-            if stage == "impact":
-                horizons = [n + int(round(IMPACT_SECONDS * t.rate_hz))
-                            for n, t in zip(horizons, train.values())]
-            target = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
-                                          likelihood.noise, n_workers, initial_draws=0,
-                                          rotation_weight=rotation_weight, horizons=horizons)
-        elif refitted:  # whole recordings from the refitted initial states
-            target = TrajectoryLikelihood(scene, train, likelihood.settings.substeps,
-                                          likelihood.noise, n_workers,
-                                          initial_draws=likelihood.initial_draws,
-                                          rotation_weight=rotation_weight)
+        if stage == "all":
+            target, block = likelihood, None
         else:
-            target = likelihood
+            horizons = _horizons(scene, train, likelihood.settings,
+                                 0.0 if stage == "body" else IMPACT_SECONDS)
+            target = OffsetResiduals(scene, train, likelihood.settings, horizons,
+                                     estimated if stage != "contact" else [], n_workers,
+                                     rotation_weight)
+            block = target.block if target.block.items else None
+
+        def evaluate(x: np.ndarray, offsets: np.ndarray | None = None, target=target,
+                     full=full) -> np.ndarray:
+            params = [space.engine_params(row) for row in full(x)]
+            return target.residuals(params) if target is likelihood else target(params, offsets)
+
+        start, screened = sub.to_unit(values[index]), 0
+        if stage in ("all", "contact"):  # screen candidate starts on the short horizon
+            candidates = _contact_starts(sub, start, seed)
+            screen = target if stage == "contact" else OffsetResiduals(
+                scene, train, likelihood.settings,
+                _horizons(scene, train, likelihood.settings, IMPACT_SECONDS), [], n_workers,
+                rotation_weight)
+            try:
+                r = screen([space.engine_params(row)
+                            for row in full(sub.from_unit(candidates))])
+            finally:
+                if screen is not target:
+                    screen.close()
+            start = candidates[int(np.argmin(np.sum(np.log1p((r / DEFAULT_F_SCALE) ** 2),
+                                                    axis=1)))]
+            screened = len(candidates)
         try:
             found = fit_least_squares(
-                lambda x, target=target, full=full: target.residuals(
-                    [space.engine_params(row) for row in full(x)]),
-                sub, budget=stage_budget, step=step, n_items=likelihood.n_items,
-                start=sub.to_unit(values[index]), checkpoint=out / "lsq-checkpoint" / stage,
+                evaluate, sub, budget=stage_budget, step=step, n_items=likelihood.n_items,
+                start=start, checkpoint=out / "lsq-checkpoint" / stage,
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
-                                            "fixed": fixed.tolist()}, progress=progress)
+                                            "fixed": fixed.tolist()}, progress=progress,
+                states=block, simplex=stage in ("all", "contact"))
         finally:
             if target is not likelihood:
                 target.close()
+        if "offsets" in found:
+            train = apply_offsets(scene, train, [target.ids[i] for i, _, _ in block.items],
+                                  found["offsets"])
         values[index] = found["x"]
         history += [{**row, "stage": stage, "x": full(np.array([row["x"]]))[0].tolist()}
                     for row in found["history"]]
         evaluations += found["evaluations"]
         failed += found["failed"]
         stages.append({"stage": stage, "names": names, "evaluations": found["evaluations"],
+                       **({"screened_starts": screened} if screened else {}),
                        "loss": found["loss"], "status": found["status"],
-                       **({"samples": int(np.sum(horizons))}
-                          if stage in ("body", "impact") else {})})
+                       **({"samples": int(np.sum(horizons))} if stage != "all" else {}),
+                       **({"initial_states": len(block.items)} if block else {})})
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
