@@ -309,9 +309,10 @@ def test_calibrate_cli_refuses_body_of_a_built_in_scene(tmp_path, capsys):
 
 
 def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
-    """Body names with contact names: lsq fits the body on free flight, the contact on whole
-    recordings, then both together on free flight plus the first contact, and the last
-    stage's samples reach past the free flight."""
+    """Body names with contact names: lsq fits the body on free flight (up to 20 ms before
+    the first contact), the contact from screened starts, then both together on free
+    flight plus the first contact, and the last stage's samples reach past the free
+    flight."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.sim.synthesize import synthesize_tosses
     from residualsim.sysid.calibrate import calibrate
@@ -328,6 +329,14 @@ def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
     assert stages["impact"]["names"] == ["joint.elbow.damping", "lateral_friction"]
     assert stages["impact"]["samples"] > stages["body"]["samples"]
     assert summary["evaluations"] == sum(row["evaluations"] for row in stages.values())
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.recordings import free_flight_samples, load_recordings
+
+    read = load_recordings(tmp_path / "data", str(HINGE))
+    with Engine(str(HINGE)) as engine:  # the body stage stops 20 ms (2 samples) short
+        flight = [free_flight_samples(engine, t) for t in read.values()]
+    assert stages["body"]["samples"] == sum(max(3, n - 2) for n in flight)
+    assert stages["contact"]["screened_starts"] >= 2 + 32
     assert not any("without velocities" in w for w in summary["warnings"])
 
 

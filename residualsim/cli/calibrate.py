@@ -195,7 +195,8 @@ def register(commands) -> None:
                      "evaluations (parameter sets, each rolled out on every recording); lsq "
                      "with body or joint names and contact names: three stages (body on free "
                      "flight; at most 12 (k + 1) for the k contact coefficients; all "
-                     "together through the first impact), BUDGET each for the first and last")
+                     "together through the first impact), BUDGET each for the first and last; "
+                     "pose-only recordings have their initial states fitted with the body")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"
