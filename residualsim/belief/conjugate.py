@@ -45,8 +45,8 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    ``"truncate"`` removes the infeasible share of each (i, j) instead (reported as removed).
    Points that meet no event (at rest, still flying at the horizon) are left out, as
    the particle step leaves such particles out of its refit.
-5. **Reduction.** The kernels are merged to at most ``max_components`` (K, default 4) by
-   Runnalls' rule, then refined by ``em_iterations`` (default 100) of EM on the kernels
+5. **Reduction.** The kernels, first merged into one per point (moments kept), are merged
+   to at most ``max_components`` (K, default 4) by Runnalls' rule, then refined by ``em_iterations`` (default 100) of EM on the kernels
    themselves (:func:`~residualsim.belief.reduction.em_refine`; the maximum-likelihood fit
    the particle step's refit makes, without drawing samples). With draws the kernels carry
    no bandwidth (h = 0: the draws' mixture is exact); with sigma points Silverman's h.
@@ -141,7 +141,7 @@ def silverman_bandwidth(n_points: int, d: int) -> float:
 def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarray,
                       mix: np.ndarray, impulse_means: np.ndarray,
                       impulse_covariances: np.ndarray, feasible: np.ndarray | None = None,
-                      bandwidth: float = 0.0) -> list[tuple[float, np.ndarray, np.ndarray]]:
+                      bandwidth: float = 0.0, with_points: bool = False) -> list[tuple]:
     """The post-contact Gaussians of one belief component: one kernel per sigma point and
     residual component j, [(mass, mean (d,), covariance (d, d))].
 
@@ -156,7 +156,8 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
     and a = √(1 − h²) (Liu and West's shrinkage): per j the kernels' mean and covariance
     are exactly the moment match Σ ω (c_ij, spread + D_i S_ij D_iᵀ) / Σ ω, which for a
     linear flight and an impulse mean affine in the state is the closed form; h > 0 lets
-    the mixture keep the shape (several modes) of the sigma points' outcomes."""
+    the mixture keep the shape (several modes) of the sigma points' outcomes.
+    ``with_points``: each kernel also carries its point's index i (a 4th element)."""
     if not 0.0 <= bandwidth < 1.0:
         raise ParameterError(f"kernel bandwidth must be in [0, 1), got {bandwidth!r}")
     n, j_count = np.shape(mix)
@@ -176,8 +177,9 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
         residual = np.einsum("ndk,nkl,nel->nde", jumps, impulse_covariances[:, j], jumps)
         for i in np.flatnonzero(omega > 0):
             covariance = bandwidth ** 2 * scatter + residual[i]
-            out.append((float(omega[i]), mean + shrink * spread[i],
-                        0.5 * (covariance + covariance.T)))
+            kernel = (float(omega[i]), mean + shrink * spread[i],
+                      0.5 * (covariance + covariance.T))
+            out.append(kernel + (int(i),) if with_points else kernel)
     return out
 
 
@@ -314,7 +316,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
-                   em_iterations: int = EM_ITERATIONS) -> BeliefStep:
+                   em_iterations: int = EM_ITERATIONS, match_moments: bool = False) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K, ``draws`` (None: sigma points), ``sigma_kappa`` κ,
@@ -334,7 +336,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
               zip(belief.means, belief.covariances)] if draws is None else \
-        stratified_draws(belief, int(draws), rng)
+        stratified_draws(belief, int(draws), rng, match_moments)
     points = np.vstack([p for p, _ in groups])
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
@@ -382,11 +384,12 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
             continue
         h = float(kernel_bandwidth) if kernel_bandwidth is not None else 0.0 \
             if draws is not None else silverman_bandwidth(int(mine.sum()), tangent.size)
-        for part_mass, mean, cov in component_kernels(
+        index = np.flatnonzero(mine)
+        for part_mass, mean, cov, i in component_kernels(
                 point_weights[accepted][mine], y[mine], jumps[mine], mix[mine],
-                means[mine], covariances[mine], feasible[mine], h):
+                means[mine], covariances[mine], feasible[mine], h, with_points=True):
             if part_mass > 0:
-                parts.append((belief.weights[k] * part_mass, mean, cov))
+                parts.append((belief.weights[k] * part_mass, mean, cov, index[i]))
     kept_mass = sum(p[0] for p in parts)
     rejected = 1.0 - kept_mass / met_mass if met_mass > 0 else 0.0
     centres = y + np.einsum("ndk,nk->nd", jumps, np.einsum("nj,njk->nk", mix, means))
@@ -398,7 +401,10 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         return BeliefStep(belief=None, **common)
     kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
                np.array([p[2] for p in parts]))
-    weights, mixture_means, covariances = runnalls_reduce(*kernels, int(max_components))
+    # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
+    # half the step's time); EM then refines on every kernel.
+    weights, mixture_means, covariances = runnalls_reduce(
+        *_per_point(kernels, np.array([p[3] for p in parts])), int(max_components))
     covariances = _positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
@@ -406,6 +412,17 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
             floor=_variance_floor(*kernels))
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
+
+
+def _per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels of each point (its residual components) merged into one, moments kept:
+    (weights, means, covariances) with one row per point, the start Runnalls' merging
+    reduces (O(n²) in the number of kernels) before EM refines on all kernels."""
+    rows = [merge_components(*(part[points == i] for part in kernels))
+            for i in np.unique(points)]
+    return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+            np.array([r[2] for r in rows]))
 
 
 def _positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
@@ -441,8 +458,8 @@ def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool
     return weights, means, policy.spread * scales
 
 
-def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Generator
-                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Generator,
+                     match_moments: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n`` draws from ``belief`` (tangent coordinates), per component: (points (n_k, d),
     weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
     (one uniform offset), the points within a component are a scrambled Sobol sequence
@@ -468,5 +485,21 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
             warnings.simplefilter("ignore", UserWarning)
             unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
         z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
+        if match_moments:
+            z = _standardised(z)
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
+
+
+def _standardised(z: np.ndarray) -> np.ndarray:
+    """Standard-normal draws z (n, d) moved to mean exactly 0 and, when n > d + 1, turned
+    to covariance exactly I (1/n normalisation: the draws' equal weights): moment matching,
+    so a component's draws carry its mean and covariance exactly through any linear map."""
+    n, d = z.shape
+    if n < 2:
+        return np.zeros_like(z)
+    z = z - z.mean(axis=0)
+    if n <= d + 1:
+        return z
+    values, vectors = np.linalg.eigh(z.T @ z / n)
+    return z @ (vectors / np.sqrt(values)) @ vectors.T
