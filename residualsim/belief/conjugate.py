@@ -83,6 +83,9 @@ FEASIBILITY_DRAWS = 128
 DRAWS = 150
 #: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
 EM_ITERATIONS = 100
+#: EM stops when the expected log-likelihood per unit mass gains less than this (nats):
+#: scikit-learn's ``GaussianMixture`` default, which the particle step's refit uses.
+EM_TOLERANCE = 1e-3
 
 
 def sigma_points(mean: np.ndarray, covariance: np.ndarray, kappa: float = 0.0,
@@ -273,40 +276,58 @@ def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, eve
     sampled residual), and the Gaussian is moment-matched to the scaled impulses (ρ = 1).
     "truncate": the infeasible impulses are removed: ρ_j their kept share, the moments
     those of the Gaussian itself."""
+    kept, mean, covariance = _guarded_batch(means[None], std[None], draws[None], [event],
+                                            feasibility)
+    return kept[0], mean[0], covariance[0]
+
+
+def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list,
+                   feasibility: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_guarded_impulses` for n events at once (one array pass, not n): ``means``
+    and ``std`` (n, J, k), ``draws`` (n, m, k); returns kept fractions (n, J), means (n, J, k) and covariances
+    (n, J, k, k). The events' touching points are padded with rows that never cap."""
     from residualsim.sim.contact import largest_steps
 
-    _, _, velocity, inverse_inertia, budget, (normal, gain, floors) = event
-    impulses = means[:, None, :] + std[:, None, :] * draws[None]  # (J, m, k)
-    change = impulses @ inverse_inertia.T  # contact-velocity change J M⁻¹ Jᵀ p
-    a = 0.5 * np.einsum("jmk,jmk->jm", impulses, change)
-    b = impulses @ velocity
-    cap = np.ones(a.shape)
-    for now, row, floor in zip(normal, gain, floors):  # each touching point's normal
-        push = impulses @ row
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cap = np.where(now + push < floor,
-                           np.minimum(cap, np.clip((floor - now) / push, 0.0, 1.0)), cap)
-    alpha = largest_steps(a, b, -budget, cap)
+    n, j_count, k = means.shape
+    velocity = np.array([e[2] for e in events])  # (n, k)
+    inverse_inertia = np.array([e[3] for e in events])  # (n, k, k)
+    budget = np.array([e[4] for e in events])  # (n,)
+    rows = max(len(e[5][0]) for e in events)
+    now, floors = np.zeros((n, rows)), np.full((n, rows), -np.inf)
+    gain = np.zeros((n, rows, k))
+    for i, (_, _, _, _, _, (normal, change, floor)) in enumerate(events):
+        now[i, :len(normal)], gain[i, :len(normal)], floors[i, :len(normal)] = \
+            normal, change, floor
+    impulses = means[:, :, None, :] + std[:, :, None, :] * draws[:, None]  # (n, J, m, k)
+    change = np.einsum("njmk,nlk->njml", impulses, inverse_inertia)
+    a = 0.5 * np.einsum("njmk,njmk->njm", impulses, change)
+    b = np.einsum("njmk,nk->njm", impulses, velocity)
+    push = np.einsum("njmk,npk->njmp", impulses, gain)  # each touching point's normal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        limit = np.where(now[:, None, None] + push < floors[:, None, None],
+                         np.clip((floors - now)[:, None, None] / push, 0.0, 1.0), 1.0)
+    cap = limit.min(axis=3)
+    alpha = largest_steps(a, b, -budget[:, None, None], cap)  # (n, J, m)
+    exact = np.einsum("njk,kl->njkl", std ** 2, np.eye(k))
     if feasibility == "truncate":
-        return ((alpha >= 1.0).mean(axis=1), means,
-                np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity))))
-    exact = np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity)))
-    if (alpha >= 1.0).all():
-        return np.ones(len(means)), means, exact
-    # The draws' own moments as a control variate: mean m_j + avg((α − 1) p) and
-    # covariance S_j + cov(α p) − cov(p), so the finite set of draws adds no bias where the
-    # guard rarely acts (and none at all where it never does).
+        return (alpha >= 1.0).mean(axis=2), means, exact
+    clamped = (alpha < 1.0).any(axis=2)  # (n, J): where the guard acts at all
+    if not clamped.any():
+        return np.ones((n, j_count)), means, exact
     scaled = alpha[..., None] * impulses
-    mean = means + (scaled - impulses).mean(axis=1)
+    mean = means + (scaled - impulses).mean(axis=2)
     values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
-    covariance = np.einsum("jkl,jl,jml->jkm", vectors, np.clip(values, 0.0, None), vectors)
-    return np.ones(len(means)), mean, covariance
+    covariance = np.einsum("njkl,njl,njml->njkm", vectors, np.clip(values, 0.0, None),
+                           vectors)
+    keep = ~clamped
+    mean[keep], covariance[keep] = means[keep], exact[keep]
+    return np.ones((n, j_count)), mean, covariance
 
 
 def _scatter(samples: np.ndarray) -> np.ndarray:
-    """Sample covariances (J, k, k) of samples (J, m, k)."""
-    spread = samples - samples.mean(axis=1, keepdims=True)
-    return np.einsum("jmk,jml->jkl", spread, spread) / samples.shape[1]
+    """Sample covariances (..., k, k) of samples (..., m, k)."""
+    spread = samples - samples.mean(axis=-2, keepdims=True)
+    return np.einsum("...mk,...ml->...kl", spread, spread) / samples.shape[-2]
 
 
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
@@ -316,7 +337,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
-                   em_iterations: int = EM_ITERATIONS, match_moments: bool = False) -> BeliefStep:
+                   em_iterations: int = EM_ITERATIONS, reduction_start: str = "runnalls",
+                   match_moments: bool = False) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K, ``draws`` (None: sigma points), ``sigma_kappa`` κ,
@@ -372,11 +394,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     # average out over the points instead of shifting every point's impulse alike.
     half = rng.standard_normal((len(events), (int(feasibility_draws) + 1) // 2,
                                 policy.n_outputs))
-    guarded = [_guarded_impulses(means[n], std[n], np.vstack([half[n], -half[n]]), event,
-                                 feasibility) for n, event in enumerate(events)]
-    feasible = np.array([g[0] for g in guarded])
-    means = np.array([g[1] for g in guarded])
-    covariances = np.array([g[2] for g in guarded])
+    feasible, means, covariances = _guarded_batch(
+        means, std, np.concatenate([half, -half], axis=1), events, feasibility)
     parts = []
     for k in range(belief.n_components):
         mine = owner[accepted] == k
@@ -401,17 +420,66 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         return BeliefStep(belief=None, **common)
     kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
                np.array([p[2] for p in parts]))
-    # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
-    # half the step's time); EM then refines on every kernel.
-    weights, mixture_means, covariances = runnalls_reduce(
-        *_per_point(kernels, np.array([p[3] for p in parts])), int(max_components))
+    if reduction_start == "kmeans":
+        weights, mixture_means, covariances = _kmeans_start(
+            kernels, int(max_components), int(rng.integers(2 ** 31)))
+    else:
+        # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it
+        # was half the step's time); EM then refines on every kernel.
+        weights, mixture_means, covariances = runnalls_reduce(
+            *_per_point(kernels, np.array([p[3] for p in parts])), int(max_components))
     covariances = _positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
             *kernels, (weights, mixture_means, covariances), int(em_iterations),
-            floor=_variance_floor(*kernels))
+            floor=_variance_floor(*kernels), tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
+
+
+def _kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
+    k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
+    coordinates standardised by the kernels' mixture; each cluster's kernels merged with
+    their moments kept. Returns (weights, means, covariances), at most ``k`` components."""
+    weights, means, covariances = kernels
+    _, _, total = merge_components(weights, means, covariances)
+    x = means / np.sqrt(np.maximum(np.diag(total), 1e-24))
+    labels = _kmeans(x, weights / weights.sum(), k, np.random.default_rng(seed))
+    rows = [merge_components(weights[labels == c], means[labels == c],
+                             covariances[labels == c]) for c in np.unique(labels)]
+    return (np.array([r[0] for r in rows]) / sum(r[0] for r in rows),
+            np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
+
+
+def _kmeans(x: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator,
+            iterations: int = 50) -> np.ndarray:
+    """Weighted k-means of points x (n, d) with weights w (n,) summing to 1: k-means++
+    seeding (centres drawn in proportion to w times the squared distance to the nearest
+    centre so far), then Lloyd's iterations. Returns each point's cluster label (n,)."""
+    n = len(x)
+    k = min(int(k), n)
+    centres = [x[rng.choice(n, p=w)]]
+    nearest = ((x - centres[0]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        p = w * nearest
+        if p.sum() <= 0:
+            break
+        centres.append(x[rng.choice(n, p=p / p.sum())])
+        nearest = np.minimum(nearest, ((x - centres[-1]) ** 2).sum(axis=1))
+    centres = np.array(centres)
+    labels = np.full(n, -1)
+    for _ in range(iterations):
+        new = np.argmin(((x[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+        if (new == labels).all():
+            break
+        labels = new
+        for c in range(len(centres)):
+            mine = labels == c
+            if w[mine].sum() > 0:
+                centres[c] = w[mine] @ x[mine] / w[mine].sum()
+    return labels
 
 
 def _per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
