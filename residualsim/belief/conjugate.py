@@ -286,6 +286,32 @@ def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events
     """:func:`_guarded_impulses` for n events at once (one array pass, not n): ``means``
     and ``std`` (n, J, k), ``draws`` (n, m, k); returns kept fractions (n, J), means (n, J, k) and covariances
     (n, J, k, k). The events' touching points are padded with rows that never cap."""
+    impulses, alpha = _guard_scales(means, std, draws, events)
+    n, j_count, k = means.shape
+    exact = np.einsum("njk,kl->njkl", std ** 2, np.eye(k))
+    if feasibility == "truncate":
+        return (alpha >= 1.0).mean(axis=2), means, exact
+    clamped = (alpha < 1.0).any(axis=2)  # (n, J): where the guard acts at all
+    if feasibility == "split":
+        return _split_pieces(means, exact, impulses, alpha, clamped)
+    if not clamped.any():
+        return np.ones((n, j_count)), means, exact
+    scaled = alpha[..., None] * impulses
+    mean = means + (scaled - impulses).mean(axis=2)
+    values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
+    covariance = np.einsum("njkl,njl,njml->njkm", vectors, np.clip(values, 0.0, None),
+                           vectors)
+    keep = ~clamped
+    mean[keep], covariance[keep] = means[keep], exact[keep]
+    return np.ones((n, j_count)), mean, covariance
+
+
+def _guard_scales(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The impulses p = m_j + s_j z (n, J, m, k), N s, from ``draws`` z (n, m, k) at n
+    events, and the contact guard's scale α (n, J, m) for each: the largest in [0, 1] that
+    neither raises the energy nor pushes a touching point's normal velocity below its
+    floor, as a rollout scales a sampled residual."""
     from residualsim.sim.contact import largest_steps
 
     n, j_count, k = means.shape
@@ -307,21 +333,34 @@ def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events
         limit = np.where(now[:, None, None] + push < floors[:, None, None],
                          np.clip((floors - now)[:, None, None] / push, 0.0, 1.0), 1.0)
     cap = limit.min(axis=3)
-    alpha = largest_steps(a, b, -budget[:, None, None], cap)  # (n, J, m)
-    exact = np.einsum("njk,kl->njkl", std ** 2, np.eye(k))
-    if feasibility == "truncate":
-        return (alpha >= 1.0).mean(axis=2), means, exact
-    clamped = (alpha < 1.0).any(axis=2)  # (n, J): where the guard acts at all
-    if not clamped.any():
-        return np.ones((n, j_count)), means, exact
+    return impulses, largest_steps(a, b, -budget[:, None, None], cap)  # alpha (n, J, m)
+
+
+def _split_pieces(means: np.ndarray, exact: np.ndarray, impulses: np.ndarray,
+                  alpha: np.ndarray, clamped: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``feasibility="split"``: each residual component j of each event (n, J) as two
+    pieces, the impulses the guard leaves alone (share ρ) and the scaled ones (share 1 − ρ),
+    each moment-matched to its draws; where the guard never acts the first piece is the
+    Gaussian itself (ρ = 1). Returns shares (n, 2J), means (n, 2J, k), covariances
+    (n, 2J, k, k): pieces j and J + j of component j."""
+    free = alpha >= 1.0  # (n, J, m)
+    rho = free.mean(axis=2)
     scaled = alpha[..., None] * impulses
-    mean = means + (scaled - impulses).mean(axis=2)
-    values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
-    covariance = np.einsum("njkl,njl,njml->njkm", vectors, np.clip(values, 0.0, None),
-                           vectors)
-    keep = ~clamped
-    mean[keep], covariance[keep] = means[keep], exact[keep]
-    return np.ones((n, j_count)), mean, covariance
+
+    def moments(mask):
+        count = np.maximum(mask.sum(axis=2), 1)[..., None]
+        mean = (scaled * mask[..., None]).sum(axis=2) / count
+        spread = (scaled - mean[:, :, None]) * mask[..., None]
+        return mean, np.einsum("njmk,njml->njkl", spread, spread) / count[..., None]
+
+    free_mean, free_cov = moments(free)
+    cut_mean, cut_cov = moments(~free)
+    free_mean[~clamped], free_cov[~clamped] = means[~clamped], exact[~clamped]
+    cut_mean[~clamped], cut_cov[~clamped] = means[~clamped], exact[~clamped]
+    return (np.concatenate([rho, 1.0 - rho], axis=1),
+            np.concatenate([free_mean, cut_mean], axis=1),
+            np.concatenate([free_cov, cut_cov], axis=1))
 
 
 def _scatter(samples: np.ndarray) -> np.ndarray:
@@ -338,7 +377,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
                    em_iterations: int = EM_ITERATIONS, reduction_start: str = "runnalls",
-                   match_moments: bool = False) -> BeliefStep:
+                   draws_per_component: int | None = None, reduction: str = "kernels",
+                   impulse_samples: int = 16, match_moments: bool = False) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K, ``draws`` (None: sigma points), ``sigma_kappa`` κ,
@@ -347,8 +387,9 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
-    if feasibility not in ("clamp", "truncate"):
-        raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
+    if feasibility not in ("clamp", "split", "truncate"):
+        raise ParameterError(f"feasibility must be 'clamp', 'split' or 'truncate', got "
+                             f"{feasibility!r}")
     if int(max_components) < 1 or int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
             (draws is not None and int(draws) < 1):
         raise ParameterError(f"max_components, feasibility_draws and draws must be >= 1 and "
@@ -358,7 +399,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
               zip(belief.means, belief.covariances)] if draws is None else \
-        stratified_draws(belief, int(draws), rng, match_moments)
+        stratified_draws(belief, int(draws) if draws_per_component is None else
+                         int(draws_per_component) * belief.n_components, rng, match_moments)
     points = np.vstack([p for p, _ in groups])
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
@@ -394,8 +436,16 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     # average out over the points instead of shifting every point's impulse alike.
     half = rng.standard_normal((len(events), (int(feasibility_draws) + 1) // 2,
                                 policy.n_outputs))
+    if reduction == "samples":
+        return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
+                             means, std, half, events, feasibility, int(impulse_samples),
+                             int(max_components), int(em_iterations), rng, tangent,
+                             met_mass, dict(elapsed_s=np.array(
+                                 [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
     feasible, means, covariances = _guarded_batch(
         means, std, np.concatenate([half, -half], axis=1), events, feasibility)
+    if feasibility == "split":
+        mix = np.concatenate([mix, mix], axis=1)
     parts = []
     for k in range(belief.n_components):
         mine = owner[accepted] == k
@@ -433,6 +483,43 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         weights, mixture_means, covariances = em_refine(
             *kernels, (weights, mixture_means, covariances), int(em_iterations),
             floor=_variance_floor(*kernels), tolerance=EM_TOLERANCE)
+    return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
+                                                   tangent), **common)
+
+
+def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
+                  feasibility: str, r: int, max_components: int, em_iterations: int, rng,
+                  tangent, met_mass: float, common: dict) -> BeliefStep:
+    """``reduction="samples"``: each accepted point carries ``r`` of its impulse draws per
+    residual component (antithetic pairs), scaled by the contact guard as in a rollout
+    (``"truncate"``: the scaled ones removed); the post-contact state is linear in the
+    impulse, y_i + D_i α p, so they cost a matrix product, not a rollout. The weighted
+    states (mass W_i w_ij / r) are fitted by weighted EM from a k-means start: the particle
+    step's refit, on r samples per rollout."""
+    z = np.concatenate([half[:, :(r + 1) // 2], -half[:, :(r + 1) // 2]], axis=1)
+    impulses, alpha = _guard_scales(means, std, z, events)
+    kept = np.ones(alpha.shape) if feasibility == "clamp" else (alpha >= 1.0).astype(float)
+    scaled = alpha[..., None] * impulses  # (n, J, r, k)
+    states = y[:, None, None, :] + np.einsum("ndk,njrk->njrd", jumps, scaled)
+    mass = (belief.weights[owner] * point_weights)[:, None, None] * mix[:, :, None] * kept \
+        / z.shape[1]
+    states, mass = states.reshape(-1, y.shape[1]), mass.ravel()
+    keep = mass > 0
+    states, mass = states[keep], mass[keep]
+    kept_mass = float(mass.sum())
+    rejected = 1.0 - kept_mass / met_mass if met_mass > 0 else 0.0
+    centres = y + np.einsum("ndk,nk->nd", jumps, np.einsum("nj,njk->nk", mix, means))
+    common = dict(particles=tangent.from_tangent(centres),
+                  rejected_mass=float(np.clip(rejected, 0.0, 1.0)), method="conjugate",
+                  **common)
+    if kept_mass <= 0 or len(states) < 2:
+        return BeliefStep(belief=None, **common)
+    kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
+    start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
+    floor = _variance_floor(*kernels)
+    start = (start[0], start[1], start[2] + np.diag(floor)[None])
+    weights, mixture_means, covariances = em_refine(*kernels, start, max(em_iterations, 1),
+                                                    floor=floor, tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
