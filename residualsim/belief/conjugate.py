@@ -126,6 +126,18 @@ def _rotation(d: int, seed: int) -> np.ndarray:
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
+def _one_thread(function):
+    """Run ``function`` with BLAS limited to one thread: its matrices are small (d = 12),
+    and on a busy machine BLAS threads only contend (5-6x slower measured)."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):
+            return function(*args, **kwargs)
+    return wrapper
+
+
 def velocity_coordinates(tangent: StateTangent) -> np.ndarray:
     """Indices of the generalised velocity q̇ (in the scene's order) among the tangent
     coordinates: planar 3..5; 3D 6..11 (m/s, rad/s, world) then the joint velocities."""
@@ -309,12 +321,20 @@ def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events
 def _guard_scales(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The impulses p = m_j + s_j z (n, J, m, k), N s, from ``draws`` z (n, m, k) at n
-    events, and the contact guard's scale α (n, J, m) for each: the largest in [0, 1] that
-    neither raises the energy nor pushes a touching point's normal velocity below its
-    floor, as a rollout scales a sampled residual."""
+    events, and the contact guard's scale α (n, J, m) for each (:func:`_guard_alpha`)."""
+    impulses = means[:, :, None, :] + std[:, :, None, :] * draws[:, None]  # (n, J, m, k)
+    n, j_count, m, k = impulses.shape
+    alpha = _guard_alpha(impulses.reshape(n, j_count * m, k), events)
+    return impulses, alpha.reshape(n, j_count, m)
+
+
+def _guard_alpha(impulses: np.ndarray, events: list) -> np.ndarray:
+    """The contact guard's scale α (n, m) of impulses (n, m, k), N s, at n events: the
+    largest in [0, 1] that neither raises the energy nor pushes a touching point's normal
+    velocity below its floor, as a rollout scales a sampled residual."""
     from residualsim.sim.contact import largest_steps
 
-    n, j_count, k = means.shape
+    n, _, k = impulses.shape
     velocity = np.array([e[2] for e in events])  # (n, k)
     inverse_inertia = np.array([e[3] for e in events])  # (n, k, k)
     budget = np.array([e[4] for e in events])  # (n,)
@@ -324,16 +344,14 @@ def _guard_scales(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events:
     for i, (_, _, _, _, _, (normal, change, floor)) in enumerate(events):
         now[i, :len(normal)], gain[i, :len(normal)], floors[i, :len(normal)] = \
             normal, change, floor
-    impulses = means[:, :, None, :] + std[:, :, None, :] * draws[:, None]  # (n, J, m, k)
-    change = np.einsum("njmk,nlk->njml", impulses, inverse_inertia)
-    a = 0.5 * np.einsum("njmk,njmk->njm", impulses, change)
-    b = np.einsum("njmk,nk->njm", impulses, velocity)
-    push = np.einsum("njmk,npk->njmp", impulses, gain)  # each touching point's normal
+    change = np.einsum("nmk,nlk->nml", impulses, inverse_inertia)
+    a = 0.5 * np.einsum("nmk,nmk->nm", impulses, change)
+    b = np.einsum("nmk,nk->nm", impulses, velocity)
+    push = np.einsum("nmk,npk->nmp", impulses, gain)  # each touching point's normal
     with np.errstate(divide="ignore", invalid="ignore"):
-        limit = np.where(now[:, None, None] + push < floors[:, None, None],
-                         np.clip((floors - now)[:, None, None] / push, 0.0, 1.0), 1.0)
-    cap = limit.min(axis=3)
-    return impulses, largest_steps(a, b, -budget[:, None, None], cap)  # alpha (n, J, m)
+        limit = np.where(now[:, None] + push < floors[:, None],
+                         np.clip((floors - now)[:, None] / push, 0.0, 1.0), 1.0)
+    return largest_steps(a, b, -budget[:, None], limit.min(axis=2))
 
 
 def _split_pieces(means: np.ndarray, exact: np.ndarray, impulses: np.ndarray,
@@ -468,41 +486,56 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
+    return _reduced_step(parts, int(max_components), int(em_iterations), reduction_start,
+                         rng, tangent, common)
+
+
+@_one_thread
+def _reduced_step(parts: list, max_components: int, em_iterations: int,
+                  reduction_start: str, rng, tangent, common: dict) -> BeliefStep:
+    """The kernels ``parts`` [(mass, mean, covariance, point)] reduced to at most
+    ``max_components`` (module docstring, step 5)."""
     kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
                np.array([p[2] for p in parts]))
     if reduction_start == "kmeans":
         weights, mixture_means, covariances = _kmeans_start(
-            kernels, int(max_components), int(rng.integers(2 ** 31)))
+            kernels, max_components, int(rng.integers(2 ** 31)))
     else:
         # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it
         # was half the step's time); EM then refines on every kernel.
         weights, mixture_means, covariances = runnalls_reduce(
-            *_per_point(kernels, np.array([p[3] for p in parts])), int(max_components))
+            *_per_point(kernels, np.array([p[3] for p in parts])), max_components)
     covariances = _positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
-            *kernels, (weights, mixture_means, covariances), int(em_iterations),
+            *kernels, (weights, mixture_means, covariances), em_iterations,
             floor=_variance_floor(*kernels), tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
 
+@_one_thread
 def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
                   feasibility: str, r: int, max_components: int, em_iterations: int, rng,
                   tangent, met_mass: float, common: dict) -> BeliefStep:
-    """``reduction="samples"``: each accepted point carries ``r`` of its impulse draws per
-    residual component (antithetic pairs), scaled by the contact guard as in a rollout
+    """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
+    pairs; residual components by systematic selection on their weights), scaled by the contact guard as in a rollout
     (``"truncate"``: the scaled ones removed); the post-contact state is linear in the
     impulse, y_i + D_i α p, so they cost a matrix product, not a rollout. The weighted
-    states (mass W_i w_ij / r) are fitted by weighted EM from a k-means start: the particle
+    states (mass W_i / r) are fitted by weighted EM from a k-means start: the particle
     step's refit, on r samples per rollout."""
     z = np.concatenate([half[:, :(r + 1) // 2], -half[:, :(r + 1) // 2]], axis=1)
-    impulses, alpha = _guard_scales(means, std, z, events)
+    n, m = z.shape[:2]
+    # Draw s of point i takes residual component j by systematic selection on w_ij.
+    edges = np.cumsum(mix, axis=1)
+    ticks = (np.arange(m)[None] + rng.uniform(size=(n, 1))) / m * edges[:, -1:]
+    pick = np.minimum((ticks[:, :, None] >= edges[:, None, :]).sum(axis=2), mix.shape[1] - 1)
+    rows = np.arange(n)[:, None]
+    impulses = means[rows, pick] + std[rows, pick] * z  # (n, m, k)
+    alpha = _guard_alpha(impulses, events)
     kept = np.ones(alpha.shape) if feasibility == "clamp" else (alpha >= 1.0).astype(float)
-    scaled = alpha[..., None] * impulses  # (n, J, r, k)
-    states = y[:, None, None, :] + np.einsum("ndk,njrk->njrd", jumps, scaled)
-    mass = (belief.weights[owner] * point_weights)[:, None, None] * mix[:, :, None] * kept \
-        / z.shape[1]
+    states = y[:, None, :] + np.einsum("ndk,nmk->nmd", jumps, alpha[..., None] * impulses)
+    mass = (belief.weights[owner] * point_weights)[:, None] * kept / m
     states, mass = states.reshape(-1, y.shape[1]), mass.ravel()
     keep = mass > 0
     states, mass = states[keep], mass[keep]
@@ -518,8 +551,9 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
     start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     floor = _variance_floor(*kernels)
     start = (start[0], start[1], start[2] + np.diag(floor)[None])
-    weights, mixture_means, covariances = em_refine(*kernels, start, max(em_iterations, 1),
-                                                    floor=floor, tolerance=EM_TOLERANCE)
+    weights, mixture_means, covariances = em_refine(kernels[0], kernels[1], None, start,
+                                                    max(em_iterations, 1), floor=floor,
+                                                    tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
