@@ -5,10 +5,11 @@ The residual-learning paper propagates beliefs with a hybrid particle / Bayes fi
 Gaussian mixture". One step, from the end of one contact event to the end of the next, per
 component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d of them):
 
-1. **Points.** By default (``draws`` = n, :data:`DRAWS` = 150) n draws from the belief
+1. **Points.** By default (``draws`` = n, :data:`DRAWS` = 250) n draws from the belief
    (:func:`stratified_draws`: counts per component by systematic resampling, within a
-   component a scrambled Sobol sequence through the normal's quantiles), weight 1/n_k in
-   their component: Rao-Blackwellised particles, whose residual noise needs no sampling.
+   component a scrambled Sobol sequence through the normal's quantiles, moved to the
+   component's mean and covariance exactly, ``match_moments``), weight 1/n_k in their
+   component: Rao-Blackwellised particles, whose residual noise needs no rollout.
    ``draws=None``: **sigma points** (:func:`sigma_points`) instead, 2d points μ_k ± √(d + κ)
    × the columns of √Σ_k turned by a fixed random rotation (``sigma_rotations`` sets of them,
    default 1), weights 1 / (2d) each; κ = ``sigma_kappa`` > 0 adds μ_k with weight
@@ -16,42 +17,39 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    but 24 deterministic points per component miss the rare branches of a contact (a cube
    that bounces once more before its event): energy distance summed over 3 contacts, 4
    validation tosses, 3000-particle reference, 0.90 against 0.50 with 150 draws.
-2. **Flight and the event, deterministically.** Each sigma point is rolled out by the engine
+2. **Flight and the event, deterministically.** Each point is rolled out by the engine
    (no residual) to the end of its next contact event (``residual_rollout(...,
    stop_after_events=1)``): y_i, the post-step state, and the event's contact model, M and J
-   at the post-step configuration (free bodies and articulated objects alike: J acts on the
-   generalised velocity).
+   (free bodies and articulated objects alike: J acts on the generalised velocity).
 3. **The residual, exactly.** The residual policy's output at that event is a Gaussian
    mixture over the impulse p (contact frame, N s): Σ_j w_ij N(m_ij, S_ij). An impulse
-   changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the sigma point the
-   post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates), a
-   Gaussian per residual component j, added analytically (:func:`component_kernels`). Per
-   (i, j) this gives a kernel of mass W_i w_ij; per j the kernels' moments are exactly the
-   moment match over the sigma points, the closed form for a linear flight and an impulse
-   mean affine in the state. The kernels' spread (bandwidth h, Silverman's rule by default)
-   keeps the shape of the outcomes, e.g. a cube that may tip over either edge.
-4. **Feasibility.** Sigma points whose rollout sank deeper than ``penetration_tolerance_m`` or
+   changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the point the
+   post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates).
+4. **Feasibility.** Points whose rollout sank deeper than ``penetration_tolerance_m`` or
    whose energy rose across the event (the engine's own step) carry no mass; their share of
    the mass that met an event is the step's ``rejected_fraction``, as the particle step
-   reports rejected particles. The residual impulse must not raise the energy nor push the
-   contact point's normal velocity below the contact guard's floor
+   reports rejected particles. The residual impulse must not raise the energy nor push a
+   touching point's normal velocity below the contact guard's floor
    (:class:`~residualsim.sim.rollout.ContactGuard`): ``feasibility="clamp"`` (default)
-   scales each of ``feasibility_draws`` draws of p (antithetic pairs, each point its own)
-   by the guard's α, as a sampled residual is scaled in a rollout, and corrects the
-   Gaussian's exact moments by the draws' change under scaling (a control variate: the
-   plain sample moments of 64 draws shared by every point biased all points' impulses
-   alike, energy distance 0.19 against 0.08 at the first contact); where the guard never
-   acts the Gaussian is kept exactly;
-   ``"truncate"`` removes the infeasible share of each (i, j) instead (reported as removed).
-   Points that meet no event (at rest, still flying at the horizon) are left out, as
-   the particle step leaves such particles out of its refit.
-5. **Reduction.** The kernels, first merged into one per point (moments kept), are merged
-   to at most ``max_components`` (K, default 4) by Runnalls' rule, then refined by ``em_iterations`` (default 100) of EM on the kernels
-   themselves (:func:`~residualsim.belief.reduction.em_refine`; the maximum-likelihood fit
-   the particle step's refit makes, without drawing samples). With draws the kernels carry
-   no bandwidth (h = 0: the draws' mixture is exact); with sigma points Silverman's h.
+   scales each impulse draw by the guard's α, as a sampled residual is scaled in a
+   rollout; ``"truncate"`` removes the scaled ones instead (reported as removed). Points
+   that meet no event (at rest, still flying at the horizon) are left out, as the particle
+   step leaves such particles out of its refit.
+5. **Reduction** to at most ``max_components`` (K, default 4). ``reduction="samples"``
+   (default): each point carries ``impulse_samples`` (32) impulse draws, y_i + D_i α p
+   (a matrix product each, not a rollout), and weighted EM from a k-means start fits the
+   mixture to them (:func:`~residualsim.belief.reduction.em_refine`), the particle step's
+   refit on 32 states per rollout. The guard's scaling skews the post-contact velocities
+   (skewness 0.2-0.5 after the first contact of a training toss); a Gaussian per point
+   cannot carry that, and the next contact depends on it (energy distance at the second
+   contact 0.21-0.23 from such a belief, 0.09-0.10 from the samples', with 1000 draws).
+   ``reduction="kernels"`` (and always with sigma points): the Gaussian kernel of each
+   (i, j), y_i + D_i m_ij with covariance D_i S_ij D_iᵀ (:func:`component_kernels`; the
+   guard's clamping moment-matched from ``feasibility_draws`` antithetic draws per point as
+   a control variate on the exact moments), merged into one per point, reduced by
+   Runnalls' rule and refined by ``em_iterations`` of EM on the kernels themselves.
 
-Rollouts per step: ``draws`` (150), or with sigma points 2d per component and rotation set
+Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
 step's generator in the calling process, so the step is seeded and independent of the
 worker count.
@@ -70,8 +68,9 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
 from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
 from residualsim.errors import ParameterError
 
-__all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth", "velocity_coordinates",
-           "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS",
+__all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
+           "velocity_coordinates",
+           "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS", "IMPULSE_SAMPLES",
            "EM_ITERATIONS", "stratified_draws"]
 
 #: Default bound on the number of mixture components after each conjugate step.
@@ -80,7 +79,9 @@ MAX_COMPONENTS = 4
 FEASIBILITY_DRAWS = 128
 #: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
 #: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
-DRAWS = 150
+DRAWS = 250
+#: Default impulse draws each rollout carries in the "samples" reduction (antithetic pairs).
+IMPULSE_SAMPLES = 32
 #: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
 EM_ITERATIONS = 100
 #: EM stops when the expected log-likelihood per unit mass gains less than this (nats):
@@ -296,16 +297,14 @@ def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, eve
 def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list,
                    feasibility: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_guarded_impulses` for n events at once (one array pass, not n): ``means``
-    and ``std`` (n, J, k), ``draws`` (n, m, k); returns kept fractions (n, J), means (n, J, k) and covariances
-    (n, J, k, k). The events' touching points are padded with rows that never cap."""
+    and ``std`` (n, J, k), ``draws`` (n, m, k); returns kept fractions (n, J), means
+    (n, J, k) and covariances (n, J, k, k)."""
     impulses, alpha = _guard_scales(means, std, draws, events)
     n, j_count, k = means.shape
     exact = np.einsum("njk,kl->njkl", std ** 2, np.eye(k))
     if feasibility == "truncate":
         return (alpha >= 1.0).mean(axis=2), means, exact
     clamped = (alpha < 1.0).any(axis=2)  # (n, J): where the guard acts at all
-    if feasibility == "split":
-        return _split_pieces(means, exact, impulses, alpha, clamped)
     if not clamped.any():
         return np.ones((n, j_count)), means, exact
     scaled = alpha[..., None] * impulses
@@ -331,7 +330,8 @@ def _guard_scales(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events:
 def _guard_alpha(impulses: np.ndarray, events: list) -> np.ndarray:
     """The contact guard's scale α (n, m) of impulses (n, m, k), N s, at n events: the
     largest in [0, 1] that neither raises the energy nor pushes a touching point's normal
-    velocity below its floor, as a rollout scales a sampled residual."""
+    velocity below its floor, as a rollout scales a sampled residual. The events' touching
+    points are padded with rows that never cap."""
     from residualsim.sim.contact import largest_steps
 
     n, _, k = impulses.shape
@@ -354,33 +354,6 @@ def _guard_alpha(impulses: np.ndarray, events: list) -> np.ndarray:
     return largest_steps(a, b, -budget[:, None], limit.min(axis=2))
 
 
-def _split_pieces(means: np.ndarray, exact: np.ndarray, impulses: np.ndarray,
-                  alpha: np.ndarray, clamped: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``feasibility="split"``: each residual component j of each event (n, J) as two
-    pieces, the impulses the guard leaves alone (share ρ) and the scaled ones (share 1 − ρ),
-    each moment-matched to its draws; where the guard never acts the first piece is the
-    Gaussian itself (ρ = 1). Returns shares (n, 2J), means (n, 2J, k), covariances
-    (n, 2J, k, k): pieces j and J + j of component j."""
-    free = alpha >= 1.0  # (n, J, m)
-    rho = free.mean(axis=2)
-    scaled = alpha[..., None] * impulses
-
-    def moments(mask):
-        count = np.maximum(mask.sum(axis=2), 1)[..., None]
-        mean = (scaled * mask[..., None]).sum(axis=2) / count
-        spread = (scaled - mean[:, :, None]) * mask[..., None]
-        return mean, np.einsum("njmk,njml->njkl", spread, spread) / count[..., None]
-
-    free_mean, free_cov = moments(free)
-    cut_mean, cut_cov = moments(~free)
-    free_mean[~clamped], free_cov[~clamped] = means[~clamped], exact[~clamped]
-    cut_mean[~clamped], cut_cov[~clamped] = means[~clamped], exact[~clamped]
-    return (np.concatenate([rho, 1.0 - rho], axis=1),
-            np.concatenate([free_mean, cut_mean], axis=1),
-            np.concatenate([free_cov, cut_cov], axis=1))
-
-
 def _scatter(samples: np.ndarray) -> np.ndarray:
     """Sample covariances (..., k, k) of samples (..., m, k)."""
     spread = samples - samples.mean(axis=-2, keepdims=True)
@@ -394,31 +367,35 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
-                   em_iterations: int = EM_ITERATIONS, reduction_start: str = "runnalls",
-                   draws_per_component: int | None = None, reduction: str = "kernels",
-                   impulse_samples: int = 16, match_moments: bool = False) -> BeliefStep:
+                   em_iterations: int = EM_ITERATIONS, reduction: str = "samples",
+                   impulse_samples: int = IMPULSE_SAMPLES, match_moments: bool = True
+                   ) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
-    ``max_components`` K, ``draws`` (None: sigma points), ``sigma_kappa`` κ,
-    ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
+    ``max_components`` K, ``draws`` (None: sigma points), ``match_moments`` (the draws of
+    a component carry its mean and covariance exactly), ``reduction`` ("samples":
+    ``impulse_samples`` guard-scaled impulse draws per rollout fitted by EM; "kernels": the
+    Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
+    κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
     the sigma points of a component), ``em_iterations``, ``feasibility`` and
     ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
-    if feasibility not in ("clamp", "split", "truncate"):
-        raise ParameterError(f"feasibility must be 'clamp', 'split' or 'truncate', got "
-                             f"{feasibility!r}")
+    if feasibility not in ("clamp", "truncate"):
+        raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
+    if reduction not in ("samples", "kernels"):
+        raise ParameterError(f"reduction must be 'samples' or 'kernels', got {reduction!r}")
     if int(max_components) < 1 or int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
-            (draws is not None and int(draws) < 1):
-        raise ParameterError(f"max_components, feasibility_draws and draws must be >= 1 and "
-                             f"em_iterations >= 0, got {max_components!r}, "
-                             f"{feasibility_draws!r}, {draws!r} and {em_iterations!r}")
+            (draws is not None and int(draws) < 1) or int(impulse_samples) < 1:
+        raise ParameterError(f"max_components, feasibility_draws, draws and impulse_samples "
+                             f"must be >= 1 and em_iterations >= 0, got {max_components!r}, "
+                             f"{feasibility_draws!r}, {draws!r}, {impulse_samples!r} and "
+                             f"{em_iterations!r}")
     policy = model.sampling_policy()
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
               zip(belief.means, belief.covariances)] if draws is None else \
-        stratified_draws(belief, int(draws) if draws_per_component is None else
-                         int(draws_per_component) * belief.n_components, rng, match_moments)
+        stratified_draws(belief, int(draws), rng, match_moments)
     points = np.vstack([p for p, _ in groups])
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
@@ -452,9 +429,10 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     mix, means, std = _residual_mixtures(policy, events, residual, deterministic_residual)
     # Each point its own antithetic draws (their mean exactly zero): the draws' errors
     # average out over the points instead of shifting every point's impulse alike.
-    half = rng.standard_normal((len(events), (int(feasibility_draws) + 1) // 2,
+    half = rng.standard_normal((len(events), (max(int(feasibility_draws),
+                                                   int(impulse_samples)) + 1) // 2,
                                 policy.n_outputs))
-    if reduction == "samples":
+    if reduction == "samples" and draws is not None:
         return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
                              means, std, half, events, feasibility, int(impulse_samples),
                              int(max_components), int(em_iterations), rng, tangent,
@@ -462,8 +440,6 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                                  [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
     feasible, means, covariances = _guarded_batch(
         means, std, np.concatenate([half, -half], axis=1), events, feasibility)
-    if feasibility == "split":
-        mix = np.concatenate([mix, mix], axis=1)
     parts = []
     for k in range(belief.n_components):
         mine = owner[accepted] == k
@@ -486,25 +462,20 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
-    return _reduced_step(parts, int(max_components), int(em_iterations), reduction_start,
-                         rng, tangent, common)
+    return _reduced_step(parts, int(max_components), int(em_iterations), tangent, common)
 
 
 @_one_thread
-def _reduced_step(parts: list, max_components: int, em_iterations: int,
-                  reduction_start: str, rng, tangent, common: dict) -> BeliefStep:
+def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
+                  common: dict) -> BeliefStep:
     """The kernels ``parts`` [(mass, mean, covariance, point)] reduced to at most
     ``max_components`` (module docstring, step 5)."""
     kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
                np.array([p[2] for p in parts]))
-    if reduction_start == "kmeans":
-        weights, mixture_means, covariances = _kmeans_start(
-            kernels, max_components, int(rng.integers(2 ** 31)))
-    else:
-        # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it
-        # was half the step's time); EM then refines on every kernel.
-        weights, mixture_means, covariances = runnalls_reduce(
-            *_per_point(kernels, np.array([p[3] for p in parts])), max_components)
+    # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
+    # half the step's time); EM then refines on every kernel.
+    weights, mixture_means, covariances = runnalls_reduce(
+        *_per_point(kernels, np.array([p[3] for p in parts])), max_components)
     covariances = _positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
@@ -519,11 +490,11 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
                   feasibility: str, r: int, max_components: int, em_iterations: int, rng,
                   tangent, met_mass: float, common: dict) -> BeliefStep:
     """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
-    pairs; residual components by systematic selection on their weights), scaled by the contact guard as in a rollout
-    (``"truncate"``: the scaled ones removed); the post-contact state is linear in the
-    impulse, y_i + D_i α p, so they cost a matrix product, not a rollout. The weighted
-    states (mass W_i / r) are fitted by weighted EM from a k-means start: the particle
-    step's refit, on r samples per rollout."""
+    pairs; residual components by systematic selection on their weights), scaled by the
+    contact guard as in a rollout (``"truncate"``: the scaled ones removed); the
+    post-contact state is linear in the impulse, y_i + D_i α p, so they cost a matrix
+    product, not a rollout. The weighted states (mass W_i / r) are fitted by weighted EM
+    from a k-means start: the particle step's refit, on r samples per rollout."""
     z = np.concatenate([half[:, :(r + 1) // 2], -half[:, :(r + 1) // 2]], axis=1)
     n, m = z.shape[:2]
     # Draw s of point i takes residual component j by systematic selection on w_ij.
@@ -548,12 +519,12 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
     if kept_mass <= 0 or len(states) < 2:
         return BeliefStep(belief=None, **common)
     kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
-    start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     floor = _variance_floor(*kernels)
+    start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     start = (start[0], start[1], start[2] + np.diag(floor)[None])
-    weights, mixture_means, covariances = em_refine(kernels[0], kernels[1], None, start,
-                                                    max(em_iterations, 1), floor=floor,
-                                                    tolerance=EM_TOLERANCE)
+    weights, mixture_means, covariances = em_refine(
+        kernels[0], kernels[1], None, start, max(em_iterations, 1), floor=floor,
+        tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
