@@ -563,14 +563,16 @@ def _kmeans(x: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator,
     centres = np.array(centres)
     labels = np.full(n, -1)
     for _ in range(iterations):
-        new = np.argmin(((x[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+        # ‖x − c‖² up to ‖x‖², the same for every centre: one matrix product
+        new = np.argmin((centres ** 2).sum(axis=1)[None] - 2.0 * x @ centres.T, axis=1)
         if (new == labels).all():
             break
         labels = new
-        for c in range(len(centres)):
-            mine = labels == c
-            if w[mine].sum() > 0:
-                centres[c] = w[mine] @ x[mine] / w[mine].sum()
+        one_hot = np.zeros((n, len(centres)))
+        one_hot[np.arange(n), labels] = w
+        mass = one_hot.sum(axis=0)
+        moved = mass > 0
+        centres[moved] = (one_hot.T @ x)[moved] / mass[moved, None]
     return labels
 
 
