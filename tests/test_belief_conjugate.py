@@ -224,7 +224,45 @@ def test_stratified_draws_follow_the_weights_and_moments():
         stratified_draws(mixture, 0, np.random.default_rng(0))
 
 
+def test_moment_matched_draws_carry_each_component_exactly():
+    """match_moments: a component with more than d + 1 draws gets its mean and covariance
+    exactly (1/n normalisation, the draws' equal weights); fewer draws get the mean only."""
+    mixture = GaussianMixtureBelief(np.array([0.92, 0.08]), np.array([[0.0] * 12, [1.0] * 12]),
+                                    np.stack([_spd(12, 3), _spd(12, 5)]), StateTangent(False))
+    groups = stratified_draws(mixture, 100, np.random.default_rng(2), match_moments=True)
+    (big, _), (small, _) = groups
+    assert len(big) == 92 and len(small) == 8
+    np.testing.assert_allclose(big.mean(axis=0), mixture.means[0], atol=1e-12)
+    spread = big - big.mean(axis=0)
+    np.testing.assert_allclose(spread.T @ spread / len(big), mixture.covariances[0], atol=1e-10)
+    np.testing.assert_allclose(small.mean(axis=0), mixture.means[1], atol=1e-12)
+    plain = stratified_draws(mixture, 100, np.random.default_rng(2))[0][0]
+    assert np.abs(plain.mean(axis=0) - mixture.means[0]).max() > 1e-3  # not by chance
+
+
 # --- EM on the kernels ---------------------------------------------------------------------------
+def test_em_on_weighted_points_finds_the_clusters_and_their_masses():
+    """covariances=None: weighted EM on points. Two clusters of 200 points each carrying
+    masses 1:3 end as components of weights 0.25 / 0.75 at the weighted cluster moments,
+    the same fit as with zero kernel covariances."""
+    rng = np.random.default_rng(4)
+    points = np.vstack([rng.normal(0.0, 0.2, (200, 3)), rng.normal(4.0, 0.5, (200, 3))])
+    mass = np.r_[np.full(200, 1.0), np.full(200, 3.0)] * rng.uniform(0.5, 1.5, 400)
+    start = (np.array([0.5, 0.5]), np.array([[1.0] * 3, [2.0] * 3]),
+             np.repeat(np.eye(3)[None], 2, 0))
+    w, m, c = em_refine(mass, points, None, start)
+    share = mass / mass.sum()
+    heavy, light = slice(200, 400), slice(0, 200)
+    np.testing.assert_allclose(w, [share[heavy].sum(), share[light].sum()], atol=1e-6)
+    for k, part in enumerate((heavy, light)):
+        _, mean, cov = merge_components(mass[part], points[part], np.zeros((200, 3, 3)))
+        np.testing.assert_allclose(m[k], mean, atol=1e-6)
+        np.testing.assert_allclose(c[k], cov, atol=1e-6)
+    again = em_refine(mass, points, np.zeros((400, 3, 3)), start)
+    for a, b in zip((w, m, c), again):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+
+
 def test_em_refine_finds_the_clusters_a_poor_start_misses():
     """Kernels in two clusters (3:1), start with both components mixed across them: EM ends
     with each component the moment match of one cluster; the mixture's mean is kept."""

@@ -30,10 +30,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/contactnets-cube)")
     parser.add_argument("--model", default="data/pretrained/cube-contactnets-5substep")
     parser.add_argument("--tosses", type=int, default=4)
+    parser.add_argument("--split", default="validation", choices=("train", "validation", "test"),
+                        help="tosses from this split (train: explore without touching the "
+                             "validation tosses `bench beliefs` uses)")
     parser.add_argument("--reference-particles", type=int, default=3000)
     parser.add_argument("--variants", default='[{"name": "conjugate"}]', help="JSON list")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--cache", default="runs/belief-accuracy-cache")
+    parser.add_argument("--one-step", action="store_true",
+                        help="each contact from the reference's belief after the previous one "
+                             "(the step's own error, without compounding)")
     args = parser.parse_args(argv)
 
     from residualsim.belief.distance import belief_distance
@@ -44,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
+    model, tosses = model_and_tosses(args.model, args.data, args.split, args.tosses)
     scene = make_scene(model.scene)
     seeds = [int(s) for s in args.seeds.split(",")]
     report: dict = {}
@@ -53,10 +59,15 @@ def main(argv: list[str] | None = None) -> dict:
             belief = GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0),
                                                     default_initial_std(model), planar=False)
 
-            def run(method, seed, n_particles=1000, **options):
+            def run(method, seed, n_particles=1000, starts=None, **options):
                 start = time.perf_counter()
-                steps = simulator.beliefs(belief, n_events=3, n_particles=n_particles,
-                                          seed=seed, method=method, **options)
+                if starts is None:
+                    steps = simulator.beliefs(belief, n_events=3, n_particles=n_particles,
+                                              seed=seed, method=method, **options)
+                else:  # one step from each given belief
+                    steps = [simulator.beliefs(b, n_events=1, n_particles=n_particles,
+                                               seed=seed, method=method, **options)[0]
+                             for b in starts]
                 return ([s.belief for s in steps], sum(s.n_drawn for s in steps),
                         time.perf_counter() - start)
 
@@ -66,29 +77,53 @@ def main(argv: list[str] | None = None) -> dict:
                     path.write_bytes(pickle.dumps(make()))
                 return pickle.loads(path.read_bytes())
 
-            reference = cached(f"reference_{toss_id}_{args.reference_particles}",
+            reference = cached(f"reference_{args.split}_{toss_id}_{args.reference_particles}",
                                lambda: run("particles", 1, args.reference_particles))[0]
-            rows = {"particles-1000": cached(f"particles1000_{toss_id}",
-                                             lambda: run("particles", 0))}
+            starts = [belief, *reference[:-1]] if args.one_step else None
+            tag = "_onestep" if args.one_step else ""
+            rows = {"particles-1000": cached(f"particles1000{tag}_{args.split}_{toss_id}",
+                                             lambda: run("particles", 0, starts=starts))}
             for variant in json.loads(args.variants):
                 options = dict(variant)
                 name, method = options.pop("name"), options.pop("method", "conjugate")
                 for seed in seeds:
-                    rows[f"{name}/seed{seed}"] = run(method, seed, **options)
+                    rows[f"{name}/seed{seed}"] = run(method, seed, starts=starts, **options)
             for name, (beliefs, rollouts, wall) in rows.items():
                 distances = [belief_distance(ours, ref, 2000, seed=k) if ours is not None
                              else float("nan") for k, (ours, ref) in
                              enumerate(zip(beliefs, reference))]
+                shapes = [_shape(ours, ref) for ours, ref in zip(beliefs, reference)]
                 report.setdefault(name, []).append(
                     {"toss": toss_id, "distance": float(np.sum(distances)),
-                     "per_contact": distances, "rollouts": rollouts, "wall_s": wall})
+                     "per_contact": distances, "rollouts": rollouts, "wall_s": wall,
+                     "spread": [s[0] for s in shapes], "offset": [s[1] for s in shapes]})
     for name, runs in report.items():
         print(f"{name:>24}: {np.mean([r['distance'] for r in runs]):.3f}  " + " ".join(
             f"[{r['distance']:.2f}: {', '.join(f'{d:.2f}' for d in r['per_contact'])}; "
             f"{r['rollouts']} rollouts, {r['wall_s']:.1f} s]" for r in runs))
+        print(f"{'':>24}  spread per contact " + ", ".join(
+            f"{v:.2f}" for v in np.nanmean([r["spread"] for r in runs], axis=0)) +
+            "; offset " + ", ".join(
+            f"{v:.2f}" for v in np.nanmean([r["offset"] for r in runs], axis=0)))
     print(json.dumps({"command": "belief_accuracy", "distance": {
         name: float(np.mean([r["distance"] for r in runs])) for name, runs in report.items()}}))
     return report
+
+
+def _shape(ours, reference, n: int = 2000) -> tuple[float, float]:
+    """How a belief's draws sit against the reference's, in the reference's tangent
+    coordinates standardised by its spread: (geometric mean over coordinates of the standard
+    deviation ratio ours / reference, root-mean-square of the mean offset in reference
+    standard deviations)."""
+    if ours is None:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(7)
+    x = reference.tangent.to_tangent(ours.sample(n, rng))
+    y = reference.tangent.to_tangent(reference.sample(n, rng))
+    scale = np.maximum(y.std(axis=0), 1e-9)
+    ratio = np.maximum(x.std(axis=0), 1e-12) / scale
+    return (float(np.exp(np.mean(np.log(ratio)))),
+            float(np.sqrt(np.mean(((x.mean(axis=0) - y.mean(axis=0)) / scale) ** 2))))
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ The residual-learning paper propagates beliefs with a hybrid particle / Bayes fi
 Gaussian mixture". One step, from the end of one contact event to the end of the next, per
 component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d of them):
 
-1. **Points.** By default (``draws`` = n, :data:`DRAWS` = 150) n draws from the belief
+1. **Points.** By default (``draws`` = n, :data:`DRAWS` = 250) n draws from the belief
    (:func:`stratified_draws`: counts per component by systematic resampling, within a
-   component a scrambled Sobol sequence through the normal's quantiles), weight 1/n_k in
-   their component: Rao-Blackwellised particles, whose residual noise needs no sampling.
+   component a scrambled Sobol sequence through the normal's quantiles, moved to the
+   component's mean and covariance exactly, ``match_moments``), weight 1/n_k in their
+   component: Rao-Blackwellised particles, whose residual noise needs no rollout.
    ``draws=None``: **sigma points** (:func:`sigma_points`) instead, 2d points μ_k ± √(d + κ)
    × the columns of √Σ_k turned by a fixed random rotation (``sigma_rotations`` sets of them,
    default 1), weights 1 / (2d) each; κ = ``sigma_kappa`` > 0 adds μ_k with weight
@@ -16,42 +17,39 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    but 24 deterministic points per component miss the rare branches of a contact (a cube
    that bounces once more before its event): energy distance summed over 3 contacts, 4
    validation tosses, 3000-particle reference, 0.90 against 0.50 with 150 draws.
-2. **Flight and the event, deterministically.** Each sigma point is rolled out by the engine
+2. **Flight and the event, deterministically.** Each point is rolled out by the engine
    (no residual) to the end of its next contact event (``residual_rollout(...,
    stop_after_events=1)``): y_i, the post-step state, and the event's contact model, M and J
-   at the post-step configuration (free bodies and articulated objects alike: J acts on the
-   generalised velocity).
+   (free bodies and articulated objects alike: J acts on the generalised velocity).
 3. **The residual, exactly.** The residual policy's output at that event is a Gaussian
    mixture over the impulse p (contact frame, N s): Σ_j w_ij N(m_ij, S_ij). An impulse
-   changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the sigma point the
-   post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates), a
-   Gaussian per residual component j, added analytically (:func:`component_kernels`). Per
-   (i, j) this gives a kernel of mass W_i w_ij; per j the kernels' moments are exactly the
-   moment match over the sigma points, the closed form for a linear flight and an impulse
-   mean affine in the state. The kernels' spread (bandwidth h, Silverman's rule by default)
-   keeps the shape of the outcomes, e.g. a cube that may tip over either edge.
-4. **Feasibility.** Sigma points whose rollout sank deeper than ``penetration_tolerance_m`` or
+   changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the point the
+   post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates).
+4. **Feasibility.** Points whose rollout sank deeper than ``penetration_tolerance_m`` or
    whose energy rose across the event (the engine's own step) carry no mass; their share of
    the mass that met an event is the step's ``rejected_fraction``, as the particle step
-   reports rejected particles. The residual impulse must not raise the energy nor push the
-   contact point's normal velocity below the contact guard's floor
+   reports rejected particles. The residual impulse must not raise the energy nor push a
+   touching point's normal velocity below the contact guard's floor
    (:class:`~residualsim.sim.rollout.ContactGuard`): ``feasibility="clamp"`` (default)
-   scales each of ``feasibility_draws`` draws of p (antithetic pairs, each point its own)
-   by the guard's α, as a sampled residual is scaled in a rollout, and corrects the
-   Gaussian's exact moments by the draws' change under scaling (a control variate: the
-   plain sample moments of 64 draws shared by every point biased all points' impulses
-   alike, energy distance 0.19 against 0.08 at the first contact); where the guard never
-   acts the Gaussian is kept exactly;
-   ``"truncate"`` removes the infeasible share of each (i, j) instead (reported as removed).
-   Points that meet no event (at rest, still flying at the horizon) are left out, as
-   the particle step leaves such particles out of its refit.
-5. **Reduction.** The kernels are merged to at most ``max_components`` (K, default 4) by
-   Runnalls' rule, then refined by ``em_iterations`` (default 100) of EM on the kernels
-   themselves (:func:`~residualsim.belief.reduction.em_refine`; the maximum-likelihood fit
-   the particle step's refit makes, without drawing samples). With draws the kernels carry
-   no bandwidth (h = 0: the draws' mixture is exact); with sigma points Silverman's h.
+   scales each impulse draw by the guard's α, as a sampled residual is scaled in a
+   rollout; ``"truncate"`` removes the scaled ones instead (reported as removed). Points
+   that meet no event (at rest, still flying at the horizon) are left out, as the particle
+   step leaves such particles out of its refit.
+5. **Reduction** to at most ``max_components`` (K, default 4). ``reduction="samples"``
+   (default): each point carries ``impulse_samples`` (32) impulse draws, y_i + D_i α p
+   (a matrix product each, not a rollout), and weighted EM from a k-means start fits the
+   mixture to them (:func:`~residualsim.belief.reduction.em_refine`), the particle step's
+   refit on 32 states per rollout. The guard's scaling skews the post-contact velocities
+   (skewness 0.2-0.5 after the first contact of a training toss); a Gaussian per point
+   cannot carry that, and the next contact depends on it (energy distance at the second
+   contact 0.21-0.23 from such a belief, 0.09-0.10 from the samples', with 1000 draws).
+   ``reduction="kernels"`` (and always with sigma points): the Gaussian kernel of each
+   (i, j), y_i + D_i m_ij with covariance D_i S_ij D_iᵀ (:func:`component_kernels`; the
+   guard's clamping moment-matched from ``feasibility_draws`` antithetic draws per point as
+   a control variate on the exact moments), merged into one per point, reduced by
+   Runnalls' rule and refined by ``em_iterations`` of EM on the kernels themselves.
 
-Rollouts per step: ``draws`` (150), or with sigma points 2d per component and rotation set
+Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
 step's generator in the calling process, so the step is seeded and independent of the
 worker count.
@@ -70,8 +68,9 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
 from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
 from residualsim.errors import ParameterError
 
-__all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth", "velocity_coordinates",
-           "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS",
+__all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
+           "velocity_coordinates",
+           "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS", "IMPULSE_SAMPLES",
            "EM_ITERATIONS", "stratified_draws"]
 
 #: Default bound on the number of mixture components after each conjugate step.
@@ -80,9 +79,14 @@ MAX_COMPONENTS = 4
 FEASIBILITY_DRAWS = 128
 #: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
 #: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
-DRAWS = 150
+DRAWS = 250
+#: Default impulse draws each rollout carries in the "samples" reduction (antithetic pairs).
+IMPULSE_SAMPLES = 32
 #: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
 EM_ITERATIONS = 100
+#: EM stops when the expected log-likelihood per unit mass gains less than this (nats):
+#: scikit-learn's ``GaussianMixture`` default, which the particle step's refit uses.
+EM_TOLERANCE = 1e-3
 
 
 def sigma_points(mean: np.ndarray, covariance: np.ndarray, kappa: float = 0.0,
@@ -123,6 +127,18 @@ def _rotation(d: int, seed: int) -> np.ndarray:
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
+def _one_thread(function):
+    """Run ``function`` with BLAS limited to one thread: its matrices are small (d = 12),
+    and on a busy machine BLAS threads only contend (5-6x slower measured)."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):
+            return function(*args, **kwargs)
+    return wrapper
+
+
 def velocity_coordinates(tangent: StateTangent) -> np.ndarray:
     """Indices of the generalised velocity q̇ (in the scene's order) among the tangent
     coordinates: planar 3..5; 3D 6..11 (m/s, rad/s, world) then the joint velocities."""
@@ -141,7 +157,7 @@ def silverman_bandwidth(n_points: int, d: int) -> float:
 def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarray,
                       mix: np.ndarray, impulse_means: np.ndarray,
                       impulse_covariances: np.ndarray, feasible: np.ndarray | None = None,
-                      bandwidth: float = 0.0) -> list[tuple[float, np.ndarray, np.ndarray]]:
+                      bandwidth: float = 0.0, with_points: bool = False) -> list[tuple]:
     """The post-contact Gaussians of one belief component: one kernel per sigma point and
     residual component j, [(mass, mean (d,), covariance (d, d))].
 
@@ -156,7 +172,8 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
     and a = √(1 − h²) (Liu and West's shrinkage): per j the kernels' mean and covariance
     are exactly the moment match Σ ω (c_ij, spread + D_i S_ij D_iᵀ) / Σ ω, which for a
     linear flight and an impulse mean affine in the state is the closed form; h > 0 lets
-    the mixture keep the shape (several modes) of the sigma points' outcomes."""
+    the mixture keep the shape (several modes) of the sigma points' outcomes.
+    ``with_points``: each kernel also carries its point's index i (a 4th element)."""
     if not 0.0 <= bandwidth < 1.0:
         raise ParameterError(f"kernel bandwidth must be in [0, 1), got {bandwidth!r}")
     n, j_count = np.shape(mix)
@@ -176,8 +193,9 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
         residual = np.einsum("ndk,nkl,nel->nde", jumps, impulse_covariances[:, j], jumps)
         for i in np.flatnonzero(omega > 0):
             covariance = bandwidth ** 2 * scatter + residual[i]
-            out.append((float(omega[i]), mean + shrink * spread[i],
-                        0.5 * (covariance + covariance.T)))
+            kernel = (float(omega[i]), mean + shrink * spread[i],
+                      0.5 * (covariance + covariance.T))
+            out.append(kernel + (int(i),) if with_points else kernel)
     return out
 
 
@@ -271,40 +289,75 @@ def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, eve
     sampled residual), and the Gaussian is moment-matched to the scaled impulses (ρ = 1).
     "truncate": the infeasible impulses are removed: ρ_j their kept share, the moments
     those of the Gaussian itself."""
+    kept, mean, covariance = _guarded_batch(means[None], std[None], draws[None], [event],
+                                            feasibility)
+    return kept[0], mean[0], covariance[0]
+
+
+def _guarded_batch(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list,
+                   feasibility: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_guarded_impulses` for n events at once (one array pass, not n): ``means``
+    and ``std`` (n, J, k), ``draws`` (n, m, k); returns kept fractions (n, J), means
+    (n, J, k) and covariances (n, J, k, k)."""
+    impulses, alpha = _guard_scales(means, std, draws, events)
+    n, j_count, k = means.shape
+    exact = np.einsum("njk,kl->njkl", std ** 2, np.eye(k))
+    if feasibility == "truncate":
+        return (alpha >= 1.0).mean(axis=2), means, exact
+    clamped = (alpha < 1.0).any(axis=2)  # (n, J): where the guard acts at all
+    if not clamped.any():
+        return np.ones((n, j_count)), means, exact
+    scaled = alpha[..., None] * impulses
+    mean = means + (scaled - impulses).mean(axis=2)
+    values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
+    covariance = np.einsum("njkl,njl,njml->njkm", vectors, np.clip(values, 0.0, None),
+                           vectors)
+    keep = ~clamped
+    mean[keep], covariance[keep] = means[keep], exact[keep]
+    return np.ones((n, j_count)), mean, covariance
+
+
+def _guard_scales(means: np.ndarray, std: np.ndarray, draws: np.ndarray, events: list
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The impulses p = m_j + s_j z (n, J, m, k), N s, from ``draws`` z (n, m, k) at n
+    events, and the contact guard's scale α (n, J, m) for each (:func:`_guard_alpha`)."""
+    impulses = means[:, :, None, :] + std[:, :, None, :] * draws[:, None]  # (n, J, m, k)
+    n, j_count, m, k = impulses.shape
+    alpha = _guard_alpha(impulses.reshape(n, j_count * m, k), events)
+    return impulses, alpha.reshape(n, j_count, m)
+
+
+def _guard_alpha(impulses: np.ndarray, events: list) -> np.ndarray:
+    """The contact guard's scale α (n, m) of impulses (n, m, k), N s, at n events: the
+    largest in [0, 1] that neither raises the energy nor pushes a touching point's normal
+    velocity below its floor, as a rollout scales a sampled residual. The events' touching
+    points are padded with rows that never cap."""
     from residualsim.sim.contact import largest_steps
 
-    _, _, velocity, inverse_inertia, budget, (normal, gain, floors) = event
-    impulses = means[:, None, :] + std[:, None, :] * draws[None]  # (J, m, k)
-    change = impulses @ inverse_inertia.T  # contact-velocity change J M⁻¹ Jᵀ p
-    a = 0.5 * np.einsum("jmk,jmk->jm", impulses, change)
-    b = impulses @ velocity
-    cap = np.ones(a.shape)
-    for now, row, floor in zip(normal, gain, floors):  # each touching point's normal
-        push = impulses @ row
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cap = np.where(now + push < floor,
-                           np.minimum(cap, np.clip((floor - now) / push, 0.0, 1.0)), cap)
-    alpha = largest_steps(a, b, -budget, cap)
-    if feasibility == "truncate":
-        return ((alpha >= 1.0).mean(axis=1), means,
-                np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity))))
-    exact = np.einsum("jk,kl->jkl", std ** 2, np.eye(len(velocity)))
-    if (alpha >= 1.0).all():
-        return np.ones(len(means)), means, exact
-    # The draws' own moments as a control variate: mean m_j + avg((α − 1) p) and
-    # covariance S_j + cov(α p) − cov(p), so the finite set of draws adds no bias where the
-    # guard rarely acts (and none at all where it never does).
-    scaled = alpha[..., None] * impulses
-    mean = means + (scaled - impulses).mean(axis=1)
-    values, vectors = np.linalg.eigh(exact + _scatter(scaled) - _scatter(impulses))
-    covariance = np.einsum("jkl,jl,jml->jkm", vectors, np.clip(values, 0.0, None), vectors)
-    return np.ones(len(means)), mean, covariance
+    n, _, k = impulses.shape
+    velocity = np.array([e[2] for e in events])  # (n, k)
+    inverse_inertia = np.array([e[3] for e in events])  # (n, k, k)
+    budget = np.array([e[4] for e in events])  # (n,)
+    rows = max(len(e[5][0]) for e in events)
+    now, floors = np.zeros((n, rows)), np.full((n, rows), -np.inf)
+    gain = np.zeros((n, rows, k))
+    for i, (_, _, _, _, _, (normal, change, floor)) in enumerate(events):
+        now[i, :len(normal)], gain[i, :len(normal)], floors[i, :len(normal)] = \
+            normal, change, floor
+    change = np.einsum("nmk,nlk->nml", impulses, inverse_inertia)
+    a = 0.5 * np.einsum("nmk,nmk->nm", impulses, change)
+    b = np.einsum("nmk,nk->nm", impulses, velocity)
+    push = np.einsum("nmk,npk->nmp", impulses, gain)  # each touching point's normal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        limit = np.where(now[:, None] + push < floors[:, None],
+                         np.clip((floors - now)[:, None] / push, 0.0, 1.0), 1.0)
+    return largest_steps(a, b, -budget[:, None], limit.min(axis=2))
 
 
 def _scatter(samples: np.ndarray) -> np.ndarray:
-    """Sample covariances (J, k, k) of samples (J, m, k)."""
-    spread = samples - samples.mean(axis=1, keepdims=True)
-    return np.einsum("jmk,jml->jkl", spread, spread) / samples.shape[1]
+    """Sample covariances (..., k, k) of samples (..., m, k)."""
+    spread = samples - samples.mean(axis=-2, keepdims=True)
+    return np.einsum("...mk,...ml->...kl", spread, spread) / samples.shape[-2]
 
 
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
@@ -314,27 +367,35 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
-                   em_iterations: int = EM_ITERATIONS) -> BeliefStep:
+                   em_iterations: int = EM_ITERATIONS, reduction: str = "samples",
+                   impulse_samples: int = IMPULSE_SAMPLES, match_moments: bool = True
+                   ) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
-    ``max_components`` K, ``draws`` (None: sigma points), ``sigma_kappa`` κ,
-    ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
+    ``max_components`` K, ``draws`` (None: sigma points), ``match_moments`` (the draws of
+    a component carry its mean and covariance exactly), ``reduction`` ("samples":
+    ``impulse_samples`` guard-scaled impulse draws per rollout fitted by EM; "kernels": the
+    Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
+    κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
     the sigma points of a component), ``em_iterations``, ``feasibility`` and
     ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
     if feasibility not in ("clamp", "truncate"):
         raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
+    if reduction not in ("samples", "kernels"):
+        raise ParameterError(f"reduction must be 'samples' or 'kernels', got {reduction!r}")
     if int(max_components) < 1 or int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
-            (draws is not None and int(draws) < 1):
-        raise ParameterError(f"max_components, feasibility_draws and draws must be >= 1 and "
-                             f"em_iterations >= 0, got {max_components!r}, "
-                             f"{feasibility_draws!r}, {draws!r} and {em_iterations!r}")
+            (draws is not None and int(draws) < 1) or int(impulse_samples) < 1:
+        raise ParameterError(f"max_components, feasibility_draws, draws and impulse_samples "
+                             f"must be >= 1 and em_iterations >= 0, got {max_components!r}, "
+                             f"{feasibility_draws!r}, {draws!r}, {impulse_samples!r} and "
+                             f"{em_iterations!r}")
     policy = model.sampling_policy()
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
               zip(belief.means, belief.covariances)] if draws is None else \
-        stratified_draws(belief, int(draws), rng)
+        stratified_draws(belief, int(draws), rng, match_moments)
     points = np.vstack([p for p, _ in groups])
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
@@ -368,13 +429,17 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     mix, means, std = _residual_mixtures(policy, events, residual, deterministic_residual)
     # Each point its own antithetic draws (their mean exactly zero): the draws' errors
     # average out over the points instead of shifting every point's impulse alike.
-    half = rng.standard_normal((len(events), (int(feasibility_draws) + 1) // 2,
+    half = rng.standard_normal((len(events), (max(int(feasibility_draws),
+                                                   int(impulse_samples)) + 1) // 2,
                                 policy.n_outputs))
-    guarded = [_guarded_impulses(means[n], std[n], np.vstack([half[n], -half[n]]), event,
-                                 feasibility) for n, event in enumerate(events)]
-    feasible = np.array([g[0] for g in guarded])
-    means = np.array([g[1] for g in guarded])
-    covariances = np.array([g[2] for g in guarded])
+    if reduction == "samples" and draws is not None:
+        return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
+                             means, std, half, events, feasibility, int(impulse_samples),
+                             int(max_components), int(em_iterations), rng, tangent,
+                             met_mass, dict(elapsed_s=np.array(
+                                 [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
+    feasible, means, covariances = _guarded_batch(
+        means, std, np.concatenate([half, -half], axis=1), events, feasibility)
     parts = []
     for k in range(belief.n_components):
         mine = owner[accepted] == k
@@ -382,11 +447,12 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
             continue
         h = float(kernel_bandwidth) if kernel_bandwidth is not None else 0.0 \
             if draws is not None else silverman_bandwidth(int(mine.sum()), tangent.size)
-        for part_mass, mean, cov in component_kernels(
+        index = np.flatnonzero(mine)
+        for part_mass, mean, cov, i in component_kernels(
                 point_weights[accepted][mine], y[mine], jumps[mine], mix[mine],
-                means[mine], covariances[mine], feasible[mine], h):
+                means[mine], covariances[mine], feasible[mine], h, with_points=True):
             if part_mass > 0:
-                parts.append((belief.weights[k] * part_mass, mean, cov))
+                parts.append((belief.weights[k] * part_mass, mean, cov, index[i]))
     kept_mass = sum(p[0] for p in parts)
     rejected = 1.0 - kept_mass / met_mass if met_mass > 0 else 0.0
     centres = y + np.einsum("ndk,nk->nd", jumps, np.einsum("nj,njk->nk", mix, means))
@@ -396,16 +462,129 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
+    return _reduced_step(parts, int(max_components), int(em_iterations), tangent, common)
+
+
+@_one_thread
+def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
+                  common: dict) -> BeliefStep:
+    """The kernels ``parts`` [(mass, mean, covariance, point)] reduced to at most
+    ``max_components`` (module docstring, step 5)."""
     kernels = (np.array([p[0] for p in parts]), np.array([p[1] for p in parts]),
                np.array([p[2] for p in parts]))
-    weights, mixture_means, covariances = runnalls_reduce(*kernels, int(max_components))
+    # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
+    # half the step's time); EM then refines on every kernel.
+    weights, mixture_means, covariances = runnalls_reduce(
+        *_per_point(kernels, np.array([p[3] for p in parts])), max_components)
     covariances = _positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
-            *kernels, (weights, mixture_means, covariances), int(em_iterations),
-            floor=_variance_floor(*kernels))
+            *kernels, (weights, mixture_means, covariances), em_iterations,
+            floor=_variance_floor(*kernels), tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
+
+
+@_one_thread
+def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
+                  feasibility: str, r: int, max_components: int, em_iterations: int, rng,
+                  tangent, met_mass: float, common: dict) -> BeliefStep:
+    """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
+    pairs; residual components by systematic selection on their weights), scaled by the
+    contact guard as in a rollout (``"truncate"``: the scaled ones removed); the
+    post-contact state is linear in the impulse, y_i + D_i α p, so they cost a matrix
+    product, not a rollout. The weighted states (mass W_i / r) are fitted by weighted EM
+    from a k-means start: the particle step's refit, on r samples per rollout."""
+    z = np.concatenate([half[:, :(r + 1) // 2], -half[:, :(r + 1) // 2]], axis=1)
+    n, m = z.shape[:2]
+    # Draw s of point i takes residual component j by systematic selection on w_ij.
+    edges = np.cumsum(mix, axis=1)
+    ticks = (np.arange(m)[None] + rng.uniform(size=(n, 1))) / m * edges[:, -1:]
+    pick = np.minimum((ticks[:, :, None] >= edges[:, None, :]).sum(axis=2), mix.shape[1] - 1)
+    rows = np.arange(n)[:, None]
+    impulses = means[rows, pick] + std[rows, pick] * z  # (n, m, k)
+    alpha = _guard_alpha(impulses, events)
+    kept = np.ones(alpha.shape) if feasibility == "clamp" else (alpha >= 1.0).astype(float)
+    states = y[:, None, :] + np.einsum("ndk,nmk->nmd", jumps, alpha[..., None] * impulses)
+    mass = (belief.weights[owner] * point_weights)[:, None] * kept / m
+    states, mass = states.reshape(-1, y.shape[1]), mass.ravel()
+    keep = mass > 0
+    states, mass = states[keep], mass[keep]
+    kept_mass = float(mass.sum())
+    rejected = 1.0 - kept_mass / met_mass if met_mass > 0 else 0.0
+    centres = y + np.einsum("ndk,nk->nd", jumps, np.einsum("nj,njk->nk", mix, means))
+    common = dict(particles=tangent.from_tangent(centres),
+                  rejected_mass=float(np.clip(rejected, 0.0, 1.0)), method="conjugate",
+                  **common)
+    if kept_mass <= 0 or len(states) < 2:
+        return BeliefStep(belief=None, **common)
+    kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
+    floor = _variance_floor(*kernels)
+    start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
+    start = (start[0], start[1], start[2] + np.diag(floor)[None])
+    weights, mixture_means, covariances = em_refine(
+        kernels[0], kernels[1], None, start, max(em_iterations, 1), floor=floor,
+        tolerance=EM_TOLERANCE)
+    return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
+                                                   tangent), **common)
+
+
+def _kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
+    k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
+    coordinates standardised by the kernels' mixture; each cluster's kernels merged with
+    their moments kept. Returns (weights, means, covariances), at most ``k`` components."""
+    weights, means, covariances = kernels
+    _, _, total = merge_components(weights, means, covariances)
+    x = means / np.sqrt(np.maximum(np.diag(total), 1e-24))
+    labels = _kmeans(x, weights / weights.sum(), k, np.random.default_rng(seed))
+    rows = [merge_components(weights[labels == c], means[labels == c],
+                             covariances[labels == c]) for c in np.unique(labels)]
+    return (np.array([r[0] for r in rows]) / sum(r[0] for r in rows),
+            np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
+
+
+def _kmeans(x: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator,
+            iterations: int = 50) -> np.ndarray:
+    """Weighted k-means of points x (n, d) with weights w (n,) summing to 1: k-means++
+    seeding (centres drawn in proportion to w times the squared distance to the nearest
+    centre so far), then Lloyd's iterations. Returns each point's cluster label (n,)."""
+    n = len(x)
+    k = min(int(k), n)
+    centres = [x[rng.choice(n, p=w)]]
+    nearest = ((x - centres[0]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        p = w * nearest
+        if p.sum() <= 0:
+            break
+        centres.append(x[rng.choice(n, p=p / p.sum())])
+        nearest = np.minimum(nearest, ((x - centres[-1]) ** 2).sum(axis=1))
+    centres = np.array(centres)
+    labels = np.full(n, -1)
+    for _ in range(iterations):
+        # ‖x − c‖² up to ‖x‖², the same for every centre: one matrix product
+        new = np.argmin((centres ** 2).sum(axis=1)[None] - 2.0 * x @ centres.T, axis=1)
+        if (new == labels).all():
+            break
+        labels = new
+        one_hot = np.zeros((n, len(centres)))
+        one_hot[np.arange(n), labels] = w
+        mass = one_hot.sum(axis=0)
+        moved = mass > 0
+        centres[moved] = (one_hot.T @ x)[moved] / mass[moved, None]
+    return labels
+
+
+def _per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels of each point (its residual components) merged into one, moments kept:
+    (weights, means, covariances) with one row per point, the start Runnalls' merging
+    reduces (O(n²) in the number of kernels) before EM refines on all kernels."""
+    rows = [merge_components(*(part[points == i] for part in kernels))
+            for i in np.unique(points)]
+    return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+            np.array([r[2] for r in rows]))
 
 
 def _positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
@@ -441,8 +620,8 @@ def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool
     return weights, means, policy.spread * scales
 
 
-def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Generator
-                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Generator,
+                     match_moments: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n`` draws from ``belief`` (tangent coordinates), per component: (points (n_k, d),
     weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
     (one uniform offset), the points within a component are a scrambled Sobol sequence
@@ -468,5 +647,21 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
             warnings.simplefilter("ignore", UserWarning)
             unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
         z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
+        if match_moments:
+            z = _standardised(z)
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
+
+
+def _standardised(z: np.ndarray) -> np.ndarray:
+    """Standard-normal draws z (n, d) moved to mean exactly 0 and, when n > d + 1, turned
+    to covariance exactly I (1/n normalisation: the draws' equal weights): moment matching,
+    so a component's draws carry its mean and covariance exactly through any linear map."""
+    n, d = z.shape
+    if n < 2:
+        return np.zeros_like(z)
+    z = z - z.mean(axis=0)
+    if n <= d + 1:
+        return z
+    values, vectors = np.linalg.eigh(z.T @ z / n)
+    return z @ (vectors / np.sqrt(values)) @ vectors.T

@@ -50,8 +50,8 @@ def register(commands) -> None:
     ro.add_argument("--events", type=count(1), default=3, help="contact events to follow")
     ro.add_argument("--belief-method", choices=("particles", "conjugate"), default="particles",
                     help="belief step: particles (default; --particles per event) or "
-                         "conjugate (150 draws per event, each with the residual's Gaussian "
-                         "added exactly, refitted by EM)")
+                         "conjugate (250 draws per event, each carrying 32 guard-scaled "
+                         "residual impulses at no rollout cost, refitted by EM)")
     add_seed(ro)
     ro.add_argument("--no-residual", action="store_true", help="the calibrated engine alone")
     ro.add_argument("--out", required=True, help=".npz file to write")
