@@ -8,8 +8,9 @@ engine through free flight to its next contact event, apply a sampled residual i
 there (:func:`~residualsim.sim.rollout.residual_rollout`), reject particles that penetrate the
 table by more than ``penetration_tolerance_m`` or whose total energy rose across the event
 beyond the contact guard's limit (:meth:`~residualsim.sim.rollout.ContactGuard.energy_budget_j`,
-which allows for rounding: a residual the guard clamped to the limit is kept), and refit the mixture (scikit-learn :class:`~sklearn.mixture.GaussianMixture`, components
-chosen by BIC or fixed). :func:`propagate_belief` chains the steps.
+which allows for rounding: a residual the guard clamped to the limit is kept), and refit
+the mixture (scikit-learn :class:`~sklearn.mixture.GaussianMixture`, components chosen by
+BIC or fixed). :func:`propagate_belief` chains the steps.
 """
 
 from __future__ import annotations
