@@ -6,17 +6,20 @@ Synthetic initial states only (a toss released 0.3 m up); small particle counts.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
+from residualsim.belief.mixture import PENETRATION_TOLERANCE_M, event_outcome
+from residualsim.belief.propagation import (GaussianMixtureBelief, StateTangent, _to_next_event,
+                                            propagate_belief)
 from residualsim.sim.engine import Engine
 from residualsim.errors import ParameterError
 from residualsim.residual.policy import ResidualModel
-from residualsim.sim.rollout import residual_rollout
+from residualsim.sim.rollout import ContactGuard, residual_rollout
 from residualsim.sim.scenes import make_scene
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 
@@ -302,6 +305,52 @@ def test_rollout_stops_right_after_the_first_event(model):
     np.testing.assert_array_equal(part.impulses, full.impulses[:1])
     assert np.any(part.impulses != 0)  # the residual was applied at the event
     assert part.states[-1, 2] < CONTACT_HEIGHT_M < part.states[0, 2]
+
+
+# --- the energy rule: the guard's limit and the belief steps' check agree -----------------------
+def test_energy_budget_counts_rounding_as_no_gain():
+    guard = ContactGuard()  # energy_tolerance_j = 1e-9 J
+    assert guard.energy_budget_j(0.25, 0.2) == pytest.approx(0.05 + 1e-9, abs=1e-15)
+    # one unit in the last place above the limit, as a clamped rollout may land: no gain
+    assert guard.energy_budget_j(0.25, np.nextafter(0.25 + 1e-9, 1.0)) == 0.0
+    assert guard.energy_budget_j(0.25, 0.25 + 2e-9) < 0.0  # a real gain beyond the limit
+    # the allowance scales with the energy: 1e-8 J at 1e4 J
+    assert guard.energy_budget_j(1e4, 1e4 + 1e-9 + 2e-8) < 0.0
+    assert guard.energy_budget_j(1e4, 1e4 + 1e-9 + 5e-9) == 0.0
+
+
+def test_energy_clamped_rollouts_are_kept_by_the_particle_step(model):
+    """The contact guard clamps a residual to exactly E before + energy_tolerance_j; the
+    energy recomputed from the stored state lands a unit in the last place either side. The
+    particle step (and the conjugate step: one rule, ``event_outcome``) must keep every such
+    rollout; before the rule allowed for rounding it rejected those just above."""
+    initial = GaussianMixtureBelief.gaussian(_toss(), INITIAL_STD, planar=False)
+    states = initial.sample(160, np.random.default_rng(3))
+    policy, guard = model.sampling_policy(), model.guard
+    clamped = above = 0
+    with Engine(model.scene, model.params, model.settings()) as engine:
+        for i, state in enumerate(states):
+            rng = np.random.default_rng([7, i])
+            for _ in range(3):  # event to event, as the belief steps go
+                replay = copy.deepcopy(rng)
+                run = residual_rollout(engine, state, 300, policy, rng, guard,
+                                       stop_after_events=1)
+                if run.n_events == 0:
+                    break
+                if run.n_energy_clamped:
+                    clamped += 1
+                    before, after = engine.scene.energy(run.states[[-2, -1]])
+                    above += after > before + guard.energy_tolerance_j
+                    assert after - before == pytest.approx(guard.energy_tolerance_j, abs=1e-14)
+                    status, budget = event_outcome(engine, run, guard, PENETRATION_TOLERANCE_M)
+                    assert status == "ok" and 0.0 <= budget < 1e-15
+                    status, post, _ = _to_next_event(engine, state, 300, policy, replay,
+                                                     guard, PENETRATION_TOLERANCE_M)
+                    assert status == "ok"
+                    np.testing.assert_array_equal(post, run.states[-1])
+                state = run.states[-1]
+    assert clamped >= 20
+    assert above >= 1  # the rounding case is met (2 of 43 with these seeds)
 
 
 # --- propagate_belief ----------------------------------------------------------------------------

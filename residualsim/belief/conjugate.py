@@ -26,7 +26,9 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the point the
    post-contact state is y_i + D_i p (D_i: M⁻¹Jᵀ placed at the velocity coordinates).
 4. **Feasibility.** Points whose rollout sank deeper than ``penetration_tolerance_m`` or
-   whose energy rose across the event (the engine's own step) carry no mass; their share of
+   whose energy rose across the event (the engine's own step) carry no mass, judged as the
+   particle step judges its particles (:func:`~residualsim.belief.mixture.event_outcome`,
+   the contact guard's energy rule with its rounding allowance); their share of
    the mass that met an event is the step's ``rejected_fraction``, as the particle step
    reports rejected particles. The residual impulse must not raise the energy nor push a
    touching point's normal velocity below the contact guard's floor
@@ -64,7 +66,8 @@ from typing import Any
 import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
-                                        GaussianMixtureBelief, StateTangent, slot_particles)
+                                        GaussianMixtureBelief, StateTangent, event_outcome,
+                                        slot_particles)
 from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
 from residualsim.errors import ParameterError
 
@@ -220,7 +223,6 @@ class _SigmaRequest:
     guard: Any
     max_steps: int
     penetration_tolerance_m: float
-    energy_tolerance_j: float
     seeds: None = None
 
 
@@ -234,15 +236,10 @@ def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
     run = residual_rollout(engine, state, request.max_steps, request.probe, None,
                            request.guard, stop_after_events=1)
     steps = len(run.states) - 1
-    if run.n_events == 0:
-        return "no_event", run.states[-1], steps, None
-    if run.max_penetration_m > request.penetration_tolerance_m:
-        return "penetration", run.states[-1], steps, None
+    status, budget = event_outcome(engine, run, request.guard, request.penetration_tolerance_m)
+    if status != "ok":
+        return status, run.states[-1], steps, None
     scene = engine.scene
-    energies = scene.energy(run.states[[-2, -1]])
-    budget = energies[0] + request.energy_tolerance_j - energies[1]
-    if run.n_engine_energy_gain or budget < 0:
-        return "energy", run.states[-1], steps, None
     model = run.contact_models[-1]
     jump = np.linalg.solve(model.mass_matrix, model.jacobian.T)
     qdot = scene.generalized_velocity_of(run.states[-1])
@@ -363,7 +360,7 @@ def _scatter(samples: np.ndarray) -> np.ndarray:
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
                    max_steps: int, residual: bool = True, deterministic_residual: bool = False,
                    penetration_tolerance_m: float = PENETRATION_TOLERANCE_M,
-                   energy_tolerance_j: float = 1e-9, max_components: int = MAX_COMPONENTS,
+                   max_components: int = MAX_COMPONENTS,
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
@@ -404,8 +401,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         n_slots=len(workers.items), states=states, params=model.params,
         probe=_EventProbe(policy.n_outputs, policy.spin, policy.contact_mode),
         guard=model.guard, max_steps=int(max_steps),
-        penetration_tolerance_m=float(penetration_tolerance_m),
-        energy_tolerance_j=float(energy_tolerance_j))
+        penetration_tolerance_m=float(penetration_tolerance_m))
     results = dict(pair for chunk in workers.map(_sigma_tasks, request) for pair in chunk)
     outcomes = [results[i] for i in range(len(states))]
     statuses = np.array([o[0] for o in outcomes])

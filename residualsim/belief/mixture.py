@@ -28,7 +28,7 @@ from residualsim.errors import ParameterError
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
-           "PENETRATION_TOLERANCE_M"]
+           "event_outcome", "PENETRATION_TOLERANCE_M"]
 
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
@@ -238,3 +238,24 @@ def slot_particles(engine, slot: int, request) -> Iterator[tuple[int, np.ndarray
     for index in range(slot, len(request.states), request.n_slots):
         rng = None if request.seeds is None else np.random.default_rng(request.seeds[index])
         yield index, request.states[index], rng
+
+
+def event_outcome(engine, run, guard, penetration_tolerance_m: float) -> tuple[str, float]:
+    """Whether a rollout stopped after its first contact event (``run``, a
+    :class:`~residualsim.sim.rollout.ResidualRollout` on ``engine``'s scene) is feasible:
+    (status, energy budget J). status "no_event" (it met none), "penetration" (it sank
+    deeper than ``penetration_tolerance_m``, m), "energy" (its total energy rose across the
+    event step beyond the contact ``guard``'s limit, by the guard's own rule
+    :meth:`~residualsim.sim.rollout.ContactGuard.energy_budget_j`, or its engine step had
+    already gained energy) or "ok"; the budget is what a residual may still add after the
+    step (J, >= 0 when "ok"). Both belief steps judge their rollouts by this, so a
+    rollout the guard clamped to its energy limit is kept by either."""
+    if run.n_events == 0:
+        return "no_event", 0.0
+    if run.max_penetration_m > penetration_tolerance_m:
+        return "penetration", 0.0
+    before, after = engine.scene.energy(run.states[[-2, -1]])
+    budget = guard.energy_budget_j(before, after)
+    if run.n_engine_energy_gain or budget < 0.0:
+        return "energy", budget
+    return "ok", budget

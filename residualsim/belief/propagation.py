@@ -6,9 +6,11 @@ The *dynamic stochastic step* (:func:`stochastic_step`) goes from the end of one
 event to the end of the next: draw m particles from the mixture, simulate each with the
 engine through free flight to its next contact event, apply a sampled residual impulse
 there (:func:`~residualsim.sim.rollout.residual_rollout`), reject particles that penetrate the
-table by more than ``penetration_tolerance_m`` or whose total energy rose across the event,
-and refit the mixture (scikit-learn :class:`~sklearn.mixture.GaussianMixture`, components
-chosen by BIC or fixed). :func:`propagate_belief` chains the steps.
+table by more than ``penetration_tolerance_m`` or whose total energy rose across the event
+beyond the contact guard's limit (:meth:`~residualsim.sim.rollout.ContactGuard.energy_budget_j`,
+which allows for rounding: a residual the guard clamped to the limit is kept), and refit
+the mixture (scikit-learn :class:`~sklearn.mixture.GaussianMixture`, components chosen by
+BIC or fixed). :func:`propagate_belief` chains the steps.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
-                                        GaussianMixtureBelief, StateTangent, slot_particles)
+                                        GaussianMixtureBelief, StateTangent, event_outcome,
+                                        slot_particles)
 from residualsim.errors import ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
@@ -27,20 +30,14 @@ __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_st
 
 
 def _to_next_event(engine, state: np.ndarray, max_steps: int, policy, rng, guard,
-                   penetration_tolerance_m: float, energy_tolerance_j: float) -> tuple:
+                   penetration_tolerance_m: float) -> tuple:
     """One particle to the end of its next contact event: (status, post state, steps).
-    status: "ok", "no_event", "penetration" or "energy"."""
+    status: "ok", "no_event", "penetration" or "energy" (:func:`.mixture.event_outcome`)."""
     from residualsim.sim.rollout import residual_rollout
 
     run = residual_rollout(engine, state, max_steps, policy, rng, guard, stop_after_events=1)
-    if run.n_events == 0:
-        return "no_event", run.states[-1], len(run.states) - 1
-    if run.max_penetration_m > penetration_tolerance_m:
-        return "penetration", run.states[-1], len(run.states) - 1
-    energies = engine.scene.energy(run.states[[-2, -1]])
-    if run.n_engine_energy_gain or energies[1] > energies[0] + energy_tolerance_j:
-        return "energy", run.states[-1], len(run.states) - 1
-    return "ok", run.states[-1], len(run.states) - 1
+    status, _ = event_outcome(engine, run, guard, penetration_tolerance_m)
+    return status, run.states[-1], len(run.states) - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +52,11 @@ class _StepRequest:
     guard: Any
     max_steps: int
     penetration_tolerance_m: float
-    energy_tolerance_j: float
 
 
 def _particle_tasks(engine, slot: int, request: _StepRequest) -> list:
     return [(index, _to_next_event(engine, state, request.max_steps, request.policy, rng,
-                                   request.guard, request.penetration_tolerance_m,
-                                   request.energy_tolerance_j))
+                                   request.guard, request.penetration_tolerance_m))
             for index, state, rng in slot_particles(engine, slot, request)]
 
 
@@ -69,7 +64,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
                     rng: np.random.Generator, max_steps: int, residual: bool = True,
                     deterministic_residual: bool = False,
                     penetration_tolerance_m: float = PENETRATION_TOLERANCE_M,
-                    energy_tolerance_j: float = 1e-9, n_components: int | str = "bic"
+                    n_components: int | str = "bic"
                     ) -> BeliefStep:
     """The dynamic stochastic step from ``belief`` (see the module docstring).
 
@@ -88,8 +83,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
         seeds=None if deterministic_residual else [[base, i] for i in range(len(states))],
         params=model.params, policy=model.sampling_policy() if residual else None,
         guard=model.guard, max_steps=int(max_steps),
-        penetration_tolerance_m=float(penetration_tolerance_m),
-        energy_tolerance_j=float(energy_tolerance_j))
+        penetration_tolerance_m=float(penetration_tolerance_m))
     results = dict(pair for chunk in workers.map(_particle_tasks, request) for pair in chunk)
     outcomes = [results[i] for i in range(len(states))]
     statuses = [status for status, _, _ in outcomes]
