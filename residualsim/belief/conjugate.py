@@ -68,7 +68,8 @@ import numpy as np
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, event_outcome,
                                         slot_particles)
-from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
+from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
+                                          positive_definite, runnalls_reduce, variance_floor)
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
@@ -471,12 +472,12 @@ def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
     # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
     # half the step's time); EM then refines on every kernel.
     weights, mixture_means, covariances = runnalls_reduce(
-        *_per_point(kernels, np.array([p[3] for p in parts])), max_components)
-    covariances = _positive_definite(weights, mixture_means, covariances)
+        *merge_per_point(kernels, np.array([p[3] for p in parts])), max_components)
+    covariances = positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
             *kernels, (weights, mixture_means, covariances), em_iterations,
-            floor=_variance_floor(*kernels), tolerance=EM_TOLERANCE)
+            floor=variance_floor(*kernels), tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
@@ -515,90 +516,14 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
     if kept_mass <= 0 or len(states) < 2:
         return BeliefStep(belief=None, **common)
     kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
-    floor = _variance_floor(*kernels)
-    start = _kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
+    floor = variance_floor(*kernels)
+    start = kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     start = (start[0], start[1], start[2] + np.diag(floor)[None])
     weights, mixture_means, covariances = em_refine(
         kernels[0], kernels[1], None, start, max(em_iterations, 1), floor=floor,
         tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
-
-
-def _kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
-    k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
-    coordinates standardised by the kernels' mixture; each cluster's kernels merged with
-    their moments kept. Returns (weights, means, covariances), at most ``k`` components."""
-    weights, means, covariances = kernels
-    _, _, total = merge_components(weights, means, covariances)
-    x = means / np.sqrt(np.maximum(np.diag(total), 1e-24))
-    labels = _kmeans(x, weights / weights.sum(), k, np.random.default_rng(seed))
-    rows = [merge_components(weights[labels == c], means[labels == c],
-                             covariances[labels == c]) for c in np.unique(labels)]
-    return (np.array([r[0] for r in rows]) / sum(r[0] for r in rows),
-            np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
-
-
-def _kmeans(x: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator,
-            iterations: int = 50) -> np.ndarray:
-    """Weighted k-means of points x (n, d) with weights w (n,) summing to 1: k-means++
-    seeding (centres drawn in proportion to w times the squared distance to the nearest
-    centre so far), then Lloyd's iterations. Returns each point's cluster label (n,)."""
-    n = len(x)
-    k = min(int(k), n)
-    centres = [x[rng.choice(n, p=w)]]
-    nearest = ((x - centres[0]) ** 2).sum(axis=1)
-    for _ in range(1, k):
-        p = w * nearest
-        if p.sum() <= 0:
-            break
-        centres.append(x[rng.choice(n, p=p / p.sum())])
-        nearest = np.minimum(nearest, ((x - centres[-1]) ** 2).sum(axis=1))
-    centres = np.array(centres)
-    labels = np.full(n, -1)
-    for _ in range(iterations):
-        # ‖x − c‖² up to ‖x‖², the same for every centre: one matrix product
-        new = np.argmin((centres ** 2).sum(axis=1)[None] - 2.0 * x @ centres.T, axis=1)
-        if (new == labels).all():
-            break
-        labels = new
-        one_hot = np.zeros((n, len(centres)))
-        one_hot[np.arange(n), labels] = w
-        mass = one_hot.sum(axis=0)
-        moved = mass > 0
-        centres[moved] = (one_hot.T @ x)[moved] / mass[moved, None]
-    return labels
-
-
-def _per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The kernels of each point (its residual components) merged into one, moments kept:
-    (weights, means, covariances) with one row per point, the start Runnalls' merging
-    reduces (O(n²) in the number of kernels) before EM refines on all kernels."""
-    rows = [merge_components(*(part[points == i] for part in kernels))
-            for i in np.unique(points)]
-    return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
-            np.array([r[2] for r in rows]))
-
-
-def _positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
-                       ) -> np.ndarray:
-    """Covariances with a floor on the diagonal: 1e-6 of the mixture's variance per
-    coordinate (plus 1e-12), as the particle step's fit regularises in standardised
-    coordinates. A kernel can be flat in some direction (the sigma points' scatter has rank
-    at most 2d; the residual moves velocities only), and a belief must be sampled."""
-    floor = _variance_floor(weights, means, covariances)
-    covariances = 0.5 * (covariances + np.transpose(covariances, (0, 2, 1)))
-    return covariances + np.diag(floor)[None]
-
-
-def _variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
-                    ) -> np.ndarray:
-    """1e-6 of the mixture's variance per coordinate, plus 1e-12 (tangent units²)."""
-    _, _, total = merge_components(weights, means, covariances)
-    return 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
 
 
 def _residual_mixtures(policy, events: list, residual: bool, deterministic: bool

@@ -10,6 +10,9 @@ where Σ_ij is the merged component's covariance. Merging preserves the mixture'
 covariance exactly. The coordinates are whatever the means are in (for beliefs the tangent
 coordinates of :mod:`residualsim.belief.propagation`); B is invariant to a linear change of
 coordinates, so metres and rad/s need no standardising here.
+
+Also here: the starts EM refines from (a weighted k-means, each point's kernels merged)
+and the diagonal floor that keeps every reduced covariance positive definite.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import numpy as np
 
 from residualsim.errors import ParameterError
 
-__all__ = ["merge_components", "runnalls_reduce"]
+__all__ = ["merge_components", "runnalls_reduce", "em_refine", "kmeans_start", "weighted_kmeans",
+           "merge_per_point", "positive_definite", "variance_floor"]
 
 #: Added to every covariance's diagonal before its log-determinant (tangent units squared):
 #: keeps components that are flat in some direction (e.g. no residual spread) comparable.
@@ -157,3 +161,79 @@ def em_refine(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray | 
         previous = score
     order = np.argsort(-w, kind="stable")
     return w[order] / w.sum(), m[order], c[order]
+
+
+def kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
+    k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
+    coordinates standardised by the kernels' mixture; each cluster's kernels merged with
+    their moments kept. Returns (weights, means, covariances), at most ``k`` components."""
+    weights, means, covariances = kernels
+    _, _, total = merge_components(weights, means, covariances)
+    x = means / np.sqrt(np.maximum(np.diag(total), 1e-24))
+    labels = weighted_kmeans(x, weights / weights.sum(), k, np.random.default_rng(seed))
+    rows = [merge_components(weights[labels == c], means[labels == c],
+                             covariances[labels == c]) for c in np.unique(labels)]
+    return (np.array([r[0] for r in rows]) / sum(r[0] for r in rows),
+            np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
+
+
+def weighted_kmeans(x: np.ndarray, w: np.ndarray, k: int, rng: np.random.Generator,
+            iterations: int = 50) -> np.ndarray:
+    """Weighted k-means of points x (n, d) with weights w (n,) summing to 1: k-means++
+    seeding (centres drawn in proportion to w times the squared distance to the nearest
+    centre so far), then Lloyd's iterations. Returns each point's cluster label (n,)."""
+    n = len(x)
+    k = min(int(k), n)
+    centres = [x[rng.choice(n, p=w)]]
+    nearest = ((x - centres[0]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        p = w * nearest
+        if p.sum() <= 0:
+            break
+        centres.append(x[rng.choice(n, p=p / p.sum())])
+        nearest = np.minimum(nearest, ((x - centres[-1]) ** 2).sum(axis=1))
+    centres = np.array(centres)
+    labels = np.full(n, -1)
+    for _ in range(iterations):
+        # ‖x − c‖² up to ‖x‖², the same for every centre: one matrix product
+        new = np.argmin((centres ** 2).sum(axis=1)[None] - 2.0 * x @ centres.T, axis=1)
+        if (new == labels).all():
+            break
+        labels = new
+        one_hot = np.zeros((n, len(centres)))
+        one_hot[np.arange(n), labels] = w
+        mass = one_hot.sum(axis=0)
+        moved = mass > 0
+        centres[moved] = (one_hot.T @ x)[moved] / mass[moved, None]
+    return labels
+
+
+def merge_per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels of each point (its residual components) merged into one, moments kept:
+    (weights, means, covariances) with one row per point, the start Runnalls' merging
+    reduces (O(n²) in the number of kernels) before EM refines on all kernels."""
+    rows = [merge_components(*(part[points == i] for part in kernels))
+            for i in np.unique(points)]
+    return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+            np.array([r[2] for r in rows]))
+
+
+def positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+                       ) -> np.ndarray:
+    """Covariances with a floor on the diagonal: 1e-6 of the mixture's variance per
+    coordinate (plus 1e-12), as the particle step's fit regularises in standardised
+    coordinates. A kernel can be flat in some direction (the sigma points' scatter has rank
+    at most 2d; the residual moves velocities only), and a belief must be sampled."""
+    floor = variance_floor(weights, means, covariances)
+    covariances = 0.5 * (covariances + np.transpose(covariances, (0, 2, 1)))
+    return covariances + np.diag(floor)[None]
+
+
+def variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+                    ) -> np.ndarray:
+    """1e-6 of the mixture's variance per coordinate, plus 1e-12 (tangent units²)."""
+    _, _, total = merge_components(weights, means, covariances)
+    return 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
