@@ -40,13 +40,14 @@ from residualsim.sim.recordings import (offset_initial_state, rollout_residuals,
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
 from residualsim.sim.scenes.params import body_of
 
-__all__ = ["StateBlock", "OffsetResiduals", "estimated_ids", "apply_offsets"]
+__all__ = ["StateBlock", "OffsetResiduals", "estimated_ids", "apply_offsets",
+           "schur_levenberg_marquardt"]
 
 #: Forward-difference steps of the offsets: position m, rotation rad, velocity m/s,
 #: angular velocity rad/s; a joint's position (rad or m) and velocity.
 POSE_STEP, VELOCITY_STEP = 1e-4, 1e-3
-#: Typical size of each kind of offset (the trust region's scale): 5 mm, 0.05 rad, 5 cm/s,
-#: 0.5 rad/s; joints 0.05 and 0.5.
+#: Typical size of each kind of offset, the unit of the search's "has it stopped moving"
+#: test: 5 mm, 0.05 rad, 5 cm/s, 0.5 rad/s; joints 0.05 and 0.5.
 POSE_SCALE, VELOCITY_SCALE = 0.005, 0.05
 
 
@@ -54,7 +55,8 @@ POSE_SCALE, VELOCITY_SCALE = 0.005, 0.05
 class StateBlock:
     """The offsets' layout in a residual vector: ``items`` (recording index, first row,
     end row) for each recording with an offset, ``k`` unknowns each, their difference
-    ``step`` (k,) and trust-region ``scale`` (k,)."""
+    ``step`` (k,) and typical ``scale`` (k,), in the units of
+    :func:`~residualsim.sim.recordings.offset_initial_state`."""
 
     items: tuple[tuple[int, int, int], ...]
     k: int

@@ -14,7 +14,8 @@ Gauss-Newton a Jacobian of (samples × 6) rows per recording rather than one num
 :func:`scipy.optimize.least_squares` (trust region reflective, bounds [0, 1]) takes a
 forward-difference Jacobian whose d + 1 parameter sets are evaluated as ONE batch, so the
 likelihood's workers share them: a Jacobian costs d + 1 rollouts per recording. The
-difference step (default 2 % of each range) is deliberately wide: contact makes e_i rough on a fine scale, and a wide step reads its trend.
+difference step (default 2 % of each range) is deliberately wide: contact makes e_i rough
+on a fine scale, and a wide step reads its trend.
 
 **Stages** (:func:`staged_least_squares`, what ``calibrate --method lsq`` runs). Free
 flight identifies the body and joints: inertia, centres of mass, mass ratios and joint
@@ -129,15 +130,17 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     ``budget``: parameter sets evaluated at most (each a rollout of every recording; a
     Jacobian spends d + 1); the best set seen is returned when it is spent. ``start``: unit
     coordinates (default :meth:`ParamSpace.start`), or several rows of them: all are
-    evaluated as one batch and the search starts from the best. Returns ``{"x": best values, "loss":
-    its robust cost per recording (m²), "evaluations", "iterations", "status", "history"}``.
+    evaluated as one batch and the search starts from the best. Returns ``{"x": best
+    values, "loss": its robust cost per recording (m²), "evaluations", "iterations",
+    "status", "history"}``.
 
     ``simplex``: search by Nelder-Mead on the robust loss instead of Gauss-Newton (for
     contact coefficients, whose loss is V-shaped at its minimum, see :data:`SIMPLEX_SIZE`).
     ``states``: a :class:`~residualsim.sysid.joint_states.StateBlock`; then the recordings'
     initial-state offsets are unknowns too (:mod:`residualsim.sysid.joint_states`),
-    ``residuals(x, offsets (n, items, k))`` takes them, the Jacobian is sparse and the
-    result adds ``"offsets"`` (items, k) of the best set.
+    ``residuals(x, offsets (n, items, k))`` takes them, the search is
+    :func:`~residualsim.sysid.joint_states.schur_levenberg_marquardt` and the result adds
+    ``"offsets"`` (items, k) of the best set.
     """
     from scipy.optimize import least_squares
 
