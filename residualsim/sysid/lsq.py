@@ -192,7 +192,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         rows = np.where(np.isfinite(rows), rows, 1.0)
         for z, r in zip(batch, rows):
             loss = float(f_scale ** 2 * np.sum(np.log1p((r / f_scale) ** 2)) / n_items)
-            history.append({"z": z.tolist(), "loss": loss})
+            history.append({"z": z[:d].tolist(), "loss": loss})  # θ only, not the offsets
             if loss < best["loss"]:
                 best.update(loss=loss, z=z.copy())
         if progress:
@@ -259,8 +259,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         pass
     if best["z"] is None:
         raise DataError("least squares evaluated nothing (budget too small)")
-    history = [{"loss": row["loss"], "z": row["z"][:d],
-                "x": space.from_unit(np.array(row["z"][:d])).tolist()} for row in history]
+    history = [{"loss": row["loss"], "z": row["z"],
+                "x": space.from_unit(np.array(row["z"])).tolist()} for row in history]
     extra = {"offsets": best["z"][d:].reshape(-1, states.k)} if n_shifts > d else {}
     return {**extra, "x": space.from_unit(best["z"][:d]).tolist(), "loss": best["loss"],
             "evaluations": len(history), "iterations": iterations, "status": status,
