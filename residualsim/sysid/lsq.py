@@ -140,7 +140,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     initial-state offsets are unknowns too (:mod:`residualsim.sysid.joint_states`),
     ``residuals(x, offsets (n, items, k))`` takes them, the search is
     :func:`~residualsim.sysid.joint_states.schur_levenberg_marquardt` and the result adds
-    ``"offsets"`` (items, k) of the best set.
+    ``"offsets"`` (items, k) of the best set. ``"jacobian"``: the last Jacobian computed
+    (residuals × d, unit coordinates), when the search computed one.
     """
     from scipy.optimize import least_squares
 
@@ -222,7 +223,9 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         shifted[np.arange(d), np.arange(d)] += steps[:d]
         for j in range(n_shifts - d):
             shifted[d + j, d + j::states.k] += steps[d + j]
-        return ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+        jacobian = ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+        last["jacobian"] = jacobian[:, :d]
+        return jacobian
 
     def jac(z: np.ndarray) -> np.ndarray:
         return differences(z, last["r"] if "z" in last and np.array_equal(last["z"], z)
@@ -262,6 +265,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     history = [{"loss": row["loss"], "z": row["z"],
                 "x": space.from_unit(np.array(row["z"])).tolist()} for row in history]
     extra = {"offsets": best["z"][d:].reshape(-1, states.k)} if n_shifts > d else {}
+    if "jacobian" in last:
+        extra["jacobian"] = last["jacobian"]
     return {**extra, "x": space.from_unit(best["z"][:d]).tolist(), "loss": best["loss"],
             "evaluations": len(history), "iterations": iterations, "status": status,
             "failed": int(sum(not np.isfinite(row["loss"]) for row in history)),
@@ -319,6 +324,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
     from residualsim.sysid.bodyspace import is_body_name
+    from residualsim.sysid.identifiability import describe, weak_directions
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
 
     values = space.from_unit(space.start())
@@ -396,11 +402,18 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                     for row in found["history"]]
         evaluations += found["evaluations"]
         failed += found["failed"]
+        if "jacobian" in found and any(is_body_name(n) for n in names):
+            weak = weak_directions(found["jacobian"], names)
+            warnings = [f"the recordings do not determine {describe(w)}: only the "
+                        "combination's orthogonal complement is identified (train/README.md "
+                        "§19)" for w in weak]
         stages.append({"stage": stage, "names": names, "evaluations": found["evaluations"],
                        **({"screened_starts": screened} if screened else {}),
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))} if stage != "all" else {}),
-                       **({"initial_states": len(block.items)} if block else {})})
+                       **({"initial_states": len(block.items)} if block else {}),
+                       **({"weak_directions": weak} if "jacobian" in found
+                          and any(is_body_name(n) for n in names) else {})})
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
