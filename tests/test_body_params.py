@@ -36,6 +36,12 @@ def hinge_space() -> ParamSpace:
     return ParamSpace(["contact", "body", "joints"], scene=str(HINGE))
 
 
+@pytest.fixture(scope="module")
+def hinge_space_with_mass() -> ParamSpace:
+    """Every body name, the mass split (named, not in the group) included: 25 names."""
+    return ParamSpace(["contact", "body", "body.arm.mass_ratio", "joints"], scene=str(HINGE))
+
+
 @functools.lru_cache(maxsize=1)
 def _boxes() -> dict:
     return link_aabbs(HINGE_URDF)
@@ -44,8 +50,9 @@ def _boxes() -> dict:
 # --- consistency by construction ------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=25, max_size=25))
-def test_every_point_of_the_space_is_a_physical_body(hinge_space, unit):
-    body = hinge_space.engine_params(hinge_space.from_unit(np.array(unit))).body
+def test_every_point_of_the_space_is_a_physical_body(hinge_space_with_mass, unit):
+    space = hinge_space_with_mass
+    body = space.engine_params(space.from_unit(np.array(unit))).body
     boxes = _boxes()
     for link in body.links:
         moments = np.linalg.eigvalsh(inertia_matrix(link.inertia))
@@ -211,7 +218,9 @@ def _loaded(path: Path) -> dict:
         pb.disconnect(client)
 
 
-def test_exported_urdf_is_the_same_object_with_the_identified_values(tmp_path, hinge_space):
+def test_exported_urdf_is_the_same_object_with_the_identified_values(tmp_path,
+                                                                      hinge_space_with_mass):
+    hinge_space = hinge_space_with_mass
     rng = np.random.default_rng(0)
     params = hinge_space.engine_params(hinge_space.from_unit(rng.uniform(size=25)))
     out = write_urdf(HINGE_URDF, tmp_path / "out" / "identified.urdf", body=params.body,
@@ -574,3 +583,33 @@ def test_lsq_reports_the_second_moments_along_the_hinge_as_one_combination(tmp_p
     assert np.prod(list(weak[0]["members"].values())) < 0  # opposite signs: a split
     assert any("body.arm.moment_3" in w and "do not determine" in w
                for w in summary["warnings"])
+
+
+def test_the_anchor_keeps_what_the_data_cannot_see_at_the_start():
+    """Residuals that see moment_3 of base and arm only through u0 + 3 u1 (unit
+    coordinates) and com_y on its own: the anchored fit meets the data and, along the
+    valley u0 + 3 u1 = c, stops at the point nearest the start in column-normalised
+    coordinates (y = D u, D = (1, 3)): Δu0 = 3 Δu1. Unanchored, the trust region's path
+    decides (Δu0 = Δu1 here)."""
+    from residualsim.sysid.lsq import fit_least_squares
+
+    space = ParamSpace(["body.base.moment_3", "body.arm.moment_3", "body.arm.com_y"],
+                       scene=str(HINGE))
+    coefficients = np.random.default_rng(0).standard_normal((60, 2)) * 0.002
+    target = np.array([2.5, 0.62])
+
+    def residuals(x):
+        u = space.to_unit(np.atleast_2d(x))
+        return np.column_stack([u[:, 0] + 3 * u[:, 1], u[:, 2]]) @ coefficients.T \
+            - target @ coefficients.T
+
+    start = space.start()
+    ratios = {}
+    for anchor in (True, False):
+        fit = space.to_unit(np.array(fit_least_squares(residuals, space, budget=300,
+                                                        anchor=anchor)["x"]))
+        assert fit[0] + 3 * fit[1] == pytest.approx(2.5, abs=1e-3)
+        assert fit[2] == pytest.approx(0.62, abs=1e-3)
+        ratios[anchor] = (fit[0] - start[0]) / (fit[1] - start[1])
+    assert ratios[True] == pytest.approx(3.0, rel=0.05)
+    assert abs(ratios[False] - 3.0) > 1.0  # without the anchor the valley point is arbitrary

@@ -5,9 +5,10 @@ parameters (unit coordinates, :class:`~residualsim.sysid.paramspace.ParamSpace`)
 each column to unit length, so that no parameter's units or range decide the answer, and
 take the singular value decomposition: a right singular vector whose singular value is a
 small fraction of the largest is a direction along which the parameters can move together
-while the trajectories barely change. Such a direction is reported, not silently resolved:
-the fit leaves it near where it started (the URDF's values), and its members' individual
-values mean little.
+while the trajectories barely change. Such a direction is reported; the least-squares fit
+anchors it at its start (``fit_least_squares(anchor=True)``, a ridge in these same
+column-normalised coordinates): the recordings cannot choose a point along it, so the
+user's URDF does, and its members' individual values there mean no more than the URDF's.
 
 On an articulated object these directions are structural, not a lack of data: a point mass
 at a revolute joint's axis can be booked to either link it joins without changing any
@@ -33,30 +34,42 @@ WEAK_RATIO = 0.02
 MEMBER_SHARE = 0.2
 
 
+def _weak(jacobian: np.ndarray, n_names: int, ratio: float
+          ) -> tuple[np.ndarray, list[int], list[tuple[float, np.ndarray]]]:
+    """(column norms, indices of the idle columns, [(share, unit vector over the live
+    columns in column-normalised coordinates)] of the weak directions, weakest first)."""
+    jacobian = np.asarray(jacobian, dtype=np.float64)
+    if jacobian.ndim != 2 or jacobian.shape[1] != n_names:
+        raise ValueError(f"jacobian of shape {jacobian.shape} for {n_names} names")
+    finite = np.where(np.isfinite(jacobian), jacobian, 0.0)
+    norms = np.linalg.norm(finite, axis=0)
+    idle = [i for i, n in enumerate(norms) if n == 0]
+    live = [i for i, n in enumerate(norms) if n > 0]
+    weak = []
+    if len(live) >= 2:
+        _, singular, vt = np.linalg.svd(finite[:, live] / norms[live], full_matrices=False)
+        for value, vector in sorted(zip(singular, vt), key=lambda pair: pair[0]):
+            if value / singular[0] >= ratio:
+                break
+            full = np.zeros(n_names)
+            full[live] = vector
+            weak.append((float(value / singular[0]), full))
+    return norms, idle, weak
+
+
 def weak_directions(jacobian: np.ndarray, names: Sequence[str],
                     ratio: float = WEAK_RATIO) -> list[dict[str, Any]]:
     """The weak directions of ``jacobian`` (rows: residuals; columns: ``names``), weakest
     first: per direction ``ratio`` (its singular value over the largest) and ``members``
     (name -> signed coefficient of the unit direction, those of at least
-    :data:`MEMBER_SHARE` in magnitude; the first member, in ``names`` order, positive). A parameter that moves no residual at all is a
-    direction of its own with ratio 0."""
-    jacobian = np.asarray(jacobian, dtype=np.float64)
-    if jacobian.ndim != 2 or jacobian.shape[1] != len(names):
-        raise ValueError(f"jacobian of shape {jacobian.shape} for {len(names)} names")
-    finite = np.where(np.isfinite(jacobian), jacobian, 0.0)
-    norms = np.linalg.norm(finite, axis=0)
-    out = [{"ratio": 0.0, "members": {name: 1.0}} for name, n in zip(names, norms) if n == 0]
-    live = [i for i, n in enumerate(norms) if n > 0]
-    if len(live) < 2:
-        return out
-    _, singular, vt = np.linalg.svd(finite[:, live] / norms[live], full_matrices=False)
-    for value, vector in sorted(zip(singular, vt), key=lambda pair: pair[0]):
-        share = value / singular[0]
-        if share >= ratio:
-            break
+    :data:`MEMBER_SHARE` in magnitude; the first member, in ``names`` order, positive).
+    A parameter that moves no residual at all is a direction of its own with ratio 0."""
+    _, idle, weak = _weak(jacobian, len(names), ratio)
+    out = [{"ratio": 0.0, "members": {names[i]: 1.0}} for i in idle]
+    for share, vector in weak:
         vector = vector * np.sign(vector[np.argmax(np.abs(vector) >= MEMBER_SHARE)])
-        out.append({"ratio": float(share), "members": {
-            names[live[i]]: round(float(c), 3) for i, c in enumerate(vector)
+        out.append({"ratio": share, "members": {
+            names[i]: round(float(c), 3) for i, c in enumerate(vector)
             if abs(c) >= MEMBER_SHARE}})
     return out
 
