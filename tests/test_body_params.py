@@ -20,7 +20,8 @@ from residualsim.errors import ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.scenes import EngineParams, parse_params
 from residualsim.sim.scenes.body import (JointDynamics, LinkInertial, check_inertia,
-                                         inertia_matrix, link_aabbs, read_body, write_urdf)
+                                         inertia_matrix, inertia_tuple, link_aabbs, read_body,
+                                         write_urdf)
 from residualsim.sim.scenes.params import ObjectParams
 from residualsim.sysid.bodyspace import body_space, expand_names
 from residualsim.sysid.paramspace import ParamSpace
@@ -35,6 +36,12 @@ def hinge_space() -> ParamSpace:
     return ParamSpace(["contact", "body", "joints"], scene=str(HINGE))
 
 
+@pytest.fixture(scope="module")
+def hinge_space_with_mass() -> ParamSpace:
+    """Every body name, the mass split (named, not in the group) included: 25 names."""
+    return ParamSpace(["contact", "body", "body.arm.mass_ratio", "joints"], scene=str(HINGE))
+
+
 @functools.lru_cache(maxsize=1)
 def _boxes() -> dict:
     return link_aabbs(HINGE_URDF)
@@ -43,8 +50,9 @@ def _boxes() -> dict:
 # --- consistency by construction ------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=25, max_size=25))
-def test_every_point_of_the_space_is_a_physical_body(hinge_space, unit):
-    body = hinge_space.engine_params(hinge_space.from_unit(np.array(unit))).body
+def test_every_point_of_the_space_is_a_physical_body(hinge_space_with_mass, unit):
+    space = hinge_space_with_mass
+    body = space.engine_params(space.from_unit(np.array(unit))).body
     boxes = _boxes()
     for link in body.links:
         moments = np.linalg.eigvalsh(inertia_matrix(link.inertia))
@@ -112,7 +120,10 @@ def test_groups_expand_to_documented_names(hinge_space):
         for suffix in ("com_x", "com_y", "com_z", "moment_1", "moment_2", "moment_3",
                        "axes_x", "axes_y", "axes_z"):
             assert f"body.{link}.{suffix}" in names
-    assert "body.arm.mass_ratio" in names and "body.base.mass_ratio" not in names
+    # the mass split across a revolute joint is not in the group (it cannot be identified,
+    # test_a_point_mass_at_the_hinge_can_sit_on_either_link), but it can be named
+    assert not any(name.endswith("mass_ratio") for name in names)
+    assert expand_names(["body.arm.mass_ratio"], str(HINGE)) == ["body.arm.mass_ratio"]
     assert names[-2:] == ["joint.elbow.damping", "joint.elbow.friction"]
     assert expand_names(["soft_contact", "lateral_friction"], None) == [
         "contact_stiffness", "contact_damping", "lateral_friction"]
@@ -207,7 +218,9 @@ def _loaded(path: Path) -> dict:
         pb.disconnect(client)
 
 
-def test_exported_urdf_is_the_same_object_with_the_identified_values(tmp_path, hinge_space):
+def test_exported_urdf_is_the_same_object_with_the_identified_values(tmp_path,
+                                                                      hinge_space_with_mass):
+    hinge_space = hinge_space_with_mass
     rng = np.random.default_rng(0)
     params = hinge_space.engine_params(hinge_space.from_unit(rng.uniform(size=25)))
     out = write_urdf(HINGE_URDF, tmp_path / "out" / "identified.urdf", body=params.body,
@@ -485,3 +498,118 @@ def test_the_simplex_search_reaches_a_v_shaped_minimum():
     found = fit_least_squares(residuals, space, budget=150, simplex=True)
     assert found["x"] == pytest.approx(target, abs=5e-3)
     assert found["evaluations"] <= 150
+
+
+def _point_mass_moved(body, link_from: str, link_to: str, mass_kg: float,
+                      at_from: np.ndarray, at_to: np.ndarray):
+    """``body`` with a point mass (kg) taken from ``link_from`` at ``at_from`` (its link
+    frame, m) and added to ``link_to`` at ``at_to`` (its frame): masses, centres of mass and
+    inertias updated exactly (second moments about each link frame's origin)."""
+    links = []
+    for link in body.links:
+        sign, at = {link_from: (-1.0, at_from), link_to: (1.0, at_to)}.get(link.name,
+                                                                          (0.0, 0.0))
+        inertia = inertia_matrix(link.inertia)
+        com = np.asarray(link.com_m)
+        second = 0.5 * np.trace(inertia) * np.eye(3) - inertia + link.mass_kg * np.outer(com,
+                                                                                      com)
+        mass = link.mass_kg + sign * mass_kg
+        first = link.mass_kg * com + sign * mass_kg * np.asarray(at, float)
+        second = second + sign * mass_kg * np.outer(at, at)
+        com = first / mass
+        second = second - mass * np.outer(com, com)
+        links.append(LinkInertial(link.name, mass, tuple(com),
+                                  inertia_tuple(np.trace(second) * np.eye(3) - second)))
+    return dataclasses.replace(body, links=tuple(links))
+
+
+def test_a_point_mass_at_the_hinge_can_sit_on_either_link():
+    """Why ``body`` keeps the URDF's mass split: 30 g (a sixth of the arm) moved from the
+    base to the arm at the elbow's axis changes the arm's centre of mass by 9 mm and its
+    moments by up to 20 %, and the joint's motion by less than 0.1 mrad; the same mass moved
+    1 cm off the axis changes it by over 5 mrad."""
+    body = read_body(HINGE_URDF)
+    hinge_in_base = np.array([0.08, 0.0, 0.0])  # the elbow's origin in the base frame
+    state = np.zeros(15)
+    state[2], state[3] = 0.5, 1.0
+    state[7:13] = [0.3, 0.0, 1.0, 2.0, -3.0, 5.0]
+    state[14] = -4.0
+    runs = []
+    for moved in (body, _point_mass_moved(body, "base", "arm", 0.03, hinge_in_base, np.zeros(3)),
+                  _point_mass_moved(body, "base", "arm", 0.03, hinge_in_base + [0.01, 0, 0],
+                                    np.array([0.01, 0.0, 0.0]))):
+        with Engine(str(HINGE), ObjectParams(body=moved)) as engine:
+            runs.append(engine.rollout(state, 10, detect_contacts=False).states)
+    on_axis = _point_mass_moved(body, "base", "arm", 0.03, hinge_in_base, np.zeros(3))
+    assert np.linalg.norm(np.subtract(on_axis.link("arm").com_m,
+                                      body.link("arm").com_m)) > 0.008
+    assert np.max(np.abs(runs[1][:, 13] - runs[0][:, 13])) < 1e-4
+    assert np.max(np.abs(runs[1][:, :3] - runs[0][:, :3])) < 1e-4
+    assert np.max(np.abs(runs[2][:, 13] - runs[0][:, 13])) > 5e-3
+
+
+def test_weak_directions_name_what_the_recordings_cannot_separate():
+    from residualsim.sysid.identifiability import describe, weak_directions
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((200, 3))
+    jacobian = np.column_stack([base, 2.0 * base[:, 2], np.zeros(200)])
+    names = ["a", "b", "c", "c_twice", "idle"]
+    weak = weak_directions(jacobian, names)
+    assert [w["members"] for w in weak] == [{"idle": 1.0},
+                                            {"c": 0.707, "c_twice": -0.707}]
+    assert weak[1]["ratio"] < 1e-6
+    assert "c_twice" in describe(weak[1])
+    assert weak_directions(base, names[:3]) == []
+
+
+def test_lsq_reports_the_second_moments_along_the_hinge_as_one_combination(tmp_path):
+    """The two links' second moments along the elbow's axis enter the motion only as their
+    sum: lsq names that direction (summary and warning) instead of pretending to split it."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=30, rng=4,
+                               scene=str(HINGE), rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["body.base.moment_3", "body.arm.moment_3", "body.arm.com_y"]
+    summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal", method="lsq",
+                        budget=12, split="all", plots=False)
+    (stage,) = summary["lsq_stages"]
+    weak = stage["weak_directions"]
+    assert len(weak) == 1 and set(weak[0]["members"]) == {"body.base.moment_3",
+                                                          "body.arm.moment_3"}
+    assert np.prod(list(weak[0]["members"].values())) < 0  # opposite signs: a split
+    assert any("body.arm.moment_3" in w and "do not determine" in w
+               for w in summary["warnings"])
+
+
+def test_the_anchor_keeps_what_the_data_cannot_see_at_the_start():
+    """Residuals that see moment_3 of base and arm only through u0 + 3 u1 (unit
+    coordinates) and com_y on its own: the anchored fit meets the data and, along the
+    valley u0 + 3 u1 = c, stops at the point nearest the start in column-normalised
+    coordinates (y = D u, D = (1, 3)): Δu0 = 3 Δu1. Unanchored, the trust region's path
+    decides (Δu0 = Δu1 here)."""
+    from residualsim.sysid.lsq import fit_least_squares
+
+    space = ParamSpace(["body.base.moment_3", "body.arm.moment_3", "body.arm.com_y"],
+                       scene=str(HINGE))
+    coefficients = np.random.default_rng(0).standard_normal((60, 2)) * 0.002
+    target = np.array([2.5, 0.62])
+
+    def residuals(x):
+        u = space.to_unit(np.atleast_2d(x))
+        return np.column_stack([u[:, 0] + 3 * u[:, 1], u[:, 2]]) @ coefficients.T \
+            - target @ coefficients.T
+
+    start = space.start()
+    ratios = {}
+    for anchor in (True, False):
+        fit = space.to_unit(np.array(fit_least_squares(residuals, space, budget=300,
+                                                        anchor=anchor)["x"]))
+        assert fit[0] + 3 * fit[1] == pytest.approx(2.5, abs=1e-3)
+        assert fit[2] == pytest.approx(0.62, abs=1e-3)
+        ratios[anchor] = (fit[0] - start[0]) / (fit[1] - start[1])
+    assert ratios[True] == pytest.approx(3.0, rel=0.05)
+    assert abs(ratios[False] - 3.0) > 1.0  # without the anchor the valley point is arbitrary

@@ -13,7 +13,9 @@ name                               unit       meaning, default search range
 ``body.<link>.axes_x|axes_y|axes_z`` rad      rotation vector turning the URDF's principal
                                               axes; [-π/4, π/4]
 ``body.<link>.mass_ratio``         -          the link's mass over the root link's (every link
-                                              but the root); URDF value × [1/3, 3], log scale
+                                              but the root); URDF value × [1/3, 3], log scale;
+                                              in group ``body`` only for the child of a
+                                              prismatic joint (see below)
 ``joint.<joint>.damping``          N m s/rad  viscous joint damping (N s/m prismatic);
                                               [0, 20 s⁻¹ × I_axis]
 ``joint.<joint>.friction``         N m        Coulomb joint friction (N prismatic);
@@ -32,7 +34,13 @@ moments I_1 = s_2 + s_3, I_2 = s_1 + s_3, I_3 = s_1 + s_2 obey the triangle ineq
 (the pseudo-inertia is positive definite; Wensing et al. 2017, Rucker & Wensing 2022). R is
 the URDF's principal axes turned by ``axes``. **The total mass is not calibrated**: poses
 alone cannot observe it (gravity and contact forces both scale with it), so the URDF's total
-is kept and only the ratios between links move.
+is kept and only the ratios between links move. **Nor is the mass split across a revolute
+joint** (or a fixed one): a point mass on the joint's axis sits at the same place in both
+links' frames whatever the joint does, so booking it to one link or the other changes no
+motion, while the links' centres of mass and moments move with it (30 g of the hinge
+example's 180 g arm moves its centre of mass 9 mm and changes the joint's motion by
+0.04 mrad; tests/test_body_params.py). Group ``body`` therefore keeps those ratios at the
+URDF's; they can still be named.
 """
 
 from __future__ import annotations
@@ -100,6 +108,10 @@ class BodySpace:
         self.nominal = read_body(self.urdf)
         root = ElementTree.parse(self.urdf).getroot()
         children = {j.find("child").get("link") for j in root.findall("joint")}
+        #: links whose mass ratio the motion cannot reveal (see the module doc): every child
+        #: of a joint that is not prismatic
+        self.hidden_mass = {j.find("child").get("link") for j in root.findall("joint")
+                            if j.get("type") != "prismatic"}
         self.root = next(l.name for l in self.nominal.links if l.name not in children)
         self._frames = {l.name: _principal(l) for l in self.nominal.links}
         boxes = link_aabbs(self.urdf)
@@ -141,7 +153,9 @@ class BodySpace:
     def group(self, group: str) -> list[str]:
         """The names of group ``body`` or ``joints``."""
         prefix = {"body": "body.", "joints": "joint."}[group]
-        return [name for name in self.specs if name.startswith(prefix)]
+        return [name for name in self.specs if name.startswith(prefix)
+                and not (name.endswith(".mass_ratio")
+                         and name.split(".")[1] in self.hidden_mass)]
 
     def body(self, values: Mapping[str, float]) -> BodyParams:
         """The body with ``values`` (name -> natural value) set, every other name at the

@@ -450,6 +450,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             result.update({"best": point, "loss": found["loss"],
                            "evaluations": found["evaluations"], "failed": found["failed"],
                            "lsq_stages": found["stages"], "warnings": found["warnings"]})
+            for warning in found["warnings"]:
+                log.warning("%s: %s", out, warning)
         else:
             found = point_estimate(negative_log_like, space, budget=budget, optimizer=optimizer,
                                    batch_size=4, rng=seed, start=space.start(),

@@ -104,6 +104,13 @@ SIMPLEX_SIZE = 0.05
 SCREENED_STARTS = 32
 #: The difference step of the ``impact`` stage (contact is rough; the body is smooth).
 IMPACT_STEP = 0.01
+#: Weight of the anchor that keeps what the recordings cannot determine at the start (see
+#: :func:`fit_least_squares`): ε in ε² |D (z − z_start)|², D the first Jacobian's column
+#: norms. In those column-normalised coordinates the data's curvature along a direction is
+#: s², s its singular value (largest about 1-2), so the anchor moves a direction with
+#: s = 0.16 (the weakest identified one on the synthetic hinge) by 0.4 % of its way back to
+#: the start, and pins the structural ones (s below 0.003).
+ANCHOR = 0.01
 
 
 def _key(z: np.ndarray) -> str:
@@ -121,7 +128,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
                       checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
                       fingerprint: Mapping[str, Any] | None = None,
                       progress: bool = False, states: Any = None,
-                      simplex: bool = False) -> dict[str, Any]:
+                      simplex: bool = False, anchor: bool = False) -> dict[str, Any]:
     """Minimise Σ_k ρ(r_k) (module doc) over the space.
 
     ``residuals(x (n, d) natural values) -> (n, m)`` evaluates a batch (metres);
@@ -140,7 +147,15 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     initial-state offsets are unknowns too (:mod:`residualsim.sysid.joint_states`),
     ``residuals(x, offsets (n, items, k))`` takes them, the search is
     :func:`~residualsim.sysid.joint_states.schur_levenberg_marquardt` and the result adds
-    ``"offsets"`` (items, k) of the best set.
+    ``"offsets"`` (items, k) of the best set. ``"jacobian"``: the last Jacobian computed
+    (residuals × d, unit coordinates), when the search computed one.
+
+    ``anchor``: add the robust cost of the rows :data:`ANCHOR` · D (θ − θ_start) (D the
+    first Jacobian's column norms, so metres like the residuals) to the objective, a ridge
+    toward the start in column-normalised coordinates: directions the recordings determine
+    are left where they are, those they cannot (weak, :mod:`residualsim.sysid.identifiability`)
+    stay at the start instead of drifting along a valley of equal loss. The reported losses
+    include it.
     """
     from scipy.optimize import least_squares
 
@@ -170,6 +185,12 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"loss": np.inf, "z": None}
     started = time.perf_counter()
+    ridge: dict[str, Any] = {"weights": None, "origin": None}  # the anchor, set when known
+
+    def anchor_rows(z: np.ndarray) -> np.ndarray:
+        if ridge["weights"] is None or ridge["origin"] is None:
+            return np.zeros(d if anchor else 0)
+        return ridge["weights"] * (np.clip(z[:d], 0.0, 1.0) - ridge["origin"])
 
     def evaluate(batch: np.ndarray) -> np.ndarray:
         missing = [z for z in batch if _key(z) not in cache]
@@ -191,6 +212,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         rows = np.array([cache[_key(z)] for z in batch], dtype=np.float64)
         rows = np.where(np.isfinite(rows), rows, 1.0)
         for z, r in zip(batch, rows):
+            r = np.concatenate([r, anchor_rows(z)])
             loss = float(f_scale ** 2 * np.sum(np.log1p((r / f_scale) ** 2)) / n_items)
             history.append({"z": z[:d].tolist(), "loss": loss})  # θ only, not the offsets
             if loss < best["loss"]:
@@ -208,7 +230,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         return z
 
     def fun(z: np.ndarray) -> np.ndarray:
-        r = evaluate(clip(z)[None])[0]
+        r = np.concatenate([evaluate(clip(z)[None])[0], anchor_rows(z)])
         last.update(z=z.copy(), r=r)
         return r
 
@@ -222,7 +244,15 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         shifted[np.arange(d), np.arange(d)] += steps[:d]
         for j in range(n_shifts - d):
             shifted[d + j, d + j::states.k] += steps[d + j]
-        return ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+        r0 = r0[:len(r0) - (d if anchor else 0)]  # the recordings' rows
+        jacobian = ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+        last["jacobian"] = jacobian[:, :d]
+        if not anchor:
+            return jacobian
+        if ridge["weights"] is None:
+            ridge["weights"] = ANCHOR * np.linalg.norm(np.nan_to_num(jacobian[:, :d]), axis=0)
+        return np.vstack([jacobian, np.hstack([np.diag(ridge["weights"]),
+                                               np.zeros((d, n_shifts - d))])])
 
     def jac(z: np.ndarray) -> np.ndarray:
         return differences(z, last["r"] if "z" in last and np.array_equal(last["z"], z)
@@ -233,6 +263,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         candidates = np.concatenate([z0, np.zeros((len(z0), n_shifts - d))], axis=1)
         z0 = z0[int(np.argmin([np.sum(np.log1p((r / f_scale) ** 2))
                                for r in evaluate(candidates)]))]
+    ridge["origin"] = z0[:d].copy()
     status, iterations = "budget spent", None
     try:
         if simplex:
@@ -259,13 +290,45 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         pass
     if best["z"] is None:
         raise DataError("least squares evaluated nothing (budget too small)")
+    if anchor and ridge["weights"] is not None:
+        _anchored_steps(evaluate, best, cache, last["jacobian"], ridge, f_scale, d)
     history = [{"loss": row["loss"], "z": row["z"],
                 "x": space.from_unit(np.array(row["z"])).tolist()} for row in history]
     extra = {"offsets": best["z"][d:].reshape(-1, states.k)} if n_shifts > d else {}
+    if "jacobian" in last:
+        extra["jacobian"] = last["jacobian"]
     return {**extra, "x": space.from_unit(best["z"][:d]).tolist(), "loss": best["loss"],
             "evaluations": len(history), "iterations": iterations, "status": status,
             "failed": int(sum(not np.isfinite(row["loss"]) for row in history)),
             "history": history}
+
+
+def _anchored_steps(evaluate: Callable[[np.ndarray], np.ndarray], best: dict[str, Any],
+                    cache: Mapping[str, np.ndarray], jacobian: np.ndarray,
+                    ridge: Mapping[str, Any], f_scale: float, d: int, steps: int = 3) -> None:
+    """Gauss-Newton steps on the anchored objective from the best set, with the last
+    Jacobian (θ only; offsets held): a trust-region search stops once the data are met,
+    before the anchor's small pull (ε² of the data's curvature) has moved the weak
+    directions back, and one full step along them does it. ``evaluate`` keeps a step
+    whose anchored loss is lower; stops at the first that is not, or when the budget is
+    spent."""
+    weights = np.asarray(ridge["weights"])
+    for _ in range(steps):
+        z = best["z"]
+        r = np.where(np.isfinite(cache[_key(z)]), cache[_key(z)], 1.0).astype(np.float64)
+        w = np.sqrt(1.0 / (1.0 + (r / f_scale) ** 2))
+        a = np.nan_to_num(jacobian) * w[:, None]
+        lhs = a.T @ a + np.diag(weights ** 2)
+        rhs = a.T @ (r * w) + weights ** 2 * (z[:d] - ridge["origin"])
+        candidate = z.copy()
+        candidate[:d] = np.clip(z[:d] - np.linalg.lstsq(lhs, rhs, rcond=None)[0], 0.0, 1.0)
+        before = best["loss"]
+        try:
+            evaluate(candidate[None])
+        except _Budget:
+            return
+        if best["loss"] >= before:
+            return
 
 
 def _contact_starts(space: ParamSpace, current: np.ndarray, seed: int) -> np.ndarray:
@@ -319,6 +382,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
     from residualsim.sysid.bodyspace import is_body_name
+    from residualsim.sysid.identifiability import describe, weak_directions
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
 
     values = space.from_unit(space.start())
@@ -384,7 +448,8 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                 start=start, checkpoint=out / "lsq-checkpoint" / stage,
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
                                             "fixed": fixed.tolist()}, progress=progress,
-                states=block, simplex=stage in ("all", "contact"))
+                states=block, simplex=stage in ("all", "contact"),
+                anchor=any(is_body_name(n) for n in names))
         finally:
             if target is not likelihood:
                 target.close()
@@ -396,11 +461,19 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                     for row in found["history"]]
         evaluations += found["evaluations"]
         failed += found["failed"]
+        if "jacobian" in found and any(is_body_name(n) for n in names):
+            weak = weak_directions(found["jacobian"], names)
+            warnings += [message for message in (
+                f"the recordings do not determine {describe(w)}: it stays near the URDF's "
+                "values (train/README.md §19)" for w in weak) if message not in warnings]
         stages.append({"stage": stage, "names": names, "evaluations": found["evaluations"],
                        **({"screened_starts": screened} if screened else {}),
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))} if stage != "all" else {}),
-                       **({"initial_states": len(block.items)} if block else {})})
+                       **({"initial_states": len(block.items)} if block else {}),
+                       **({"weak_directions": weak}
+                          if "jacobian" in found and any(is_body_name(n) for n in names)
+                          else {})})
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
