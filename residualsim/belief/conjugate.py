@@ -69,7 +69,8 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, event_outcome,
                                         slot_particles)
 from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
-                                          positive_definite, runnalls_reduce, variance_floor)
+                                          per_draw_moments, positive_definite,
+                                          runnalls_reduce, variance_floor)
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
@@ -361,7 +362,7 @@ def _scatter(samples: np.ndarray) -> np.ndarray:
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
                    max_steps: int, residual: bool = True, deterministic_residual: bool = False,
                    penetration_tolerance_m: float = PENETRATION_TOLERANCE_M,
-                   max_components: int = MAX_COMPONENTS,
+                   max_components: int | None = MAX_COMPONENTS,
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
@@ -383,10 +384,13 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
     if reduction not in ("samples", "kernels"):
         raise ParameterError(f"reduction must be 'samples' or 'kernels', got {reduction!r}")
-    if int(max_components) < 1 or int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
+    if max_components is not None and int(max_components) < 1:
+        raise ParameterError(f"max_components must be >= 1 or None, got {max_components!r}")
+    max_components = None if max_components is None else int(max_components)
+    if int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
             (draws is not None and int(draws) < 1) or int(impulse_samples) < 1:
-        raise ParameterError(f"max_components, feasibility_draws, draws and impulse_samples "
-                             f"must be >= 1 and em_iterations >= 0, got {max_components!r}, "
+        raise ParameterError(f"feasibility_draws, draws and impulse_samples must be >= 1 and "
+                             f"em_iterations >= 0, got "
                              f"{feasibility_draws!r}, {draws!r}, {impulse_samples!r} and "
                              f"{em_iterations!r}")
     policy = model.sampling_policy()
@@ -432,7 +436,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     if reduction == "samples" and draws is not None:
         return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
                              means, std, half, events, feasibility, int(impulse_samples),
-                             int(max_components), int(em_iterations), rng, tangent,
+                             max_components, int(em_iterations), rng, tangent,
                              met_mass, dict(elapsed_s=np.array(
                                  [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
     feasible, means, covariances = _guarded_batch(
@@ -459,11 +463,11 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
-    return _reduced_step(parts, int(max_components), int(em_iterations), tangent, common)
+    return _reduced_step(parts, max_components, int(em_iterations), tangent, common)
 
 
 @_one_thread
-def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
+def _reduced_step(parts: list, max_components: int | None, em_iterations: int, tangent,
                   common: dict) -> BeliefStep:
     """The kernels ``parts`` [(mass, mean, covariance, point)] reduced to at most
     ``max_components`` (module docstring, step 5)."""
@@ -471,8 +475,13 @@ def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
                np.array([p[2] for p in parts]))
     # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
     # half the step's time); EM then refines on every kernel.
-    weights, mixture_means, covariances = runnalls_reduce(
-        *merge_per_point(kernels, np.array([p[3] for p in parts])), max_components)
+    per_point = merge_per_point(kernels, np.array([p[3] for p in parts]))
+    if max_components is None:  # one Gaussian per point, no reduction
+        weights, mixture_means, covariances = per_point
+        return BeliefStep(belief=GaussianMixtureBelief(
+            weights / weights.sum(), mixture_means,
+            positive_definite(weights, mixture_means, covariances), tangent), **common)
+    weights, mixture_means, covariances = runnalls_reduce(*per_point, max_components)
     covariances = positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
@@ -484,7 +493,8 @@ def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
 
 @_one_thread
 def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
-                  feasibility: str, r: int, max_components: int, em_iterations: int, rng,
+                  feasibility: str, r: int, max_components: int | None, em_iterations: int,
+                  rng,
                   tangent, met_mass: float, common: dict) -> BeliefStep:
     """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
     pairs; residual components by systematic selection on their weights), scaled by the
@@ -517,11 +527,19 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
         return BeliefStep(belief=None, **common)
     kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
     floor = variance_floor(*kernels)
+    if max_components is None:  # one Gaussian per draw: its own samples' moments
+        weights, mixture_means, covariances = per_draw_moments(
+            kernels[0], states, np.repeat(np.arange(n), m)[keep], floor)
+        return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
+                                                       tangent), **common)
     start = kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     start = (start[0], start[1], start[2] + np.diag(floor)[None])
-    weights, mixture_means, covariances = em_refine(
-        kernels[0], kernels[1], None, start, max(em_iterations, 1), floor=floor,
-        tolerance=EM_TOLERANCE)
+    if em_iterations == 0:  # the k-means clusters' moments, no EM
+        weights, mixture_means, covariances = start
+    else:
+        weights, mixture_means, covariances = em_refine(
+            kernels[0], kernels[1], None, start, em_iterations, floor=floor,
+            tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
@@ -546,7 +564,10 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
     """``n`` draws from ``belief`` (tangent coordinates), per component: (points (n_k, d),
     weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
     (one uniform offset), the points within a component are a scrambled Sobol sequence
-    mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo)."""
+    mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo).
+    Components with at most d + 1 draws (a belief of many components) share one Sobol
+    sequence, consecutive blocks in component order: a Sobol generator per component costs
+    milliseconds, seconds for hundreds of components."""
     import warnings
 
     from scipy.stats import norm, qmc
@@ -557,32 +578,40 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
     counts = np.diff(np.r_[0.0, np.clip(edges, 0, n)]).astype(int)
     counts[-1] += n - counts.sum()
     d = belief.means.shape[1]
+
+    def sobol(count: int) -> np.ndarray:
+        with warnings.catch_warnings():  # balance needs 2^m points; any count is unbiased
+            warnings.simplefilter("ignore", UserWarning)
+            unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
+        return norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
+
+    small = (counts > 0) & (counts <= d + 1)
+    units = {k: sobol(counts[k]) for k in np.flatnonzero(counts > d + 1)}
+    if small.any():
+        shared = np.split(sobol(int(counts[small].sum())), np.cumsum(counts[small])[:-1])
+        units.update(zip(np.flatnonzero(small), shared))
     groups = []
-    for mu, cov, count in zip(belief.means, belief.covariances, counts):
+    for k, (mu, cov, count) in enumerate(zip(belief.means, belief.covariances, counts)):
         if count <= 0:
             groups.append((np.empty((0, d)), np.empty(0)))
             continue
         values, vectors = np.linalg.eigh(0.5 * (cov + cov.T))
         root = vectors * np.sqrt(np.clip(values, 0.0, None))
-        with warnings.catch_warnings():  # balance needs 2^m points; any count is unbiased
-            warnings.simplefilter("ignore", UserWarning)
-            unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
-        z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
-        if match_moments:
-            z = _standardised(z)
+        z = _standardised(units[k]) if match_moments else units[k]
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
 
 
 def _standardised(z: np.ndarray) -> np.ndarray:
-    """Standard-normal draws z (n, d) moved to mean exactly 0 and, when n > d + 1, turned
-    to covariance exactly I (1/n normalisation: the draws' equal weights): moment matching,
-    so a component's draws carry its mean and covariance exactly through any linear map."""
+    """Standard-normal draws z (n, d) moved to mean exactly 0 and turned to covariance
+    exactly I (1/n normalisation: the draws' equal weights) when n > d + 1: moment matching,
+    so a component's draws carry its mean and covariance exactly through any linear map.
+    At most d + 1 draws are left as they are (centring them shrinks their spread, by
+    (n − 1) / n for independent draws, and a single draw would sit at the mean: a belief of
+    many small components, one draw each, would lose all its spread)."""
     n, d = z.shape
-    if n < 2:
-        return np.zeros_like(z)
-    z = z - z.mean(axis=0)
     if n <= d + 1:
         return z
+    z = z - z.mean(axis=0)
     values, vectors = np.linalg.eigh(z.T @ z / n)
     return z @ (vectors / np.sqrt(values)) @ vectors.T
