@@ -265,7 +265,7 @@ def test_many_small_components_keep_their_spread():
     for counts_per_component in (1, 3):
         z = np.vstack([whitened(stratified_draws(mixture, counts_per_component * k,
                                                  np.random.default_rng(s), match_moments=True))
-                       for s in range(40)])
+                       for s in range(20)])
         assert np.abs(z.mean(axis=0)).max() < 0.05
         np.testing.assert_allclose(np.cov(z.T), np.eye(12), atol=0.06)
 
@@ -441,6 +441,30 @@ def test_sigma_points_remain_an_option(model, initial):
                              method="conjugate", draws=None)
     assert steps[0].n_drawn == 24  # 2d sigma points of the one initial component
     assert steps[1].n_drawn == 24 * steps[0].belief.n_components
+
+
+def test_without_reduction_the_belief_keeps_one_gaussian_per_draw(model, initial):
+    """max_components=None: one component per accepted draw ("samples": its guard-scaled
+    impulse samples' moments; "kernels": its kernels merged), equal weights for the equal
+    draws of one initial component; em_iterations=0: the k-means clusters, at most K."""
+    for reduction in ("samples", "kernels"):
+        step = propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                method="conjugate", draws=40, max_components=None,
+                                reduction=reduction)[0]
+        accepted = step.n_drawn - step.n_no_event - step.n_rejected_penetration - \
+            step.n_rejected_energy
+        assert accepted > 30 and step.belief.n_components == accepted == len(step.particles)
+        np.testing.assert_allclose(step.belief.weights, 1 / accepted)
+        np.linalg.cholesky(step.belief.covariances)
+        gap = step.belief.tangent.to_tangent(step.particles) - step.belief.means
+        spread = np.sqrt(np.diagonal(step.belief.covariances, axis1=1, axis2=2))
+        assert np.median(np.abs(gap) / spread) < 1.0  # each near its own draw's centre
+    clusters = propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                method="conjugate", draws=40, max_components=8,
+                                em_iterations=0)[0]
+    assert 1 <= clusters.belief.n_components <= 8
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="conjugate", max_components=-1)
 
 
 def test_sinking_mass_is_removed_and_no_event_mass_left_out(model, initial):

@@ -50,6 +50,13 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    guard's clamping moment-matched from ``feasibility_draws`` antithetic draws per point as
    a control variate on the exact moments), merged into one per point, reduced by
    Runnalls' rule and refined by ``em_iterations`` of EM on the kernels themselves.
+   ``max_components=None``: no reduction, one Gaussian per accepted draw (the moments of
+   its impulse samples, or its merged kernels): the Rao-Blackwellised particle filter's
+   belief, ``draws`` components. ``em_iterations=0`` with "samples": the k-means clusters'
+   moments without EM. Why K = 4 stays the default: more components are further from a
+   3000-particle reference, against its mixture fit and against its particles alike
+   (training tosses, energy distance summed over 3 contacts, seed means: K = 4 0.38, 16
+   0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round).
 
 Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
@@ -371,12 +378,14 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    ) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
-    ``max_components`` K, ``draws`` (None: sigma points), ``match_moments`` (the draws of
-    a component carry its mean and covariance exactly), ``reduction`` ("samples":
+    ``max_components`` K (None: no reduction, one Gaussian per draw), ``draws`` (None:
+    sigma points), ``match_moments`` (the draws of a component carry its mean and
+    covariance exactly when it has more than d + 1 of them), ``reduction`` ("samples":
     ``impulse_samples`` guard-scaled impulse draws per rollout fitted by EM; "kernels": the
     Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
     κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
-    the sigma points of a component), ``em_iterations``, ``feasibility`` and
+    the sigma points of a component), ``em_iterations`` (0 with "samples": the k-means
+    start's clusters), ``feasibility`` and
     ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
