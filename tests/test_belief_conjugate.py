@@ -270,7 +270,7 @@ def test_many_small_components_keep_their_spread():
         np.testing.assert_allclose(np.cov(z.T), np.eye(12), atol=0.06)
 
 
-# --- no reduction: one Gaussian per draw -----------------------------------------------------------
+# --- no reduction: one Gaussian per draw ---------------------------------------------------------
 def test_per_draw_moments_are_each_draws_weighted_moments():
     rng = np.random.default_rng(8)
     points = rng.normal(size=(60, 3))

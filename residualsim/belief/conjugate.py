@@ -56,7 +56,9 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    moments without EM. Why K = 4 stays the default: more components are further from a
    3000-particle reference, against its mixture fit and against its particles alike
    (training tosses, energy distance summed over 3 contacts, seed means: K = 4 0.38, 16
-   0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round).
+   0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round): the next step
+   draws about 60 moment-matched points per component from K = 4, one plain point per
+   component from an unreduced belief.
 
 Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
