@@ -16,7 +16,8 @@ from residualsim.belief.conjugate import (DRAWS, _guarded_impulses, component_ke
                                           velocity_coordinates)
 from residualsim.belief.distance import belief_distance, energy_distance
 from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
-from residualsim.belief.reduction import em_refine, merge_components, runnalls_reduce
+from residualsim.belief.reduction import (em_refine, merge_components, per_draw_moments,
+                                          runnalls_reduce)
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
 from residualsim.residual.policy import ResidualModel
@@ -226,7 +227,8 @@ def test_stratified_draws_follow_the_weights_and_moments():
 
 def test_moment_matched_draws_carry_each_component_exactly():
     """match_moments: a component with more than d + 1 draws gets its mean and covariance
-    exactly (1/n normalisation, the draws' equal weights); fewer draws get the mean only."""
+    exactly (1/n normalisation, the draws' equal weights); fewer draws are left as drawn
+    (unbiased: below)."""
     mixture = GaussianMixtureBelief(np.array([0.92, 0.08]), np.array([[0.0] * 12, [1.0] * 12]),
                                     np.stack([_spd(12, 3), _spd(12, 5)]), StateTangent(False))
     groups = stratified_draws(mixture, 100, np.random.default_rng(2), match_moments=True)
@@ -235,9 +237,54 @@ def test_moment_matched_draws_carry_each_component_exactly():
     np.testing.assert_allclose(big.mean(axis=0), mixture.means[0], atol=1e-12)
     spread = big - big.mean(axis=0)
     np.testing.assert_allclose(spread.T @ spread / len(big), mixture.covariances[0], atol=1e-10)
-    np.testing.assert_allclose(small.mean(axis=0), mixture.means[1], atol=1e-12)
+    plain_small = stratified_draws(mixture, 100, np.random.default_rng(2))[1][0]
+    np.testing.assert_array_equal(small, plain_small)
     plain = stratified_draws(mixture, 100, np.random.default_rng(2))[0][0]
     assert np.abs(plain.mean(axis=0) - mixture.means[0]).max() > 1e-3  # not by chance
+
+
+def test_many_small_components_keep_their_spread():
+    """A belief of 200 components and 200 draws (one each, as a belief without reduction
+    gets): every draw a standard normal of its component, not its mean, with or without
+    moment matching; over seeds the whitened draws have mean 0 and covariance I (centring
+    would shrink them)."""
+    rng = np.random.default_rng(5)
+    k = 200
+    covs = np.stack([_spd(12, s) for s in range(k)])
+    mixture = GaussianMixtureBelief(np.full(k, 1 / k), rng.normal(size=(k, 12)), covs,
+                                    StateTangent(False))
+    roots = np.linalg.cholesky(covs)
+
+    def whitened(groups):
+        return np.vstack([np.linalg.solve(roots[j], (p - mixture.means[j]).T).T
+                          for j, (p, _) in enumerate(groups) if len(p)])
+
+    one = stratified_draws(mixture, k, np.random.default_rng(0), match_moments=True)
+    assert [len(p) for p, _ in one] == [1] * k
+    assert (np.abs(whitened(one)).max(axis=1) > 0.1).all()  # none at its mean
+    for counts_per_component in (1, 3):
+        z = np.vstack([whitened(stratified_draws(mixture, counts_per_component * k,
+                                                 np.random.default_rng(s), match_moments=True))
+                       for s in range(20)])
+        assert np.abs(z.mean(axis=0)).max() < 0.05
+        np.testing.assert_allclose(np.cov(z.T), np.eye(12), atol=0.06)
+
+
+# --- no reduction: one Gaussian per draw ---------------------------------------------------------
+def test_per_draw_moments_are_each_draws_weighted_moments():
+    rng = np.random.default_rng(8)
+    points = rng.normal(size=(60, 3))
+    labels = np.repeat([5, 2, 9], 20)  # sorted order: 2, 5, 9
+    mass = rng.uniform(0.5, 1.5, 60)
+    w, m, c = per_draw_moments(mass, points, labels, floor=np.array([1e-3, 0.0, 0.0]))
+    for row, label in enumerate((2, 5, 9)):
+        part = labels == label
+        _, mean, cov = merge_components(mass[part], points[part], np.zeros((20, 3, 3)))
+        assert w[row] == pytest.approx(mass[part].sum() / mass.sum())
+        np.testing.assert_allclose(m[row], mean, atol=1e-12)
+        np.testing.assert_allclose(c[row], cov + np.diag([1e-3, 0.0, 0.0]), atol=1e-12)
+    with pytest.raises(ParameterError):
+        per_draw_moments(np.zeros(60), points, labels)
 
 
 # --- EM on the kernels ---------------------------------------------------------------------------
@@ -394,6 +441,30 @@ def test_sigma_points_remain_an_option(model, initial):
                              method="conjugate", draws=None)
     assert steps[0].n_drawn == 24  # 2d sigma points of the one initial component
     assert steps[1].n_drawn == 24 * steps[0].belief.n_components
+
+
+def test_without_reduction_the_belief_keeps_one_gaussian_per_draw(model, initial):
+    """max_components=None: one component per accepted draw ("samples": its guard-scaled
+    impulse samples' moments; "kernels": its kernels merged), equal weights for the equal
+    draws of one initial component; em_iterations=0: the k-means clusters, at most K."""
+    for reduction in ("samples", "kernels"):
+        step = propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                method="conjugate", draws=40, max_components=None,
+                                reduction=reduction)[0]
+        accepted = step.n_drawn - step.n_no_event - step.n_rejected_penetration - \
+            step.n_rejected_energy
+        assert accepted > 30 and step.belief.n_components == accepted == len(step.particles)
+        np.testing.assert_allclose(step.belief.weights, 1 / accepted)
+        np.linalg.cholesky(step.belief.covariances)
+        gap = step.belief.tangent.to_tangent(step.particles) - step.belief.means
+        spread = np.sqrt(np.diagonal(step.belief.covariances, axis1=1, axis2=2))
+        assert np.median(np.abs(gap) / spread) < 1.0  # each near its own draw's centre
+    clusters = propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                method="conjugate", draws=40, max_components=8,
+                                em_iterations=0)[0]
+    assert 1 <= clusters.belief.n_components <= 8
+    with pytest.raises(ParameterError):
+        propagate_belief(model, initial, n_events=1, method="conjugate", max_components=-1)
 
 
 def test_sinking_mass_is_removed_and_no_event_mass_left_out(model, initial):

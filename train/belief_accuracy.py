@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--variants", default='[{"name": "conjugate"}]', help="JSON list")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--cache", default="runs/belief-accuracy-cache")
+    parser.add_argument("--raw-reference", action="store_true",
+                        help="distances to the reference's accepted particles themselves, "
+                             "not to its mixture fit (at most 4 components by BIC): is a "
+                             "belief of more components closer to the reference's particles?")
     parser.add_argument("--one-step", action="store_true",
                         help="each contact from the reference's belief after the previous one "
                              "(the step's own error, without compounding)")
@@ -79,19 +83,28 @@ def main(argv: list[str] | None = None) -> dict:
 
             reference = cached(f"reference_{args.split}_{toss_id}_{args.reference_particles}",
                                lambda: run("particles", 1, args.reference_particles))[0]
+            if args.raw_reference:  # the same seeded run, its particles kept
+                raw = cached(f"reference_particles_{args.split}_{toss_id}_"
+                             f"{args.reference_particles}",
+                             lambda: [s.particles for s in simulator.beliefs(
+                                 belief, n_events=3, n_particles=args.reference_particles,
+                                 seed=1, method="particles")])
             starts = [belief, *reference[:-1]] if args.one_step else None
             tag = "_onestep" if args.one_step else ""
             rows = {"particles-1000": cached(f"particles1000{tag}_{args.split}_{toss_id}",
                                              lambda: run("particles", 0, starts=starts))}
+            if args.raw_reference:  # what fitting at most 4 components costs
+                rows["reference-fit"] = (reference, 0, 0.0)
             for variant in json.loads(args.variants):
                 options = dict(variant)
                 name, method = options.pop("name"), options.pop("method", "conjugate")
                 for seed in seeds:
                     rows[f"{name}/seed{seed}"] = run(method, seed, starts=starts, **options)
             for name, (beliefs, rollouts, wall) in rows.items():
-                distances = [belief_distance(ours, ref, 2000, seed=k) if ours is not None
-                             else float("nan") for k, (ours, ref) in
-                             enumerate(zip(beliefs, reference))]
+                distances = [float("nan") if ours is None else
+                             _raw_distance(ours, ref, raw[k], seed=k) if args.raw_reference
+                             else belief_distance(ours, ref, 2000, seed=k)
+                             for k, (ours, ref) in enumerate(zip(beliefs, reference))]
                 shapes = [_shape(ours, ref) for ours, ref in zip(beliefs, reference)]
                 report.setdefault(name, []).append(
                     {"toss": toss_id, "distance": float(np.sum(distances)),
@@ -108,6 +121,21 @@ def main(argv: list[str] | None = None) -> dict:
     print(json.dumps({"command": "belief_accuracy", "distance": {
         name: float(np.mean([r["distance"] for r in runs])) for name, runs in report.items()}}))
     return report
+
+
+def _raw_distance(ours, reference, particles: np.ndarray, n: int = 2000, seed: int = 0
+                  ) -> float:
+    """``belief_distance`` with the reference's accepted particles (n of them, drawn
+    without replacement) in place of draws from its mixture fit: the same reference
+    tangent coordinates, standardised by the particles' spread."""
+    from residualsim.belief.distance import energy_distance
+
+    rng = np.random.default_rng([int(seed), 0])
+    x = reference.tangent.to_tangent(ours.sample(n, rng))
+    y = reference.tangent.to_tangent(
+        particles[rng.choice(len(particles), min(n, len(particles)), replace=False)])
+    scale = np.maximum(y.std(axis=0), 1e-9)
+    return energy_distance(x / scale, y / scale)
 
 
 def _shape(ours, reference, n: int = 2000) -> tuple[float, float]:

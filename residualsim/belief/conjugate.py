@@ -50,6 +50,15 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    guard's clamping moment-matched from ``feasibility_draws`` antithetic draws per point as
    a control variate on the exact moments), merged into one per point, reduced by
    Runnalls' rule and refined by ``em_iterations`` of EM on the kernels themselves.
+   ``max_components=None``: no reduction, one Gaussian per accepted draw (the moments of
+   its impulse samples, or its merged kernels): the Rao-Blackwellised particle filter's
+   belief, ``draws`` components. ``em_iterations=0`` with "samples": the k-means clusters'
+   moments without EM. Why K = 4 stays the default: more components are further from a
+   3000-particle reference, against its mixture fit and against its particles alike
+   (training tosses, energy distance summed over 3 contacts, seed means: K = 4 0.38, 16
+   0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round): the next step
+   draws about 60 moment-matched points per component from K = 4, one plain point per
+   component from an unreduced belief.
 
 Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
@@ -69,7 +78,8 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, event_outcome,
                                         slot_particles)
 from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
-                                          positive_definite, runnalls_reduce, variance_floor)
+                                          per_draw_moments, positive_definite,
+                                          runnalls_reduce, variance_floor)
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
@@ -361,7 +371,7 @@ def _scatter(samples: np.ndarray) -> np.ndarray:
 def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random.Generator,
                    max_steps: int, residual: bool = True, deterministic_residual: bool = False,
                    penetration_tolerance_m: float = PENETRATION_TOLERANCE_M,
-                   max_components: int = MAX_COMPONENTS,
+                   max_components: int | None = MAX_COMPONENTS,
                    sigma_kappa: float = 0.0, feasibility_draws: int = FEASIBILITY_DRAWS,
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
@@ -370,12 +380,14 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    ) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
-    ``max_components`` K, ``draws`` (None: sigma points), ``match_moments`` (the draws of
-    a component carry its mean and covariance exactly), ``reduction`` ("samples":
+    ``max_components`` K (None: no reduction, one Gaussian per draw), ``draws`` (None:
+    sigma points), ``match_moments`` (the draws of a component carry its mean and
+    covariance exactly when it has more than d + 1 of them), ``reduction`` ("samples":
     ``impulse_samples`` guard-scaled impulse draws per rollout fitted by EM; "kernels": the
     Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
     κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
-    the sigma points of a component), ``em_iterations``, ``feasibility`` and
+    the sigma points of a component), ``em_iterations`` (0 with "samples": the k-means
+    start's clusters), ``feasibility`` and
     ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
@@ -383,10 +395,13 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
     if reduction not in ("samples", "kernels"):
         raise ParameterError(f"reduction must be 'samples' or 'kernels', got {reduction!r}")
-    if int(max_components) < 1 or int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
+    if max_components is not None and int(max_components) < 1:
+        raise ParameterError(f"max_components must be >= 1 or None, got {max_components!r}")
+    max_components = None if max_components is None else int(max_components)
+    if int(feasibility_draws) < 1 or int(em_iterations) < 0 or \
             (draws is not None and int(draws) < 1) or int(impulse_samples) < 1:
-        raise ParameterError(f"max_components, feasibility_draws, draws and impulse_samples "
-                             f"must be >= 1 and em_iterations >= 0, got {max_components!r}, "
+        raise ParameterError(f"feasibility_draws, draws and impulse_samples must be >= 1 and "
+                             f"em_iterations >= 0, got "
                              f"{feasibility_draws!r}, {draws!r}, {impulse_samples!r} and "
                              f"{em_iterations!r}")
     policy = model.sampling_policy()
@@ -432,7 +447,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     if reduction == "samples" and draws is not None:
         return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
                              means, std, half, events, feasibility, int(impulse_samples),
-                             int(max_components), int(em_iterations), rng, tangent,
+                             max_components, int(em_iterations), rng, tangent,
                              met_mass, dict(elapsed_s=np.array(
                                  [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
     feasible, means, covariances = _guarded_batch(
@@ -459,11 +474,11 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                   **counts)
     if kept_mass <= 0:
         return BeliefStep(belief=None, **common)
-    return _reduced_step(parts, int(max_components), int(em_iterations), tangent, common)
+    return _reduced_step(parts, max_components, int(em_iterations), tangent, common)
 
 
 @_one_thread
-def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
+def _reduced_step(parts: list, max_components: int | None, em_iterations: int, tangent,
                   common: dict) -> BeliefStep:
     """The kernels ``parts`` [(mass, mean, covariance, point)] reduced to at most
     ``max_components`` (module docstring, step 5)."""
@@ -471,8 +486,13 @@ def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
                np.array([p[2] for p in parts]))
     # Runnalls' merging starts from one kernel per point (O(n²) pairs: per kernel it was
     # half the step's time); EM then refines on every kernel.
-    weights, mixture_means, covariances = runnalls_reduce(
-        *merge_per_point(kernels, np.array([p[3] for p in parts])), max_components)
+    per_point = merge_per_point(kernels, np.array([p[3] for p in parts]))
+    if max_components is None:  # one Gaussian per point, no reduction
+        weights, mixture_means, covariances = per_point
+        return BeliefStep(belief=GaussianMixtureBelief(
+            weights / weights.sum(), mixture_means,
+            positive_definite(weights, mixture_means, covariances), tangent), **common)
+    weights, mixture_means, covariances = runnalls_reduce(*per_point, max_components)
     covariances = positive_definite(weights, mixture_means, covariances)
     if em_iterations:
         weights, mixture_means, covariances = em_refine(
@@ -484,7 +504,8 @@ def _reduced_step(parts: list, max_components: int, em_iterations: int, tangent,
 
 @_one_thread
 def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
-                  feasibility: str, r: int, max_components: int, em_iterations: int, rng,
+                  feasibility: str, r: int, max_components: int | None, em_iterations: int,
+                  rng,
                   tangent, met_mass: float, common: dict) -> BeliefStep:
     """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
     pairs; residual components by systematic selection on their weights), scaled by the
@@ -517,11 +538,19 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
         return BeliefStep(belief=None, **common)
     kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
     floor = variance_floor(*kernels)
+    if max_components is None:  # one Gaussian per draw: its own samples' moments
+        weights, mixture_means, covariances = per_draw_moments(
+            kernels[0], states, np.repeat(np.arange(n), m)[keep], floor)
+        return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
+                                                       tangent), **common)
     start = kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
     start = (start[0], start[1], start[2] + np.diag(floor)[None])
-    weights, mixture_means, covariances = em_refine(
-        kernels[0], kernels[1], None, start, max(em_iterations, 1), floor=floor,
-        tolerance=EM_TOLERANCE)
+    if em_iterations == 0:  # the k-means clusters' moments, no EM
+        weights, mixture_means, covariances = start
+    else:
+        weights, mixture_means, covariances = em_refine(
+            kernels[0], kernels[1], None, start, em_iterations, floor=floor,
+            tolerance=EM_TOLERANCE)
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 
@@ -546,7 +575,10 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
     """``n`` draws from ``belief`` (tangent coordinates), per component: (points (n_k, d),
     weights (n_k,) summing to 1). The counts n_k follow the weights by systematic resampling
     (one uniform offset), the points within a component are a scrambled Sobol sequence
-    mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo)."""
+    mapped through the normal's inverse CDF and √Σ_k (randomised quasi-Monte Carlo).
+    Components with at most d + 1 draws (a belief of many components) share one Sobol
+    sequence, consecutive blocks in component order: a Sobol generator per component costs
+    milliseconds, seconds for hundreds of components."""
     import warnings
 
     from scipy.stats import norm, qmc
@@ -557,32 +589,40 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
     counts = np.diff(np.r_[0.0, np.clip(edges, 0, n)]).astype(int)
     counts[-1] += n - counts.sum()
     d = belief.means.shape[1]
+
+    def sobol(count: int) -> np.ndarray:
+        with warnings.catch_warnings():  # balance needs 2^m points; any count is unbiased
+            warnings.simplefilter("ignore", UserWarning)
+            unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
+        return norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
+
+    small = (counts > 0) & (counts <= d + 1)
+    units = {k: sobol(counts[k]) for k in np.flatnonzero(counts > d + 1)}
+    if small.any():
+        shared = np.split(sobol(int(counts[small].sum())), np.cumsum(counts[small])[:-1])
+        units.update(zip(np.flatnonzero(small), shared))
     groups = []
-    for mu, cov, count in zip(belief.means, belief.covariances, counts):
+    for k, (mu, cov, count) in enumerate(zip(belief.means, belief.covariances, counts)):
         if count <= 0:
             groups.append((np.empty((0, d)), np.empty(0)))
             continue
         values, vectors = np.linalg.eigh(0.5 * (cov + cov.T))
         root = vectors * np.sqrt(np.clip(values, 0.0, None))
-        with warnings.catch_warnings():  # balance needs 2^m points; any count is unbiased
-            warnings.simplefilter("ignore", UserWarning)
-            unit = qmc.Sobol(d, scramble=True, seed=rng).random(int(count))
-        z = norm.ppf(np.clip(unit, 1e-12, 1 - 1e-12))
-        if match_moments:
-            z = _standardised(z)
+        z = _standardised(units[k]) if match_moments else units[k]
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups
 
 
 def _standardised(z: np.ndarray) -> np.ndarray:
-    """Standard-normal draws z (n, d) moved to mean exactly 0 and, when n > d + 1, turned
-    to covariance exactly I (1/n normalisation: the draws' equal weights): moment matching,
-    so a component's draws carry its mean and covariance exactly through any linear map."""
+    """Standard-normal draws z (n, d) moved to mean exactly 0 and turned to covariance
+    exactly I (1/n normalisation: the draws' equal weights) when n > d + 1: moment matching,
+    so a component's draws carry its mean and covariance exactly through any linear map.
+    At most d + 1 draws are left as they are (centring them shrinks their spread, by
+    (n − 1) / n for independent draws, and a single draw would sit at the mean: a belief of
+    many small components, one draw each, would lose all its spread)."""
     n, d = z.shape
-    if n < 2:
-        return np.zeros_like(z)
-    z = z - z.mean(axis=0)
     if n <= d + 1:
         return z
+    z = z - z.mean(axis=0)
     values, vectors = np.linalg.eigh(z.T @ z / n)
     return z @ (vectors / np.sqrt(values)) @ vectors.T

@@ -22,7 +22,7 @@ import numpy as np
 from residualsim.errors import ParameterError
 
 __all__ = ["merge_components", "runnalls_reduce", "em_refine", "kmeans_start", "weighted_kmeans",
-           "merge_per_point", "positive_definite", "variance_floor"]
+           "merge_per_point", "per_draw_moments", "positive_definite", "variance_floor"]
 
 #: Added to every covariance's diagonal before its log-determinant (tangent units squared):
 #: keeps components that are flat in some direction (e.g. no residual spread) comparable.
@@ -219,6 +219,31 @@ def merge_per_point(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], points: 
             for i in np.unique(points)]
     return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
             np.array([r[2] for r in rows]))
+
+
+def per_draw_moments(weights: np.ndarray, points: np.ndarray, labels: np.ndarray,
+                     floor: np.ndarray | float = 0.0
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One Gaussian per label: the weighted mean and covariance of the points (n, d) with
+    that label (n,), ``floor`` (d,) or scalar added to each diagonal, weights (n,) summed
+    per label. Returns (weights (L,) summing to 1, means (L, d), covariances (L, d, d)) in
+    the labels' sorted order: no reduction, the mixture of each draw's own samples."""
+    weights = np.asarray(weights, float)
+    points = np.asarray(points, float)
+    _, index = np.unique(labels, return_inverse=True)
+    mass = np.bincount(index, weights)
+    if (mass <= 0).any():
+        raise ParameterError("every draw needs a positive mass")
+    d = points.shape[1]
+    means = np.zeros((len(mass), d))
+    np.add.at(means, index, weights[:, None] * points)
+    means /= mass[:, None]
+    gap = points - means[index]
+    covariances = np.zeros((len(mass), d, d))
+    np.add.at(covariances, index, weights[:, None, None] * gap[:, :, None] * gap[:, None, :])
+    covariances = covariances / mass[:, None, None] + \
+        np.diag(np.broadcast_to(np.asarray(floor, float), (d,)))[None]
+    return mass / mass.sum(), means, 0.5 * (covariances + np.transpose(covariances, (0, 2, 1)))
 
 
 def positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
