@@ -34,7 +34,8 @@ from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError
 from residualsim.residual.policy import ResidualModel
 
-__all__ = ["UNCERTAINTY_GRID", "UNCERTAINTY_SAMPLES", "fit_uncertainty"]
+__all__ = ["UNCERTAINTY_GRID", "UNCERTAINTY_SAMPLES", "fit_uncertainty",
+           "training_state_noise", "CUBE_ESTIMATE", "ENGINE_ESTIMATE"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     ``n_recordings``: how many had free flight to fit) or why there is none, the chosen spread and one row per spread tried (energy score m, coverages, largest
     reliability deviation).
     """
-    noise, estimate, reason = _state_noise(model, train, n_workers)
+    noise, estimate, reason = training_state_noise(model, train, n_workers)
     if noise is not None:
         log.info("state noise (%s) from %d training recordings: velocity %s m/s, angular "
                  "velocity %s rad/s (world x, y, z)%s", estimate, noise.n_recordings,
@@ -100,10 +101,12 @@ CUBE_ESTIMATE = "cube free flight"
 ENGINE_ESTIMATE = "engine free-flight fit"
 
 
-def _state_noise(model: ResidualModel, train: Mapping[str, Trajectory], n_workers: int
-                 ) -> tuple[Any, str | None, str | None]:
-    """(state noise or None, which estimate, why none): the cube's closed form when the
-    recordings allow it, else the engine's free-flight fit with the model's parameters."""
+def training_state_noise(model: ResidualModel, train: Mapping[str, Trajectory],
+                         n_workers: int = 1) -> tuple[Any, str | None, str | None]:
+    """(state noise or None, which estimate, why none) for ``model`` from its training
+    recordings (as :func:`~residualsim.sim.recordings.prepare_recordings` returns them): the
+    cube's closed form when the recordings allow it (:data:`CUBE_ESTIMATE`), else the
+    engine's free-flight fit with the model's parameters (:data:`ENGINE_ESTIMATE`)."""
     from residualsim.residual.state_noise import (estimate_rollout_state_noise,
                                                   estimate_state_noise)
 
