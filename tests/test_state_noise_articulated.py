@@ -163,3 +163,26 @@ def test_fit_uncertainty_uses_the_engine_fit_for_an_articulated_object(exact, tm
     assert record["state_noise"]["n_recordings"] == 7  # one toss starts too near the table
     fitted.save(tmp_path / "model")  # the joints' noise travels with the model
     assert ResidualModel.load(tmp_path / "model").state_noise == fitted.state_noise
+
+
+def test_fit_spread_state_noise_falls_back_to_the_engine_fit(exact, tmp_path):
+    """``fit-spread --state-noise`` on an articulated object's CSV recordings (with
+    velocities): the engine's estimate on the training split, as ``train`` would fit it."""
+    from residualsim.data import load_trajectories
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.data.splits import split_ids
+    from residualsim.experiments.jobs import _training_state_noise
+    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.sim.recordings import prepare_recordings
+    from residualsim.sim.rollout import ContactGuard
+
+    errors = np.random.default_rng(7).normal(0.0, INJECTED, size=(len(exact), 7))
+    save_csv_trajectories(tmp_path / "tosses", _with_velocity_errors(exact, errors),
+                          with_velocities=True)
+    model = ResidualModel(scene=HINGE, policy=ResidualPolicy.for_scene(False, hidden=(4,)),
+                          params=TRUTH, dt_s=0.01, substeps=10, guard=ContactGuard())
+    noise = _training_state_noise(model, str(tmp_path / "tosses"))
+    read = load_trajectories(tmp_path / "tosses", rate_hz=100.0)
+    train = {k: read[k] for k in split_ids(list(read))["train"]}
+    assert noise == estimate_rollout_state_noise(HINGE, TRUTH, prepare_recordings(HINGE, train))
+    assert len(noise.joint_velocity_std) == 1 and noise.n_recordings >= 4
