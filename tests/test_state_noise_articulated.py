@@ -186,3 +186,19 @@ def test_fit_spread_state_noise_falls_back_to_the_engine_fit(exact, tmp_path):
     train = {k: read[k] for k in split_ids(list(read))["train"]}
     assert noise == estimate_rollout_state_noise(HINGE, TRUTH, prepare_recordings(HINGE, train))
     assert len(noise.joint_velocity_std) == 1 and noise.n_recordings >= 4
+
+
+def test_a_belief_starts_from_the_joint_velocity_noise():
+    from residualsim.belief.simulator import INITIAL_STD, default_initial_std
+
+    class _Model:  # what default_initial_std reads of a ResidualModel
+        scene = HINGE
+        state_noise = StateNoise((0.01, 0.02, 0.03), (0.1, 0.2, 0.3),
+                                 joint_velocity_std=(0.7,), joint_velocity_bias=(0.0,))
+
+    std = default_initial_std(_Model())
+    np.testing.assert_array_equal(std, np.r_[INITIAL_STD[:6], 0.01, 0.02, 0.03, 0.1, 0.2,
+                                             0.3, 0.01, 0.7])
+    _Model.state_noise = dataclasses.replace(_Model.state_noise, joint_velocity_std=(),
+                                             joint_velocity_bias=())
+    assert default_initial_std(_Model())[-1] == 0.1  # the default, without a joint estimate
