@@ -45,7 +45,7 @@ def default_initial_std(model) -> np.ndarray:
     """The initial-state uncertainty a belief starts from when only a state is given:
     :data:`INITIAL_STD`, with the velocity and angular-velocity entries replaced by the
     model's estimated recording noise (:attr:`ResidualModel.state_noise`, m/s and rad/s
-    per world axis) when it has one."""
+    per world axis, and per joint when it has a joint estimate) when it has one."""
     std = INITIAL_STD.copy()
     noise = getattr(model, "state_noise", None)
     if noise is not None and not _planar(model.scene):
@@ -53,8 +53,10 @@ def default_initial_std(model) -> np.ndarray:
     from residualsim.sim.scenes import make_scene
 
     n_joints = getattr(make_scene(model.scene), "n_joints", 0)
-    if n_joints:  # joints: 0.01 rad (or m) and 0.1 rad/s (or m/s)
-        std = np.r_[std, [0.01] * n_joints, [0.1] * n_joints]
+    if n_joints:  # joints: 0.01 rad (or m) and 0.1 rad/s (or m/s), or the estimated noise
+        joint_std = getattr(noise, "joint_velocity_std", ())
+        velocity = joint_std if len(joint_std) == n_joints else [0.1] * n_joints
+        std = np.r_[std, [0.01] * n_joints, velocity]
     return std
 
 

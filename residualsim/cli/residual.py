@@ -130,8 +130,10 @@ def register(commands) -> None:
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     tr.add_argument("--no-fit-uncertainty", action="store_true",
                     help="skip what train does after training by default: estimate the "
-                         "initial-state noise from the training split's free flights and "
-                         "choose the sampling spread on the validation split (32 samples, "
+                         "initial-state noise from the training split's free flights (a "
+                         "cube's in closed form; any other free object's, joint velocities "
+                         "included, by the calibrated engine's rollout fit of each initial "
+                         "state) and choose the sampling spread on the validation split (32 samples, "
                          "the reliability criterion of fit-spread); the model card records "
                          "both")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -450,14 +450,24 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
     return model, {k: trajectories[k] for k in keep}
 
 
-def _training_state_noise(model, data: str | None):
+def _training_state_noise(model, data: str | None, n_workers: int = 1):
     """The initial-velocity noise estimated on the whole training split (the tracker's
-    noise does not depend on which tosses the policy saw)."""
+    noise does not depend on which tosses the policy saw): a cube's in closed form, any
+    other free object's by the model's engine refitting each initial state
+    (:func:`~residualsim.residual.uncertainty_fit.training_state_noise`)."""
     from residualsim.residual.state_noise import estimate_state_noise
+    from residualsim.residual.uncertainty_fit import training_state_noise
+    from residualsim.sim.recordings import prepare_recordings
 
     trajectories = load_trajectories(resolve_data(data, model.scene), rate_hz=1.0 / model.dt_s)
-    noise = estimate_state_noise({k: trajectories[k]
-                                  for k in split_ids(list(trajectories))["train"]})
+    train = {k: trajectories[k] for k in split_ids(list(trajectories))["train"]}
+    try:
+        noise = estimate_state_noise(train)
+    except DataError:  # not cube recordings: the engine's fit (pose-only starts fitted first)
+        noise, _, reason = training_state_noise(
+            model, prepare_recordings(model.scene, train), n_workers)
+        if noise is None:
+            raise DataError(reason) from None
     log.info("initial-state noise from %d training tosses: velocity %s m/s, angular velocity "
              "%s rad/s (world x, y, z)", noise.n_recordings,
              [round(v, 4) for v in noise.velocity_std_mps],
@@ -489,7 +499,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
     start = time.perf_counter()
     target = Path(out if out is not None else model_dir)
     if state_noise:
-        model = dataclasses.replace(model, state_noise=_training_state_noise(model, data))
+        model = dataclasses.replace(model, state_noise=_training_state_noise(model, data,
+                                                                             n_workers))
     checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)
