@@ -120,7 +120,8 @@ def register(commands) -> None:
                      "centre of mass, inertia; the total mass and its split across revolute "
                      "joints kept) and joints (per joint: damping, friction); single names "
                      "body.<link>.com_x, body.<link>.moment_1, body.<link>.axes_x, "
-                     "body.<link>.mass_ratio, joint.<joint>.damping, joint.<joint>.friction (README)")
+                     "body.<link>.mass_ratio, joint.<joint>.damping, joint.<joint>.friction "
+                     "(README)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
                      help="also write the scene's URDF with the identified values (inertials, "
                      "joint dynamics, contact coefficients in each link's <contact>; default: "

@@ -133,9 +133,9 @@ def register(commands) -> None:
                          "initial-state noise from the training split's free flights (a "
                          "cube's in closed form; any other free object's, joint velocities "
                          "included, by the calibrated engine's rollout fit of each initial "
-                         "state) and choose the sampling spread on the validation split (32 samples, "
-                         "the reliability criterion of fit-spread); the model card records "
-                         "both")
+                         "state) and choose the sampling spread on the validation split (32 "
+                         "samples, the reliability criterion of fit-spread); the model card "
+                         "records both")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(tr)
     add_allow_implausible(tr)

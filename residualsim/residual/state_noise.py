@@ -33,7 +33,8 @@ the fit's own variance c (the diagonal of its covariance s^2 (J^T J)^-1):
 * a recording with **recorded** velocities started from them; they and the fit see
   independent errors, so E[d^2] = (recorded noise)^2 + c and the estimate is
   mean(d^2) - mean(c), floored at 0 (the fit's own error subtracted: not an upper bound);
-* a **pose-only** recording (``metadata["initial_state"] == "fitted by rollout"``) started
+* a **pose-only** recording (``metadata["initial_state"]`` is
+  :data:`~residualsim.sim.recordings.FITTED_START`) started
   from the fit made when it was read (PyBullet's defaults with the user's body); that start
   shares the poses, and so the error, of the refit, and differs from it by what the
   calibrated body changes: the estimate is mean(d^2) + mean(c).
@@ -206,11 +207,6 @@ def estimate_state_noise(trajectories: Mapping[str, Trajectory], max_samples: in
                       n_recordings=len(linear))
 
 
-#: ``metadata["initial_state"]`` of a pose-only recording whose first sample was fitted by
-#: rollout when it was read (:func:`residualsim.sim.recordings.fit_initial_state`).
-FITTED_AT_READ = "fitted by rollout"
-
-
 def estimate_rollout_state_noise(scene: str, params: Any,
                                  trajectories: Mapping[str, Trajectory], *,
                                  substeps: int | None = None, n_workers: int = 1
@@ -269,7 +265,7 @@ def _velocity_offset(_, trajectory: Trajectory, payload: tuple
     of its own (about 0.1 s to build): PyBullet keeps solver state from one rollout to the
     next, which moved a fit in its last digits, and so the estimate with the worker count."""
     from residualsim.sim.engine import Engine
-    from residualsim.sim.recordings import fit_initial_state
+    from residualsim.sim.recordings import FITTED_START, fit_initial_state
 
     scene_name, settings, params = payload
     with Engine(scene_name, params, settings) as engine:
@@ -283,7 +279,7 @@ def _velocity_offset(_, trajectory: Trajectory, payload: tuple
     velocity = np.r_[7:13, 13 + n_joints:13 + 2 * n_joints]  # in the state
     unknown = np.r_[6:12, 12 + n_joints:12 + 2 * n_joints]  # in the fit's unknowns
     variance = np.diag(np.asarray(fitted.metadata["initial_state_covariance"]))[unknown]
-    shared = trajectory.metadata.get("initial_state") == FITTED_AT_READ
+    shared = trajectory.metadata.get("initial_state") == FITTED_START
     return _significant(refit[velocity] - start[velocity]), _significant(variance), shared
 
 

@@ -61,8 +61,9 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     ``train`` do not import each other). The record (also stored in ``info["uncertainty_fit"]``)
     holds the criterion, the recordings' counts, the state noise and which estimate gave it
     (``state_noise_estimate``: ``"cube free flight"`` or ``"engine free-flight fit"``; its
-    ``n_recordings``: how many had free flight to fit) or why there is none, the chosen spread and one row per spread tried (energy score m, coverages, largest
-    reliability deviation).
+    ``n_recordings``: how many had free flight to fit) or why there is none, the chosen
+    spread and one row per spread tried (energy score m, coverages, largest reliability
+    deviation).
     """
     noise, estimate, reason = training_state_noise(model, train, n_workers)
     if noise is not None:

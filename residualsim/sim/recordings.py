@@ -59,7 +59,7 @@ __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
            "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS",
-           "initial_state_draws", "offset_initial_state", "with_initial_state",
+           "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
            "rollout_residuals"]
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,10 @@ BOUNCE_DISTANCE_M = 0.02
 #: Fewest free-flight samples worth a fit, and the most that are used.
 MIN_FREE_SAMPLES = 4
 MAX_FREE_SAMPLES = 30
+#: ``metadata["initial_state"]`` of a recording whose sample 0 (pose and velocities) was
+#: fitted to its free flight by :func:`fit_initial_state` (pose-only recordings, when read);
+#: `` (pose only)`` is appended when the recorded velocities were kept.
+FITTED_START = "fitted by rollout"
 #: Fastest plausible motion of a recorded base (m/s), between two consecutive samples or as a
 #: recorded velocity: ten times the fastest real cube toss (2.0 m/s).
 MAX_SPEED_MPS = 20.0
@@ -347,7 +351,7 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
     covariance = np.zeros((len(full), len(full)))
     covariance[np.ix_(fitted, fitted)] = _fit_covariance(fit)
     return with_initial_state(trajectory, scene, state, {
-        "initial_state": "fitted by rollout" + ("" if velocities else " (pose only)"),
+        "initial_state": FITTED_START + ("" if velocities else " (pose only)"),
         "free_flight_samples": n_free, "initial_fit_rms_m": rms_m,
         "initial_state_covariance": covariance.tolist()})
 
