@@ -321,11 +321,10 @@ def test_calibrate_cli_refuses_body_of_a_built_in_scene(tmp_path, capsys):
     assert "scene file or URDF" in capsys.readouterr().err
 
 
-def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
+def test_lsq_fits_the_body_on_free_flight_then_the_contact(tmp_path):
     """Body names with contact names: lsq fits the body on free flight (up to 20 ms before
-    the first contact), the contact from screened starts, then both together on free
-    flight plus the first contact, and the last stage's samples reach past the free
-    flight."""
+    the first contact), then the contact from screened starts; with nothing weak in the
+    flight there is no third stage."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.sim.synthesize import synthesize_tosses
     from residualsim.sysid.calibrate import calibrate
@@ -337,10 +336,10 @@ def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
                                                         "joint.elbow.damping"],
                         tmp_path / "cal", method="lsq", budget=6, split="all", plots=False)
     stages = {row["stage"]: row for row in summary["lsq_stages"]}
-    assert list(stages) == ["body", "contact", "impact"]
+    assert list(stages) == ["body", "contact"]
     assert stages["body"]["names"] == ["joint.elbow.damping"]
-    assert stages["impact"]["names"] == ["joint.elbow.damping", "lateral_friction"]
-    assert stages["impact"]["samples"] > stages["body"]["samples"]
+    assert stages["contact"]["names"] == ["lateral_friction"]
+    assert stages["contact"]["samples"] > stages["body"]["samples"]
     assert summary["evaluations"] == sum(row["evaluations"] for row in stages.values())
     from residualsim.sim.engine import Engine
     from residualsim.sim.recordings import free_flight_samples, load_recordings
@@ -351,6 +350,36 @@ def test_lsq_refines_body_and_contact_together_on_the_first_impact(tmp_path):
     assert stages["body"]["samples"] == sum(max(3, n - 2) for n in flight)
     assert stages["contact"]["screened_starts"] >= 2 + 32
     assert not any("without velocities" in w for w in summary["warnings"])
+
+
+def test_lsq_searches_what_free_flight_leaves_weak_on_the_first_contact(tmp_path):
+    """The two links' moments along the hinge axis enter free flight as their sum: the
+    third stage moves the body along that one direction only, on free flight plus the first
+    contact, and keeps everything else where the first two stages put it."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3}, n_tosses=3, n_samples=40, rng=2,
+                               scene=str(HINGE), rate_hz=100.0)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["lateral_friction", "body.base.moment_3", "body.arm.moment_3"]
+    summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal",
+                        method="lsq", budget=12, split="all", plots=False)
+    stages = {row["stage"]: row for row in summary["lsq_stages"]}
+    assert list(stages) == ["body", "contact", "impact"]
+    (direction,) = stages["impact"]["directions"]
+    assert set(direction["members"]) == {"body.base.moment_3", "body.arm.moment_3"}
+    assert stages["impact"]["samples"] == stages["contact"]["samples"]
+    assert any("free flight does not determine" in w for w in summary["warnings"])
+    history = json.loads((tmp_path / "cal" / "history.json").read_text())
+    order = [row["name"] for row in summary["space"]["parameters"]]
+    before = next(row["x"] for row in history if row["stage"] == "impact")
+    moved = [np.subtract(row["x"], before) for row in history if row["stage"] == "impact"]
+    assert all(step[order.index("lateral_friction")] == 0 for step in moved)  # held
+    m_base, m_arm = (np.array([step[order.index(n)] for step in moved]) for n in names[1:])
+    together = (m_base != 0) | (m_arm != 0)
+    assert together.any() and np.all((m_base[together] != 0) & (m_arm[together] != 0))
 
 
 def test_least_squares_fits_parameters_and_each_recordings_offset_together():
@@ -563,6 +592,29 @@ def test_weak_directions_name_what_the_recordings_cannot_separate():
     assert weak_directions(base, names[:3]) == []
 
 
+def test_weak_basis_moves_only_where_the_jacobian_is_blind():
+    """In unit coordinates a weak direction is one the Jacobian maps to zero, scaled to a
+    largest step of 1; the subspace search starts at the origin and moves only along it."""
+    from residualsim.sysid.identifiability import WeakSubspace, weak_basis
+
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((100, 2))
+    jacobian = np.column_stack([base, 0.5 * base[:, 1], np.zeros(100)])  # c = b / 2 in effect
+    basis = weak_basis(jacobian, 4)
+    assert basis.shape == (2, 4)
+    np.testing.assert_allclose(basis[0], [0, 0, 0, 1])  # the idle one first
+    np.testing.assert_allclose(np.abs(jacobian @ basis[1]), 0, atol=1e-9)
+    assert np.max(np.abs(basis[1])) == pytest.approx(1.0) and basis[1][0] == pytest.approx(0)
+    space = ParamSpace(["body.base.moment_1", "body.base.moment_2", "body.base.moment_3",
+                        "body.arm.com_y"], scene=str(HINGE))
+    origin = np.array([0.3, 0.4, 0.5, 0.6])
+    sub = WeakSubspace(space, origin, basis[1:], ["b and c"])
+    np.testing.assert_allclose(space.to_unit(sub.from_unit(sub.start())), origin)
+    moved = space.to_unit(sub.from_unit(np.array([[0.6], [0.4]])))
+    np.testing.assert_allclose(moved - origin, [0.1 * basis[1], -0.1 * basis[1]], atol=1e-12)
+    assert sub.ndim == 1 and sub.names == ["b and c"]
+
+
 def test_lsq_reports_the_second_moments_along_the_hinge_as_one_combination(tmp_path):
     """The two links' second moments along the elbow's axis enter the motion only as their
     sum: lsq names that direction (summary and warning) instead of pretending to split it."""
@@ -581,7 +633,7 @@ def test_lsq_reports_the_second_moments_along_the_hinge_as_one_combination(tmp_p
     assert len(weak) == 1 and set(weak[0]["members"]) == {"body.base.moment_3",
                                                           "body.arm.moment_3"}
     assert np.prod(list(weak[0]["members"].values())) < 0  # opposite signs: a split
-    assert any("body.arm.moment_3" in w and "do not determine" in w
+    assert any("body.arm.moment_3" in w and "does not determine" in w
                for w in summary["warnings"])
 
 

@@ -194,10 +194,10 @@ def register(commands) -> None:
                      help="only the first N recordings of the split (default: all)")
     cal.add_argument("--budget", type=count(1), default=200, help="nevergrad or lsq "
                      "evaluations (parameter sets, each rolled out on every recording); lsq "
-                     "with body or joint names and contact names: three stages (body on free "
-                     "flight; at most 12 (k + 1) for the k contact coefficients; all "
-                     "together through the first impact), BUDGET each for the first and last; "
-                     "pose-only recordings have their initial states fitted with the body")
+                     "with body or joint names and contact names: the body on free flight (BUDGET), "
+                     "the k contact coefficients (at most 12 (k + 1)), then the body along "
+                     "what free flight left weak, through the first impact; pose-only "
+                     "recordings have their initial states fitted with the body")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"

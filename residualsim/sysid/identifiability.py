@@ -10,11 +10,13 @@ anchors it at its start (``fit_least_squares(anchor=True)``, a ridge in these sa
 column-normalised coordinates): the recordings cannot choose a point along it, so the
 user's URDF does, and its members' individual values there mean no more than the URDF's.
 
-On an articulated object these directions are structural, not a lack of data: a point mass
-at a revolute joint's axis can be booked to either link it joins without changing any
-motion (which is why ``body`` keeps the URDF's mass split, :mod:`residualsim.sysid.bodyspace`),
-and the two links' second moments along a shared hinge axis enter the dynamics only as their
-sum (train/README.md §19 measures both).
+On an articulated object some are structural, not a lack of data: a point mass at a
+revolute joint's axis can be booked to either link it joins without changing any motion
+(which is why ``body`` keeps the URDF's mass split, :mod:`residualsim.sysid.bodyspace`), and
+the two links' second moments along a shared hinge axis enter the dynamics only as their
+sum (train/README.md §19 measures both). Others are weak only in free flight: a single
+body's inertia scale, which contact reveals; ``lsq``'s third stage searches the free
+flight's weak directions on the first contact (:class:`WeakSubspace`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["weak_directions", "WEAK_RATIO", "describe"]
+__all__ = ["weak_directions", "weak_basis", "WeakSubspace", "WEAK_RATIO", "describe"]
 
 #: A direction is weak when its singular value is below this fraction of the largest
 #: (column-normalised Jacobian). On the synthetic hinge the structural directions sit at
@@ -79,3 +81,48 @@ def describe(direction: dict[str, Any]) -> str:
     terms = " ".join(f"{'+' if c >= 0 else '-'} {abs(c):.2f} {n}"
                      for n, c in direction["members"].items())
     return f"{terms.lstrip('+ ')} ({100 * direction['ratio']:.1f} % of the strongest)"
+
+
+def weak_basis(jacobian: np.ndarray, n_names: int, ratio: float = WEAK_RATIO) -> np.ndarray:
+    """(k, n_names): the weak directions of ``jacobian`` in the parameters' unit coordinates
+    (the order of :func:`weak_directions`), each scaled so that its largest component is 1:
+    a step of 1 along a row moves one parameter across its whole range."""
+    norms, idle, weak = _weak(jacobian, n_names, ratio)
+    rows = [np.eye(n_names)[i] for i in idle]
+    for _, vector in weak:
+        unit = np.divide(vector, norms, out=np.zeros(n_names), where=norms > 0)
+        rows.append(unit / np.max(np.abs(unit)))
+    return np.array(rows, dtype=np.float64).reshape(-1, n_names)
+
+
+class WeakSubspace:
+    """The parameters of ``space`` held at ``origin`` (unit coordinates) except along the
+    rows of ``basis`` (:func:`weak_basis`): a search space of ``len(basis)`` coordinates.
+
+    Unit coordinates z in [0, 1]^k stand for steps α = z − ½ along the rows, so the start
+    (z = ½) is ``origin``; :meth:`from_unit` returns ``space``'s natural values of
+    origin + α · basis (clipped to its box). ``labels`` name the directions (for reports).
+    It offers what :func:`residualsim.sysid.lsq.fit_least_squares` uses of a space.
+    """
+
+    def __init__(self, space: Any, origin: np.ndarray, basis: np.ndarray,
+                 labels: Sequence[str]) -> None:
+        self.space, self.origin = space, np.asarray(origin, dtype=np.float64)
+        self.basis, self.names = np.atleast_2d(np.asarray(basis, dtype=np.float64)), list(labels)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.basis)
+
+    def start(self) -> np.ndarray:
+        return np.full(self.ndim, 0.5)
+
+    def from_unit(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        moved = np.clip(self.origin + (np.atleast_2d(z) - 0.5) @ self.basis, 0.0, 1.0)
+        values = self.space.from_unit(moved)
+        return values[0] if z.ndim == 1 else values
+
+    def as_json(self) -> dict[str, Any]:
+        return {"space": self.space.as_json(), "origin": self.origin.tolist(),
+                "basis": self.basis.tolist(), "labels": self.names}

@@ -30,17 +30,24 @@ Contact segments identify the contact coefficients. So with body or joint names:
    recordings were tried first: their later contacts are chaotic, and with 210 synthetic
    hinge tosses the fit fell into a poor minimum (friction 0.18 for 0.30,
    train/README.md §19);
-3. ``impact``: body, joints and contact together on the same horizon, where the impulse's
-   response to the body's inertia (M_c = (J M⁻¹ Jᵀ)⁻¹) is sharp: free flight cannot
-   separate what only contact reveals (the inertias' scale against the mass, how the mass
-   splits between links along a joint axis); ``budget`` sets.
+3. ``impact``: the body moved only along the directions the free flight left weak
+   (:func:`~residualsim.sysid.identifiability.weak_basis`), on the same horizon, the contact
+   and every other body direction held; skipped when there are none; at most
+   :data:`IMPACT_SETS_PER_DIRECTION` (m + 1) sets for m directions. Some of what free flight
+   cannot see, contact can: a single body's inertia scale (torque-free motion depends only
+   on the moments' ratios) acts through the impulse's M_c = (J M⁻¹ Jᵀ)⁻¹. The body, joints
+   and contact refined all together on this horizon instead (the previous design) did
+   worse: on the synthetic hinge (100 tosses with velocities, five calibrations with
+   different settings) every one ended further from the truth, held out, than its first two
+   stages had been (11.9 against 11.2 mm on the test split; the true model 10.5): 20 samples
+   of chaotic contact per recording let the body fit noise the free flight had ruled out.
 
 Without body names it is one stage (``all``) on the whole recordings. Contact
 coefficients (``contact`` and ``all``) are searched in two steps: candidate starts screened
 on the short horizon (:func:`_contact_starts`), then Nelder-Mead from the best
 (:data:`SIMPLEX_SIZE` says why not Gauss-Newton). Recordings without velocities
 (poses only) had their initial state fitted to the free flight with the URDF's body when
-they were read; in the ``body`` and ``impact`` stages each such state is an unknown beside
+they were read; in the ``body`` stage each such state is an unknown beside
 the parameters (:mod:`residualsim.sysid.joint_states`), so the velocities cannot absorb
 what the body should explain.
 
@@ -104,6 +111,8 @@ SIMPLEX_SIZE = 0.05
 SCREENED_STARTS = 32
 #: The difference step of the ``impact`` stage (contact is rough; the body is smooth).
 IMPACT_STEP = 0.01
+#: Parameter sets of the ``impact`` stage per weak direction (plus one).
+IMPACT_SETS_PER_DIRECTION = 12
 #: Weight of the anchor that keeps what the recordings cannot determine at the start (see
 #: :func:`fit_least_squares`): ε in ε² |D (z − z_start)|², D the first Jacobian's column
 #: norms. In those column-normalised coordinates the data's curvature along a direction is
@@ -128,7 +137,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
                       checkpoint: str | os.PathLike[str] | None = None, resume: bool = False,
                       fingerprint: Mapping[str, Any] | None = None,
                       progress: bool = False, states: Any = None,
-                      simplex: bool = False, anchor: bool = False) -> dict[str, Any]:
+                      simplex: bool = False, anchor: bool | np.ndarray = False
+                      ) -> dict[str, Any]:
     """Minimise Σ_k ρ(r_k) (module doc) over the space.
 
     ``residuals(x (n, d) natural values) -> (n, m)`` evaluates a batch (metres);
@@ -138,7 +148,7 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     Jacobian spends d + 1); the best set seen is returned when it is spent. ``start``: unit
     coordinates (default :meth:`ParamSpace.start`), or several rows of them: all are
     evaluated as one batch and the search starts from the best. Returns ``{"x": best
-    values, "loss": its robust cost per recording (m²), "evaluations", "iterations",
+    values, "x_unit": the same in unit coordinates, "loss": its robust cost per recording (m²), "evaluations", "iterations",
     "status", "history"}``.
 
     ``simplex``: search by Nelder-Mead on the robust loss instead of Gauss-Newton (for
@@ -155,7 +165,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     toward the start in column-normalised coordinates: directions the recordings determine
     are left where they are, those they cannot (weak, :mod:`residualsim.sysid.identifiability`)
     stay at the start instead of drifting along a valley of equal loss. The reported losses
-    include it.
+    include it, and ``"anchor_weights"`` (d,) returns ε D. An array of d weights instead of
+    ``True`` sets ε D itself (units of the residuals per unit coordinate).
     """
     from scipy.optimize import least_squares
 
@@ -186,6 +197,9 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     best: dict[str, Any] = {"loss": np.inf, "z": None}
     started = time.perf_counter()
     ridge: dict[str, Any] = {"weights": None, "origin": None}  # the anchor, set when known
+    if not isinstance(anchor, bool):
+        ridge["weights"] = np.asarray(anchor, dtype=np.float64).reshape(d)
+        anchor = True
 
     def anchor_rows(z: np.ndarray) -> np.ndarray:
         if ridge["weights"] is None or ridge["origin"] is None:
@@ -297,7 +311,10 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     extra = {"offsets": best["z"][d:].reshape(-1, states.k)} if n_shifts > d else {}
     if "jacobian" in last:
         extra["jacobian"] = last["jacobian"]
-    return {**extra, "x": space.from_unit(best["z"][:d]).tolist(), "loss": best["loss"],
+    if anchor and ridge["weights"] is not None:
+        extra["anchor_weights"] = ridge["weights"]
+    return {**extra, "x": space.from_unit(best["z"][:d]).tolist(),
+            "x_unit": best["z"][:d].tolist(), "loss": best["loss"],
             "evaluations": len(history), "iterations": iterations, "status": status,
             "failed": int(sum(not np.isfinite(row["loss"]) for row in history)),
             "history": history}
@@ -382,7 +399,8 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
     from residualsim.sysid.bodyspace import is_body_name
-    from residualsim.sysid.identifiability import describe, weak_directions
+    from residualsim.sysid.identifiability import (WeakSubspace, describe, weak_basis,
+                                                   weak_directions)
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
 
     values = space.from_unit(space.start())
@@ -391,19 +409,26 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     if body and contact:
         plan = [("body", body, budget, FLIGHT_STEP),
                 ("contact", contact, min(budget, 12 * (len(contact) + 1)), DEFAULT_STEP),
-                ("impact", body + contact, budget, IMPACT_STEP)]
+                ("impact", body, budget, IMPACT_STEP)]
     elif body:
         plan = [("body", body, budget, FLIGHT_STEP)]
     else:
         plan = [("all", space.names, budget, DEFAULT_STEP)]
     stages, history, evaluations, failed, found = [], [], 0, 0, None
-    warnings = []
+    weak, flight_weak, flight_ridge, warnings = [], [], None, []  # the body stage's weak ones
     estimated = estimated_ids(train) if body else []
     for stage, names, stage_budget, step in plan:
         index = [space.names.index(n) for n in names]
         sub = ParamSpace(names, bounds={n: (space.parameters[i].low, space.parameters[i].high)
                                         for n, i in zip(names, index)},
                          base=space.base, scene=space.scene)
+        if stage == "impact":  # only along the directions free flight left weak
+            if not len(flight_weak):
+                continue
+            sub = WeakSubspace(sub, sub.to_unit(values[index]), flight_weak,
+                               [describe(w) for w in weak])
+            stage_budget = min(budget, IMPACT_SETS_PER_DIRECTION * (sub.ndim + 1))
+            ridge = np.linalg.norm(flight_ridge[None] * flight_weak, axis=1)
         fixed = values.copy()
 
         def full(x: np.ndarray, fixed=fixed, index=index) -> np.ndarray:
@@ -417,7 +442,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             horizons = _horizons(scene, train, likelihood.settings,
                                  0.0 if stage == "body" else IMPACT_SECONDS)
             target = OffsetResiduals(scene, train, likelihood.settings, horizons,
-                                     estimated if stage != "contact" else [], n_workers,
+                                     estimated if stage == "body" else [], n_workers,
                                      rotation_weight)
             block = target.block if target.block.items else None
 
@@ -426,7 +451,8 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             params = [space.engine_params(row) for row in full(x)]
             return target.residuals(params) if target is likelihood else target(params, offsets)
 
-        start, screened = sub.to_unit(values[index]), 0
+        start = sub.start() if stage == "impact" else sub.to_unit(values[index])
+        screened = 0
         if stage in ("all", "contact"):  # screen candidate starts on the short horizon
             candidates = _contact_starts(sub, start, seed)
             screen = target if stage == "contact" else OffsetResiduals(
@@ -449,7 +475,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
                                             "fixed": fixed.tolist()}, progress=progress,
                 states=block, simplex=stage in ("all", "contact"),
-                anchor=any(is_body_name(n) for n in names))
+                anchor=ridge if stage == "impact" else any(is_body_name(n) for n in names))
         finally:
             if target is not likelihood:
                 target.close()
@@ -461,19 +487,28 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                     for row in found["history"]]
         evaluations += found["evaluations"]
         failed += found["failed"]
-        if "jacobian" in found and any(is_body_name(n) for n in names):
+        if stage == "body" and "jacobian" in found:
             weak = weak_directions(found["jacobian"], names)
-            warnings += [message for message in (
-                f"the recordings do not determine {describe(w)}: it stays near the URDF's "
-                "values (train/README.md §19)" for w in weak) if message not in warnings]
-        stages.append({"stage": stage, "names": names, "evaluations": found["evaluations"],
+            flight_weak = weak_basis(found["jacobian"], len(names))
+            flight_ridge = found["anchor_weights"]
+        if stage == "body" and weak:
+            warnings += [f"the free flight does not determine {describe(w)}: "
+                         + ("searched on the first contact, else it stays near the URDF's "
+                            "values" if contact else "it stays near the URDF's values")
+                         + " (train/README.md §19)" for w in weak]
+        if stage == "impact":  # how far contact moved each direction, and how sharply
+            moved = np.array(found["x_unit"]) - 0.5
+            seen = (np.linalg.norm(np.nan_to_num(found["jacobian"]), axis=0)
+                    if "jacobian" in found else np.zeros(sub.ndim))
+        stages.append({"stage": stage, "names": sub.names, "evaluations": found["evaluations"],
                        **({"screened_starts": screened} if screened else {}),
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))} if stage != "all" else {}),
                        **({"initial_states": len(block.items)} if block else {}),
-                       **({"weak_directions": weak}
-                          if "jacobian" in found and any(is_body_name(n) for n in names)
-                          else {})})
+                       **({"weak_directions": weak} if stage == "body" else {}),
+                       **({"directions": [{**w, "step": float(a), "response_m": float(r)}
+                                          for w, a, r in zip(weak, moved, seen)]}
+                          if stage == "impact" else {})})
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
