@@ -14,9 +14,10 @@ On an articulated object some are structural, not a lack of data: a point mass a
 revolute joint's axis can be booked to either link it joins without changing any motion
 (which is why ``body`` keeps the URDF's mass split, :mod:`residualsim.sysid.bodyspace`), and
 the two links' second moments along a shared hinge axis enter the dynamics only as their
-sum (train/README.md §19 measures both). Others are weak only in free flight: a single
-body's inertia scale, which contact reveals; ``lsq``'s third stage searches the free
-flight's weak directions on the first contact (:class:`WeakSubspace`).
+sum (train/README.md §19 measures both). Others are weak only in free flight, such as a
+single body's inertia scale; ``lsq``'s third stage searches the free flight's weak
+directions on the first contact (:class:`WeakSubspace`), and train/README.md §19 measures
+what it finds there.
 """
 
 from __future__ import annotations

@@ -33,14 +33,20 @@ Contact segments identify the contact coefficients. So with body or joint names:
 3. ``impact``: the body moved only along the directions the free flight left weak
    (:func:`~residualsim.sysid.identifiability.weak_basis`), on the same horizon, the contact
    and every other body direction held; skipped when there are none; at most
-   :data:`IMPACT_SETS_PER_DIRECTION` (m + 1) sets for m directions. Some of what free flight
-   cannot see, contact can: a single body's inertia scale (torque-free motion depends only
-   on the moments' ratios) acts through the impulse's M_c = (J M⁻¹ Jᵀ)⁻¹. The body, joints
-   and contact refined all together on this horizon instead (the previous design) did
-   worse: on the synthetic hinge (100 tosses with velocities, five calibrations with
-   different settings) every one ended further from the truth, held out, than its first two
-   stages had been (11.9 against 11.2 mm on the test split; the true model 10.5): 20 samples
-   of chaotic contact per recording let the body fit noise the free flight had ruled out.
+   :data:`IMPACT_SETS_PER_DIRECTION` (m + 1) sets for m directions, anchored as the first
+   stage anchors them. Some of what free flight cannot see, contact can (through the
+   impulse's M_c = (J M⁻¹ Jᵀ)⁻¹): on the synthetic hinge this stage moved the free flight's
+   weak combination of the centres of mass along the axis toward the truth (0.5 and 0.3 mm
+   off, from 1.0 and 1.5). It does not find a single body's inertia scale (torque-free
+   motion depends only on the moments' ratios): the contact stage has absorbed it by then
+   (an L-shaped body with inertia 2× its URDF's: friction 0.62 for 0.30, the scale left
+   50 % low; searched together with the contact by Nelder-Mead it got to 30 % low with
+   friction 0.68, and the hinge's validation error rose from 18.4 to 19.5 mm: not kept).
+   The body, joints and contact refined all together on this horizon (the previous design)
+   did worse: on the hinge (100 tosses with velocities, five calibrations with different
+   settings) every one ended further from the truth, held out, than its first two stages
+   had been (11.9 against 11.2 mm on the test split; the true model 10.5): 20 samples of
+   chaotic contact per recording let the body fit noise the free flight had ruled out.
 
 Without body names it is one stage (``all``) on the whole recordings. Contact
 coefficients (``contact`` and ``all``) are searched in two steps: candidate starts screened
