@@ -94,3 +94,18 @@ def test_the_fitted_uncertainty_is_more_honest_than_none(trained):
                          grid=(0.0,), criterion="reliability")
     assert record["reliability_xy_max_deviation"] < rows[0]["reliability_xy_max_deviation"]
     assert fitted.spread == record["spread"] and fitted.state_noise is not None
+
+
+def test_fit_spread_state_noise_keeps_the_chosen_factor(trained, tmp_path):
+    """``fit-spread --state-noise`` re-estimates the noise; the width train chose for it on
+    validation stays (the estimate on the same training split is the same)."""
+    from residualsim.experiments.jobs import fit_spread_job
+
+    out, _, _, _ = trained
+    model = ResidualModel.load(out)
+    scaled = dataclasses.replace(model, state_noise=dataclasses.replace(model.state_noise,
+                                                                        factor=0.25))
+    scaled.save(tmp_path / "scaled")
+    fit_spread_job(tmp_path / "scaled", str(BUNDLED), out=tmp_path / "refit", tosses=2,
+                   samples=2, grid=(1.0,), state_noise=True)
+    assert ResidualModel.load(tmp_path / "refit").state_noise == scaled.state_noise
