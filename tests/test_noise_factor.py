@@ -159,3 +159,12 @@ def test_every_sampler_draws_the_noise_times_its_factor(flights):
             runs.append(simulator.rollout(state, 0.05, samples=4, seed=2, state_noise=True))
     np.testing.assert_array_equal(runs[0].initial_states, runs[1].initial_states)
     np.testing.assert_array_equal(runs[0].positions_m, runs[1].positions_m)
+
+
+def test_factors_must_be_finite_and_not_negative(flights):
+    from residualsim.errors import ParameterError
+
+    model, train, exact_validation, _ = flights
+    for factors in ((), (0.5, -1.0), (float("nan"),)):
+        with pytest.raises(ParameterError, match="state-noise factors"):
+            fit_uncertainty(model, train, exact_validation, fit_spread, noise_factors=factors)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.errors import DataError
+from residualsim.errors import DataError, ParameterError
 from residualsim.residual.policy import ResidualModel
 
 __all__ = ["UNCERTAINTY_GRID", "UNCERTAINTY_SAMPLES", "NOISE_FACTORS", "fit_uncertainty",
@@ -89,6 +89,9 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     and one row per factor tried (``state_noise_rows``), the chosen spread and one row per
     spread tried (``rows``: energy score m, coverages, largest reliability deviation).
     """
+    if not noise_factors or any(not (f >= 0 and math.isfinite(f)) for f in noise_factors):
+        raise ParameterError(f"state-noise factors must be finite and >= 0, got "
+                             f"{list(noise_factors)}")
     noise, estimate, reason = training_state_noise(model, train, n_workers)
     if noise is not None:
         log.info("state noise (%s) from %d training recordings: velocity %s m/s, angular "
