@@ -485,9 +485,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
     optionally after estimating the initial-state noise (keeping the model's chosen
     ``StateNoise.factor``, if any; samples draw the noise times it); writes the model to
     ``out`` (a new model directory; its ``info.derived_from`` names ``model_dir``) or, with
-    ``out=None``,
-    rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that the spread
-    changed after it was written) and returns the figures. Finished grid points are
+    ``out=None``, rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that
+    the spread changed after it was written) and returns the figures. Finished grid points are
     checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun.
     ``with_validation``: the validation split's tosses join the training tosses, and the
     criterion is computed over both (the spread is then a choice made on validation too)."""
