@@ -158,7 +158,8 @@ def test_fit_uncertainty_uses_the_engine_fit_for_an_articulated_object(exact, tm
                                      grid=(1.0,))
     assert record["state_noise_estimate"] == ENGINE_ESTIMATE
     assert record["state_noise_recordings"] == 8 and record["state_noise_missing_because"] is None
-    assert fitted.state_noise == estimate_rollout_state_noise(HINGE, TRUTH, train)
+    assert fitted.state_noise == dataclasses.replace(
+        estimate_rollout_state_noise(HINGE, TRUTH, train), factor=record["state_noise_factor"])
     assert len(fitted.state_noise.joint_velocity_std) == 1
     assert record["state_noise"]["n_recordings"] == 7  # one toss starts too near the table
     fitted.save(tmp_path / "model")  # the joints' noise travels with the model

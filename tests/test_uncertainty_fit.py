@@ -18,7 +18,8 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.policy import ResidualModel
 from residualsim.residual.state_noise import estimate_state_noise
 from residualsim.residual.train import fit_spread
-from residualsim.residual.uncertainty_fit import UNCERTAINTY_GRID, fit_uncertainty
+from residualsim.residual.uncertainty_fit import (NOISE_FACTORS, UNCERTAINTY_GRID,
+                                                  fit_uncertainty)
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 ARGS = ["--data", str(BUNDLED), "--budget", "8", "--batch-size", "8", "--validate-every",
@@ -50,8 +51,15 @@ def test_train_fits_state_noise_on_training_and_spread_on_validation(trained):
     parts = split_ids(list(tosses))
     # the state noise rests on the whole training split (not --max-tosses, not validation)
     expected = estimate_state_noise({k: tosses[k] for k in parts["train"]})
-    assert model.state_noise == expected
-    assert record["state_noise"] == expected.as_json()
+    # ... times the factor chosen on validation (at spread 1), then the spread with it
+    factor = record["state_noise_factor"]
+    assert model.state_noise == dataclasses.replace(expected, factor=factor)
+    assert record["state_noise"] == model.state_noise.as_json()
+    noise_rows = {row["state_noise_factor"]: row for row in record["state_noise_rows"]}
+    assert sorted(noise_rows) == sorted(NOISE_FACTORS)
+    worst_start = [row["reliability_xy_max_deviation"] for row in noise_rows.values()]
+    assert noise_rows[factor]["reliability_xy_max_deviation"] == min(worst_start)
+    assert line["state_noise_factor"] == factor
     assert record["state_noise_recordings"] == len(parts["train"])
     assert record["validation_recordings"] == len(parts["validation"])
     assert (record["criterion"], record["split"]) == ("reliability", "validation")
@@ -86,3 +94,18 @@ def test_the_fitted_uncertainty_is_more_honest_than_none(trained):
                          grid=(0.0,), criterion="reliability")
     assert record["reliability_xy_max_deviation"] < rows[0]["reliability_xy_max_deviation"]
     assert fitted.spread == record["spread"] and fitted.state_noise is not None
+
+
+def test_fit_spread_state_noise_keeps_the_chosen_factor(trained, tmp_path):
+    """``fit-spread --state-noise`` re-estimates the noise; the width train chose for it on
+    validation stays (the estimate on the same training split is the same)."""
+    from residualsim.experiments.jobs import fit_spread_job
+
+    out, _, _, _ = trained
+    model = ResidualModel.load(out)
+    scaled = dataclasses.replace(model, state_noise=dataclasses.replace(model.state_noise,
+                                                                        factor=0.25))
+    scaled.save(tmp_path / "scaled")
+    fit_spread_job(tmp_path / "scaled", str(BUNDLED), out=tmp_path / "refit", tosses=2,
+                   samples=2, grid=(1.0,), state_noise=True)
+    assert ResidualModel.load(tmp_path / "refit").state_noise == scaled.state_noise

@@ -1,4 +1,4 @@
-"""Redo a trained model's uncertainty fit (state noise and spread) with the current code.
+"""Redo a trained model's uncertainty fit (state noise, its factor, spread) with current code.
 
 ``residualsim train`` fits the uncertainty after training (``fit_uncertainty``), and the
 policy does not depend on that fit; so a model trained before the state noise could be
@@ -52,7 +52,8 @@ def main() -> None:
         seed=int(model.info.get("config", {}).get("seed", 0)), n_workers=args.workers)
     fitted.save(args.out)
     print(json.dumps({"seconds": time.perf_counter() - start,
-                      **{k: v for k, v in record.items() if k != "rows"}}))
+                      **{k: v for k, v in record.items()
+                         if k not in ("rows", "state_noise_rows")}}))
 
 
 if __name__ == "__main__":

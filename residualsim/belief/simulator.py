@@ -45,16 +45,18 @@ def default_initial_std(model) -> np.ndarray:
     """The initial-state uncertainty a belief starts from when only a state is given:
     :data:`INITIAL_STD`, with the velocity and angular-velocity entries replaced by the
     model's estimated recording noise (:attr:`ResidualModel.state_noise`, m/s and rad/s
-    per world axis, and per joint when it has a joint estimate) when it has one."""
+    per world axis, and per joint when it has a joint estimate; times its chosen
+    ``factor``, as every sampler draws it: ``StateNoise.sample_std``) when it has one."""
     std = INITIAL_STD.copy()
     noise = getattr(model, "state_noise", None)
+    sample_std = None if noise is None else noise.sample_std()
     if noise is not None and not _planar(model.scene):
-        std[6:9], std[9:12] = noise.velocity_std_mps, noise.omega_std_radps
+        std[6:12] = sample_std[:6]
     from residualsim.sim.scenes import make_scene
 
     n_joints = getattr(make_scene(model.scene), "n_joints", 0)
     if n_joints:  # joints: 0.01 rad (or m) and 0.1 rad/s (or m/s), or the estimated noise
-        joint_std = getattr(noise, "joint_velocity_std", ())
+        joint_std = [] if sample_std is None else sample_std[6:]
         velocity = joint_std if len(joint_std) == n_joints else [0.1] * n_joints
         std = np.r_[std, [0.01] * n_joints, velocity]
     return std

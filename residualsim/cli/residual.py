@@ -40,8 +40,10 @@ def cmd_train(args: argparse.Namespace) -> None:
               f"{figures['validation_rotation_deg']:.1f} deg vs "
               f"{figures['engine_validation_rotation_deg']:.1f} deg", file=sys.stderr)
         if "spread" in figures:
+            factor = figures.get("state_noise_factor")
+            noise = "not available" if factor is None else f"fitted (x {factor:g})"
             print(f"uncertainty fitted on validation: spread {figures['spread']:g}, state "
-                  f"noise {'fitted' if figures['state_noise_fitted'] else 'not available'}; "
+                  f"noise {noise}; "
                   f"final x-y in the 50 / 90 % sample regions "
                   f"{100 * figures['validation_coverage_xy_50']:.0f} / "
                   f"{100 * figures['validation_coverage_xy_90']:.0f} %", file=sys.stderr)
@@ -133,9 +135,10 @@ def register(commands) -> None:
                          "initial-state noise from the training split's free flights (a "
                          "cube's in closed form; any other free object's, joint velocities "
                          "included, by the calibrated engine's rollout fit of each initial "
-                         "state) and choose the sampling spread on the validation split (32 "
-                         "samples, the reliability criterion of fit-spread); the model card "
-                         "records both")
+                         "state), then choose on the validation split (32 samples, the "
+                         "reliability criterion of fit-spread) a factor on that noise "
+                         "(0.25, 0.5, 1, 2) and then the sampling spread; the model card "
+                         "records all three")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(tr)
     add_allow_implausible(tr)
@@ -188,7 +191,8 @@ def register(commands) -> None:
     fs.add_argument("--state-noise", action="store_true",
                     help="first estimate the noise of the recorded initial velocities from "
                          "the free flight before the first contact (whole training split) "
-                         "and draw each sample's initial state from it")
+                         "and draw each sample's initial state from it (times the factor "
+                         "train chose on validation, if the model has one)")
     add_allow_implausible(fs)
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)

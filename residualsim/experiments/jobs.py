@@ -482,10 +482,11 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
                    n_workers: int = 1, criterion: str = "energy",
                    state_noise: bool = False, with_validation: bool = False) -> dict:
     """Set a model's sampling spread from its training tosses (energy score or coverage),
-    optionally after estimating the initial-state noise; writes the model to ``out`` (a new
-    model directory; its ``info.derived_from`` names ``model_dir``) or, with ``out=None``,
-    rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that the spread
-    changed after it was written) and returns the figures. Finished grid points are
+    optionally after estimating the initial-state noise (keeping the model's chosen
+    ``StateNoise.factor``, if any; samples draw the noise times it); writes the model to
+    ``out`` (a new model directory; its ``info.derived_from`` names ``model_dir``) or, with
+    ``out=None``, rewrites ``model_dir`` (a ``MODEL_CARD.md`` there then gets a note that
+    the spread changed after it was written) and returns the figures. Finished grid points are
     checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun.
     ``with_validation``: the validation split's tosses join the training tosses, and the
     criterion is computed over both (the spread is then a choice made on validation too)."""
@@ -498,9 +499,11 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
         recordings, n_validation = {**recordings, **held}, len(held)
     start = time.perf_counter()
     target = Path(out if out is not None else model_dir)
-    if state_noise:
-        model = dataclasses.replace(model, state_noise=_training_state_noise(model, data,
-                                                                             n_workers))
+    if state_noise:  # a new estimate; the width chosen for the old one on validation stays
+        noise = _training_state_noise(model, data, n_workers)
+        if model.state_noise is not None:
+            noise = dataclasses.replace(noise, factor=model.state_noise.factor)
+        model = dataclasses.replace(model, state_noise=noise)
     checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)

@@ -141,7 +141,8 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     return {"model": str(model_dir), "data": str(path), "split": split,
             "count": len(trajectories), "samples": int(samples), "seed": int(seed),
             "spread": model.spread, "state_noise": model.state_noise is not None,
-            "rows": rows}
+            "state_noise_factor": (None if model.state_noise is None
+                                   else model.state_noise.factor), "rows": rows}
 
 
 def _percent(value: float | None) -> str:
@@ -165,7 +166,9 @@ def format_decomposition(result: dict) -> str:
     """The decomposition as a Markdown table (one line per row, then a blank line)."""
     lines = [
         f"{result['count']} recordings of the {result['split']} split, S = "
-        f"{result['samples']}, seed {result['seed']}, spread {result['spread']:g}",
+        f"{result['samples']}, seed {result['seed']}, spread {result['spread']:g}"
+        + (f", state noise x {result['state_noise_factor']:g}"
+           if result.get("state_noise_factor") not in (None, 1.0) else ""),
         "",
         "| prediction | energy score, final (m) | x-y coverage 50 / 90 % | "
         "3-D coverage 50 / 90 % | max deviation from the diagonal, final x-y / 3-D "

@@ -382,8 +382,9 @@ class ResidualModel:
     #: sets this from the training tosses' energy score. 1.0 for models without one.
     spread: float = 1.0
     #: Noise of a recording's initial velocities (:class:`~residualsim.residual.state_noise.StateNoise`),
-    #: drawn for each stochastic sample before its rollout; None: samples start from the
-    #: recorded state exactly. Set by ``fit-spread --state-noise``.
+    #: drawn for each stochastic sample before its rollout (its standard deviations times
+    #: its ``factor``); None: samples start from the recorded state exactly. Set by
+    #: ``train``'s uncertainty fit (estimate and factor) or ``fit-spread --state-noise``.
     state_noise: Any = None
 
     def sampling_policy(self):

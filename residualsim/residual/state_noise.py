@@ -75,7 +75,12 @@ class StateNoise:
     it); ``n_recordings``: how many recordings the estimate rests on;
     ``joint_velocity_std`` and ``joint_velocity_bias``: the same per joint of an articulated
     object (rad/s, or m/s for a prismatic joint), in the scene's joint order; empty for a
-    single body (and in model files written before joints were estimated).
+    single body (and in model files written before joints were estimated);
+    ``factor``: the width samples are drawn with, a factor on every standard deviation
+    (chosen on validation by ``train``'s uncertainty fit,
+    :func:`~residualsim.residual.uncertainty_fit.fit_uncertainty`; 1 in model files
+    written before it was chosen). The standard deviations stay the estimate; every
+    sampler draws with :meth:`sample_std`.
     """
 
     velocity_std_mps: tuple[float, float, float]
@@ -85,8 +90,14 @@ class StateNoise:
     n_recordings: int = 0
     joint_velocity_std: tuple[float, ...] = ()
     joint_velocity_bias: tuple[float, ...] = ()
+    factor: float = 1.0
 
     def __post_init__(self) -> None:
+        factor = float(self.factor)
+        if not (np.isfinite(factor) and factor >= 0):
+            raise DataError(f"state noise: factor must be a finite number >= 0, got "
+                            f"{self.factor!r}")
+        object.__setattr__(self, "factor", factor)
         for name in ("velocity_std_mps", "omega_std_radps", "velocity_bias_mps",
                      "omega_bias_radps"):
             value = np.asarray(getattr(self, name), dtype=np.float64)
@@ -109,14 +120,23 @@ class StateNoise:
             raise DataError("state noise: joint_velocity_bias needs one number per joint of "
                             "joint_velocity_std")
 
+    def sample_std(self) -> np.ndarray:
+        """The standard deviations samples are drawn with: ``factor`` times base velocity
+        (3, m/s), angular velocity (3, rad/s, both world frame), then each joint's velocity
+        (rad/s or m/s; none without a joint estimate)."""
+        std = np.array([*self.velocity_std_mps, *self.omega_std_radps,
+                        *self.joint_velocity_std])
+        return std if self.factor == 1.0 else std * self.factor
+
     def perturb(self, state: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """A copy of a free object's state with Gaussian noise on its velocities.
 
         ``state``: 13 + 2 n numbers: base position m, quaternion w-x-y-z, velocity m/s,
         angular velocity rad/s (all world frame), then n joint positions and n joint
         velocities (rad or m, rad/s or m/s). Draws 6 standard normals from ``rng`` for the
-        base, then one per joint when ``joint_velocity_std`` is set (its length must be n);
-        without it the joints are kept (a model written before joints were estimated).
+        base, then one per joint when ``joint_velocity_std`` is set (its length must be n),
+        times :meth:`sample_std`; without a joint estimate the joints are kept (a model
+        written before joints were estimated).
         """
         state = np.asarray(state, dtype=np.float64)
         extra = state.shape[0] - 13 if state.ndim == 1 else -1
@@ -128,13 +148,11 @@ class StateNoise:
         if self.joint_velocity_std and len(self.joint_velocity_std) != n_joints:
             raise DataError(f"state noise for {len(self.joint_velocity_std)} joints, but the "
                             f"state has {n_joints}")
-        noise = rng.standard_normal(6) * np.array([*self.velocity_std_mps,
-                                                   *self.omega_std_radps])
+        std = self.sample_std()
         perturbed = state.copy()
-        perturbed[7:13] += noise
+        perturbed[7:13] += rng.standard_normal(6) * std[:6]
         if self.joint_velocity_std:
-            perturbed[13 + n_joints:] += (rng.standard_normal(n_joints)
-                                          * np.array(self.joint_velocity_std))
+            perturbed[13 + n_joints:] += rng.standard_normal(n_joints) * std[6:]
         return perturbed
 
     def as_json(self) -> dict[str, Any]:
@@ -146,6 +164,8 @@ class StateNoise:
         if self.joint_velocity_std:  # a single body's JSON stays as it was
             out.update(joint_velocity_std=list(self.joint_velocity_std),
                        joint_velocity_bias=list(self.joint_velocity_bias))
+        if self.factor != 1.0:  # files without a chosen factor stay as they were
+            out["factor"] = self.factor
         return out
 
     @classmethod
@@ -154,8 +174,8 @@ class StateNoise:
         unknown = sorted(set(dict(value)) - fields)
         if unknown:
             raise DataError(f"state noise: unknown field(s) {unknown}")
-        return cls(**{key: (int(v) if key == "n_recordings" else tuple(v))
-                      for key, v in dict(value).items()})
+        cast = {"n_recordings": int, "factor": float}
+        return cls(**{key: cast.get(key, tuple)(v) for key, v in dict(value).items()})
 
 
 def free_flight_velocities(traj: Trajectory, half_width_m: float, max_samples: int = 12,

@@ -366,7 +366,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
     → (``fit_uncertainty``, default) the state noise and the spread
     (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
-    training split's free flights, spread by the reliability criterion on validation).
+    training split's free flights, a factor on it and the spread by the reliability
+    criterion on validation).
 
     Trains on the training split (its first ``max_trajectories`` recordings if given) and
     stops early on the validation split (see :mod:`residualsim.data.splits`: the hash split
@@ -432,7 +433,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                             n_workers=n_workers,
                             checkpoint=checkpoint)
         figures.update(spread=record["spread"], state_noise_fitted=record["state_noise"]
-                       is not None, validation_coverage_xy_50=record["coverage_xy_50"],
+                       is not None, state_noise_factor=record["state_noise_factor"],
+                       validation_coverage_xy_50=record["coverage_xy_50"],
                        validation_coverage_xy_90=record["coverage_xy_90"])
         model.save(out)
         checkpoint.unlink(missing_ok=True)
