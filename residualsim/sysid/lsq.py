@@ -154,8 +154,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
     Jacobian spends d + 1); the best set seen is returned when it is spent. ``start``: unit
     coordinates (default :meth:`ParamSpace.start`), or several rows of them: all are
     evaluated as one batch and the search starts from the best. Returns ``{"x": best
-    values, "x_unit": the same in unit coordinates, "loss": its robust cost per recording (m²), "evaluations", "iterations",
-    "status", "history"}``.
+    values, "x_unit": the same in unit coordinates, "loss": its robust cost per recording
+    (m²), "evaluations", "iterations", "status", "history"}``.
 
     ``simplex``: search by Nelder-Mead on the robust loss instead of Gauss-Newton (for
     contact coefficients, whose loss is V-shaped at its minimum, see :data:`SIMPLEX_SIZE`).
