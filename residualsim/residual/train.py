@@ -529,12 +529,7 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
             done[float(spread)] = rows[-1]
             atomic_write_text(Path(checkpoint), json.dumps(
                 {"fingerprint": fingerprint, "rows": list(done.values())}))
-    if criterion == "coverage":
-        best = min(rows, key=lambda row: (round(row["miscalibration_xy"], 9),
-                                          row["energy_score_m"]))
-    elif criterion == "reliability":
-        best = min(rows, key=lambda row: (round(row["reliability_xy_max_deviation"], 9),
-                                          row["energy_score_m"]))
-    else:
-        best = min(rows, key=lambda row: row["energy_score_m"])
+    from residualsim.residual.uncertainty_fit import rank_key
+
+    best = min(rows, key=rank_key(criterion))
     return best["spread"], rows

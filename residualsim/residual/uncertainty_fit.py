@@ -52,7 +52,7 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.residual.policy import ResidualModel
 
 __all__ = ["UNCERTAINTY_GRID", "UNCERTAINTY_SAMPLES", "NOISE_FACTORS", "fit_uncertainty",
-           "training_state_noise", "CUBE_ESTIMATE", "ENGINE_ESTIMATE"]
+           "rank_key", "training_state_noise", "CUBE_ESTIMATE", "ENGINE_ESTIMATE"]
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +155,20 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     return dataclasses.replace(candidate, spread=spread, info=info), record
 
 
-def _reliability_key(row: Mapping[str, Any]) -> tuple[float, float]:
-    """How ``fit_spread``'s reliability criterion ranks a row: worst deviation of the final
-    x-y reliability curve from the diagonal (rounded to 9 digits), then energy score."""
-    return round(row["reliability_xy_max_deviation"], 9), row["energy_score_m"]
+def rank_key(criterion: str) -> Callable[[Mapping[str, Any]], tuple[float, ...]]:
+    """How a spread or start-width row ranks under ``criterion`` (lowest first), the one
+    ranking ``fit_spread`` and this module share: ``"coverage"`` the x-y miscalibration,
+    ``"reliability"`` the worst deviation of the final x-y reliability curve from the
+    diagonal (both rounded to 9 digits, ties to the lower energy score, m), ``"energy"``
+    the energy score alone."""
+    column = {"coverage": "miscalibration_xy",
+              "reliability": "reliability_xy_max_deviation"}.get(criterion)
+    if column is None:
+        return lambda row: (row["energy_score_m"],)
+    return lambda row: (round(row[column], 9), row["energy_score_m"])
+
+
+_reliability_key = rank_key("reliability")
 
 
 #: ``info.uncertainty_fit.state_noise_estimate`` of the two estimates.
