@@ -439,7 +439,37 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
         state (how :mod:`residualsim.belief.propagation` goes from contact event to contact event).
     skips : bool
         Free flight in closed form and rest filled in (:mod:`residualsim.sim.skips`).
+
+    A policy with a ``coefficients`` part (a
+    :class:`~residualsim.residual.coefficients.SustainedPolicy`) also sets the contact
+    coefficients after every step that ends in contact, from that step's contact features
+    at the touching points, and its ``impulses`` part (or none) acts at the events; the
+    engine's own coefficients are back in force when the rollout returns.
     """
+    coefficients = getattr(policy, "coefficients", None)
+    if coefficients is not None:
+        policy = policy.impulses
+        try:
+            return _rollout(engine, initial_state, n_steps, policy, rng, guard,
+                            stop_after_events, skips, coefficients)
+        finally:
+            engine.scene.apply_params(engine.params)
+    return _rollout(engine, initial_state, n_steps, policy, rng, guard, stop_after_events,
+                    skips, None)
+
+
+def _sustained_features(engine: Engine, raw, touching: list[tuple]) -> np.ndarray:
+    """The contact features at the ``touching`` points in the current state (its velocity
+    from the raw reading ``raw``), then the number of touching points."""
+    state = engine.scene.raw_to_states([raw])[0]
+    return np.append(event_contact_model(engine, state, touching).features, len(touching))
+
+
+def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rng, guard,
+             stop_after_events: int | None, skips: bool, coefficients) -> ResidualRollout:
+    """:func:`residual_rollout`'s loop; ``coefficients`` None or a coefficient residual."""
+    if coefficients is not None:
+        engine.scene.apply_params(engine.params)
     scene, cid = engine.scene, engine.client
     flight, rest = engine.free_flight(skips), engine.rest_detector(skips)
     engine.reset(initial_state)
@@ -452,7 +482,7 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     spacing2 = guard.new_point_distance_m ** 2
     every_step = guard.every_contact_step
     hidden = guard.hidden_impact_mps
-    index = 0
+    index, scaled = 0, False
     while index < n_steps:
         if index % CHECK_EVERY == 0:
             added, resting = engine.skip_ahead(flight, rest, raws, n_steps - index)
@@ -461,6 +491,9 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
             if added:
                 index += added
                 recent = []
+                if scaled:
+                    scene.apply_params(engine.params)
+                    scaled = False
                 continue
         step(physicsClientId=cid)
         index += 1
@@ -477,8 +510,14 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
                         raw = read()
             recent.append([p[6] for p in touching])
             del recent[:-_MEMORY_STEPS]
+            if coefficients is not None:
+                coefficients.apply(engine, _sustained_features(engine, raw, touching))
+                scaled = True
         else:
             recent = []
+            if scaled:  # contact ended: the next touch meets the engine's own coefficients
+                scene.apply_params(engine.params)
+                scaled = False
             if hidden is not None and velocity_jump(engine, raws[-1], raw) > hidden:
                 pre = scene.raw_to_states([raws[-1]])
                 near = pb.getClosestPoints(body, static, guard.new_point_distance_m,

@@ -1,0 +1,105 @@
+"""The residual through sustained contact: contact coefficients set at every contact step."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pybullet as pb
+import pytest
+
+from residualsim.errors import ParameterError
+from residualsim.residual.coefficients import CoefficientResidual, SustainedPolicy
+from residualsim.sim.engine import Engine
+from residualsim.sim.rollout import residual_rollout
+from residualsim.sim.scenes import EngineSettings, make_scene
+
+HALF_M = 0.0524  # the cube's half width
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with Engine("cube", "lateral_friction=0.3,restitution=0.3",
+                EngineSettings(dt_s=0.01, substeps=4)) as built:
+        yield built
+
+
+def sliding_state(speed_mps: float = 1.0) -> np.ndarray:
+    """The cube resting flat on the table, sliding along +x at ``speed_mps``."""
+    state = np.zeros(make_scene("cube").state_size)
+    state[2], state[3], state[7] = HALF_M, 1.0, speed_mps
+    return state
+
+
+def constant(factor: float) -> CoefficientResidual:
+    """A residual whose multipliers are ``factor`` on the lateral friction, 1 otherwise:
+    a head with only a bias (tanh(bias) · ln 3 = ln factor)."""
+    net = CoefficientResidual.zeros(np.zeros(10), np.ones(10), hidden=4)
+    theta = net.get_flat()
+    theta[-3] = math.atanh(math.log(factor) / net.log_bound)
+    return net.with_flat(theta)
+
+
+def test_zero_head_is_the_engine(engine):
+    alone = residual_rollout(engine, sliding_state(), 60)
+    net = CoefficientResidual.zeros(np.zeros(10), np.ones(10))
+    assert np.allclose(net.multipliers(np.ones((5, 10))), 1.0)
+    same = residual_rollout(engine, sliding_state(), 60, SustainedPolicy(net))
+    np.testing.assert_array_equal(same.states, alone.states)
+
+
+def test_more_friction_stops_a_sliding_cube_sooner(engine):
+    def slide(policy) -> float:
+        run = residual_rollout(engine, sliding_state(), 60, policy)
+        return float(run.positions_m[-1, 0])
+
+    alone, grippier, slicker = slide(None), slide(SustainedPolicy(constant(2.0))), \
+        slide(SustainedPolicy(constant(0.5)))
+    assert grippier < alone < slicker
+    # μ g t² / 2 to stop from 1 m/s: x = v² / (2 μ g); twice the friction halves it
+    assert grippier == pytest.approx(alone / 2, rel=0.15)
+
+
+def test_the_engine_coefficients_are_back_after_the_rollout(engine):
+    before = residual_rollout(engine, sliding_state(), 40)
+    residual_rollout(engine, sliding_state(), 40, SustainedPolicy(constant(2.5)))
+    dynamics = pb.getDynamicsInfo(engine.scene.body, engine.scene.link,
+                                  physicsClientId=engine.client)
+    assert dynamics[1] == pytest.approx(0.3)  # lateral friction
+    after = residual_rollout(engine, sliding_state(), 40)
+    np.testing.assert_array_equal(after.states, before.states)
+
+
+def test_multipliers_are_bounded_and_the_weights_round_trip():
+    net = CoefficientResidual.zeros(np.zeros(10), np.ones(10), hidden=5, seed=3)
+    wild = net.with_flat(np.random.default_rng(0).normal(0, 50, net.n_parameters))
+    values = wild.multipliers(np.random.default_rng(1).normal(0, 10, (200, 10)))
+    assert values.min() >= 1 / 3 - 1e-12 and values.max() <= 3 + 1e-12
+    again = CoefficientResidual.from_json(json.loads(json.dumps(wild.as_json())))
+    np.testing.assert_array_equal(again.get_flat(), wild.get_flat())
+    with pytest.raises(ParameterError, match="finite weights"):
+        net.with_flat(np.zeros(3))
+
+
+def test_event_impulses_still_act_beside_it(engine):
+    """The event part of a SustainedPolicy is the event residual: a drop with a constant
+    upward-free impulse policy differs from the coefficients alone."""
+
+    class Push:
+        spin = contact_mode = False
+        n_outputs = 3
+
+        def mean(self, features):
+            return np.array([0.0, 0.05, 0.0])  # 0.05 N s along the slip tangent
+
+        def sample(self, features, rng):
+            return self.mean(features)
+
+    drop = sliding_state(0.5)
+    drop[2], drop[9] = 0.3, -1.0  # above the table, falling
+    net = CoefficientResidual.zeros(np.zeros(10), np.ones(10))
+    plain = residual_rollout(engine, drop, 60, SustainedPolicy(net))
+    pushed = residual_rollout(engine, drop, 60, SustainedPolicy(net, Push()))
+    assert pushed.n_events >= 1
+    assert not np.allclose(pushed.positions_m[-1], plain.positions_m[-1])
