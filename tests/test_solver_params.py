@@ -1,0 +1,140 @@
+"""The ``solver`` parameter group: PyBullet solver and collision settings as calibratable
+engine parameters, refused where the scene's engine ignores them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pybullet as pb
+import pytest
+
+from residualsim.errors import ParameterError
+from residualsim.sim.engine import Engine
+from residualsim.sim.scenes import SOLVER_PARAMS, EngineParams, make_scene, parse_params
+from residualsim.sysid.bodyspace import expand_names
+from residualsim.sysid.paramspace import ParamSpace
+
+RIGID = {"lateral_friction": 0.2, "restitution": 0.1}
+SOFT = {**RIGID, "contact_stiffness": 1e4, "contact_damping": 30.0}
+
+
+def _toss() -> np.ndarray:
+    state = np.array([0, 0, 0.2, 0.9, 0.3, 0.2, 0.1, 1.0, 0.3, -1.0, 3.0, -5.0, 2.0])
+    state[3:7] /= np.linalg.norm(state[3:7])
+    return state
+
+
+def _positions(engine: Engine, steps: int = 90) -> np.ndarray:
+    """Centre positions (steps, 3) m of a tumbling, sliding toss of the cube."""
+    engine.reset(_toss())
+    out = []
+    for _ in range(steps):
+        engine.step()
+        out.append(engine.state()[:3].copy())
+    return np.array(out)
+
+
+def _run(params: dict, raw_engine: dict | None = None, raw_body: dict | None = None
+         ) -> np.ndarray:
+    with Engine("cube", params) as engine:
+        if raw_engine:
+            pb.setPhysicsEngineParameter(physicsClientId=engine.client, **raw_engine)
+        if raw_body:
+            for body in (engine.scene.body, engine.scene.static_body):
+                pb.changeDynamics(body, -1, physicsClientId=engine.client, **raw_body)
+        return _positions(engine)
+
+
+@pytest.mark.parametrize("base, change", [
+    (RIGID, {"contact_erp": 0.8}),
+    (RIGID, {"solver_iterations": 4}),
+    (RIGID, {"restitution_velocity_threshold": 0.5}),
+    (RIGID, {"friction_anchor": 1}),
+    (SOFT, {"solver_iterations": 4}),
+    (SOFT, {"friction_anchor": 1}),
+])
+def test_each_honoured_solver_parameter_moves_the_cube(base, change):
+    moved = np.abs(_run({**base, **change}) - _run(base)).max()
+    assert moved > 1e-5, f"{change} left the trajectory unchanged ({moved} m)"
+
+
+@pytest.mark.parametrize("name, value, raw_engine, raw_body", [
+    ("collision_margin", 0.01, None, {"collisionMargin": 0.01}),
+    ("contact_processing_threshold", 0.05, None, {"contactProcessingThreshold": 0.05}),
+    ("split_impulse", 1.0, {"useSplitImpulse": 1}, None),
+    ("erp", 0.8, {"erp": 0.8}, None),
+])
+def test_ignored_solver_parameters_are_refused_and_really_ignored(name, value, raw_engine,
+                                                                  raw_body):
+    # the measurement behind the refusal: set behind residualsim's back, nothing changes
+    np.testing.assert_array_equal(_run(RIGID, raw_engine, raw_body), _run(RIGID))
+    with pytest.raises(ParameterError, match=f"{name} has no effect in scene 'cube'"):
+        Engine("cube", {**RIGID, name: value})
+
+
+def test_soft_contact_ignores_contact_erp_and_it_is_refused():
+    np.testing.assert_array_equal(_run(SOFT, {"contactERP": 0.8}), _run(SOFT))
+    with pytest.raises(ParameterError, match="contact_erp is ignored with soft contact"):
+        EngineParams(**SOFT, contact_erp=0.5)
+
+
+def test_combinations_the_engine_ignores_are_refused():
+    with pytest.raises(ParameterError, match="needs a finite contact_stiffness"):
+        EngineParams(contact_damping=10.0)
+    with pytest.raises(ParameterError, match="needs split_impulse = 1"):
+        EngineParams(split_impulse_penetration_threshold=-0.01)
+    with pytest.raises(ParameterError, match=r"solver_iterations must lie in \[1.0, 1000.0\]"):
+        EngineParams(solver_iterations=0)
+
+
+def test_set_to_the_scenes_own_values_changes_nothing():
+    # the cube runs 50 iterations and threshold 0 (EngineSettings): setting them is a no-op
+    np.testing.assert_array_equal(
+        _run({**RIGID, "solver_iterations": 50, "restitution_velocity_threshold": 0.0}),
+        _run(RIGID))
+
+
+def test_set_params_changes_and_unsets_solver_parameters_like_a_fresh_engine():
+    with Engine("cube", RIGID) as engine:
+        engine.set_params({"friction_anchor": 1, "solver_iterations": 7})
+        np.testing.assert_array_equal(
+            _positions(engine), _run({**RIGID, "friction_anchor": 1, "solver_iterations": 7}))
+        engine.set_params(EngineParams(**RIGID))
+        np.testing.assert_array_equal(_positions(engine), _run(RIGID))
+
+
+def test_json_keeps_only_the_set_solver_parameters(tmp_path):
+    assert set(EngineParams().as_json()) == {"lateral_friction", "restitution",
+                                             "spinning_friction", "rolling_friction",
+                                             "contact_stiffness", "contact_damping"}
+    params = EngineParams(**RIGID, friction_anchor=1.0, solver_iterations=20.0)
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps({"params": params.as_json()}))
+    assert parse_params(path) == params
+    assert parse_params("friction_anchor=1,solver_iterations=20,lateral_friction=0.2,"
+                        "restitution=0.1") == params
+
+
+def test_the_solver_group_expands_to_what_the_scene_honours():
+    cube = make_scene("cube")
+    assert expand_names(["lateral_friction", "solver"], "cube") == [
+        "lateral_friction", "contact_erp", "solver_iterations",
+        "restitution_velocity_threshold", "friction_anchor"]
+    for names in (["solver", "soft_contact"], ["contact_stiffness", "contact_damping", "solver"]):
+        soft = expand_names(names, "cube")
+        assert "contact_erp" not in soft and "solver_iterations" in soft
+    assert "contact_erp" not in expand_names(["solver"], "cube", soft_base=True)
+    assert expand_names(["solver_iterations", "solver"], "cube").count("solver_iterations") == 1
+    with pytest.raises(ParameterError, match="'solver' group needs a scene"):
+        ParamSpace(["solver"])
+    assert {spec.name for spec in SOLVER_PARAMS} - set(cube.ignored_params) == {
+        "contact_erp", "solver_iterations", "restitution_velocity_threshold", "friction_anchor"}
+
+
+def test_a_calibration_space_the_engine_would_ignore_is_refused_up_front():
+    with pytest.raises(ParameterError, match="needs a finite contact_stiffness"):
+        ParamSpace(["contact_damping"])
+    space = ParamSpace(["contact_stiffness", "contact_damping", "solver_iterations"])
+    assert space.parameters[2].log_scale and (space.parameters[2].low,
+                                              space.parameters[2].high) == (5.0, 200.0)
