@@ -138,3 +138,11 @@ def test_a_calibration_space_the_engine_would_ignore_is_refused_up_front():
     space = ParamSpace(["contact_stiffness", "contact_damping", "solver_iterations"])
     assert space.parameters[2].log_scale and (space.parameters[2].low,
                                               space.parameters[2].high) == (5.0, 200.0)
+
+
+def test_a_switch_of_contact_mode_drops_what_the_new_mode_ignores():
+    assert EngineParams(**SOFT).replace(contact_stiffness=float("inf")).contact_damping == 0.0
+    rigid = EngineParams(**RIGID, contact_erp=0.3)
+    assert rigid.replace(contact_stiffness=1e4, contact_damping=5.0).contact_erp is None
+    with pytest.raises(ParameterError, match="needs a finite contact_stiffness"):
+        EngineParams(**SOFT).replace(contact_stiffness=float("inf"), contact_damping=5.0)

@@ -177,13 +177,22 @@ class EngineParams:
         return math.isfinite(self.contact_stiffness)
 
     def replace(self, **changes: float) -> EngineParams:
-        """A copy with some parameters changed (validated)."""
+        """A copy with some parameters changed (validated). A switch of contact mode drops
+        what the new mode ignores unless it is among ``changes``: the damping when a change
+        makes contact rigid, the contact ERP when it makes contact soft."""
         unknown = sorted(set(changes) - set(_SPECS))
         if unknown:
             raise ParameterError(
                 f"unknown engine parameter(s) {', '.join(unknown)}; known: {', '.join(_SPECS)}"
             )
-        return EngineParams(**{**self.as_dict(), **changes})
+        values = {**self.as_dict(), **changes}
+        if "contact_stiffness" in changes:
+            rigid = not math.isfinite(float(values["contact_stiffness"]))
+            if rigid and "contact_damping" not in changes:
+                values["contact_damping"] = 0.0
+            if not rigid and "contact_erp" not in changes:
+                values.pop("contact_erp", None)
+        return EngineParams(**values)
 
     def as_dict(self) -> dict[str, float]:
         """Plain dict of parameter name to value (solver parameters only where set)."""
