@@ -43,8 +43,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
                              "trajectories of a free body")
     if args.base is not None and (args.scene == "arm-loop" or args.method == "mpec"):
-        raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq on "
-                             "a contact scene")
+        raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
     if args.scene == "arm-loop":
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
@@ -119,12 +118,9 @@ def register(commands) -> None:
                      help="comma-separated parameters to calibrate (default "
                      "lateral_friction,restitution): names or groups: contact (lateral, "
                      "spinning, rolling friction, restitution), soft_contact (stiffness, "
-                     "damping), solver (the solver parameters the scene's engine honours: "
-                     "contact_erp, erp, solver_iterations, collision_margin, "
-                     "contact_processing_threshold, split_impulse, "
-                     "split_impulse_penetration_threshold, restitution_velocity_threshold, "
-                     "friction_anchor; one the engine ignores is refused; README's table), "
-                     "and for an object from a scene file or URDF body (per link: "
+                     "damping), solver (contact_erp, solver_iterations, friction_anchor... "
+                     "as the scene's engine honours them; one it ignores is refused: README's "
+                     "table), and for an object from a scene file or URDF body (per link: "
                      "centre of mass, inertia; the total mass and its split across revolute "
                      "joints kept) and joints (per joint: damping, friction); single names "
                      "body.<link>.com_x, body.<link>.moment_1, body.<link>.axes_x, "
