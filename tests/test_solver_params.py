@@ -4,6 +4,7 @@ engine parameters, refused where the scene's engine ignores them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pybullet as pb
@@ -146,3 +147,16 @@ def test_a_switch_of_contact_mode_drops_what_the_new_mode_ignores():
     assert rigid.replace(contact_stiffness=1e4, contact_damping=5.0).contact_erp is None
     with pytest.raises(ParameterError, match="needs a finite contact_stiffness"):
         EngineParams(**SOFT).replace(contact_stiffness=float("inf"), contact_damping=5.0)
+
+
+def test_calibrate_refuses_an_ignored_parameter_before_any_work(tmp_path, capsys):
+    from residualsim.cli import main
+
+    data = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
+    out = tmp_path / "cal"
+    code = main(["calibrate", "--scene", "cube", "--data", str(data), "--params",
+                 "lateral_friction,collision_margin", "--method", "nevergrad", "--out",
+                 str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "collision_margin has no effect in scene 'cube'" in err
+    assert "Traceback" not in err and not (out / "summary.json").exists()
