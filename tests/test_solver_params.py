@@ -160,3 +160,41 @@ def test_calibrate_refuses_an_ignored_parameter_before_any_work(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "collision_margin has no effect in scene 'cube'" in err
     assert "Traceback" not in err and not (out / "summary.json").exists()
+
+
+def test_calibrate_help_shows_the_solver_group_and_base(capsys):
+    from residualsim.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "solver (contact_erp, solver_iterations, friction_anchor" in text
+    assert "--base BASE" in text
+
+
+def test_base_is_refused_where_it_would_be_ignored(tmp_path, capsys):
+    from residualsim.cli import main
+
+    data = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
+    code = main(["calibrate", "--scene", "cube", "--data", str(data), "--method", "mpec",
+                 "--base", "friction_anchor=1", "--out", str(tmp_path / "cal")])
+    assert code == 2 and "--base applies to" in capsys.readouterr().err
+
+
+def test_shipped_params_read_and_write_unchanged():
+    # unset solver parameters add nothing: a shipped model's params JSON round-trips exactly
+    model = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
+    stored = json.loads((model / "model.json").read_text())["params"]
+    params = parse_params(model / "model.json")
+    assert params.solver_values() == {} and params.as_json() == stored
+
+
+def test_an_object_with_a_body_keeps_its_solver_parameters():
+    from residualsim.sim.scenes import ObjectParams
+    from residualsim.sim.scenes.params import body_of
+
+    params = EngineParams(**RIGID, friction_anchor=1.0)
+    carried = ObjectParams.of(params, body=None)
+    assert carried == params and body_of(carried) is None
+    assert ObjectParams(**params.as_dict()).replace(solver_iterations=9).solver_values() == {
+        "friction_anchor": 1.0, "solver_iterations": 9.0}
