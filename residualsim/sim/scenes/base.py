@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from residualsim.errors import SceneError
+from residualsim.errors import ParameterError, SceneError
 from residualsim.sim.bullet import captured_c_output, pb
 from residualsim.sim.scenes.params import EngineParams
 
@@ -198,8 +198,6 @@ class Scene(ABC):
 
     def check_params(self, params: EngineParams) -> None:
         """ParameterError naming a set solver parameter this scene's engine ignores."""
-        from residualsim.errors import ParameterError
-
         for name in params.solver_values():
             if name in self.ignored_params:
                 raise ParameterError(f"{name} has no effect in scene {self.name!r}: "

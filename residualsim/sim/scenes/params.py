@@ -61,7 +61,7 @@ ENGINE_PARAMS: tuple[ParamSpec, ...] = (
 #: and PyBullet's own values; ``default`` is PyBullet's value. Flags (split impulse, friction
 #: anchor) are on from 0.5, iterations are rounded. A scene refuses those its engine ignores
 #: (:meth:`~residualsim.sim.scenes.base.Scene.check_params`); the table in README.md says why
-#: each matters, train/README.md §19 how they were measured.
+#: each matters, train/README.md §19.1 how they were measured.
 SOLVER_PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("contact_erp", 0.2, 0.0, 1.0, "-",
               "share of the contact penetration removed per internal step (rigid contact; "
@@ -187,7 +187,10 @@ class EngineParams:
             )
         values = {**self.as_dict(), **changes}
         if "contact_stiffness" in changes:
-            rigid = not math.isfinite(float(values["contact_stiffness"]))
+            try:
+                rigid = not math.isfinite(float(values["contact_stiffness"]))
+            except (TypeError, ValueError):  # EngineParams names the bad value
+                rigid = False
             if rigid and "contact_damping" not in changes:
                 values["contact_damping"] = 0.0
             if not rigid and "contact_erp" not in changes:
