@@ -7,7 +7,9 @@ Per toss the mean over its samples of ‖Δp‖ (predicted minus recorded positi
 in % of the cube's width (0.1048 m), and of the geodesic rotation angle in degrees; then the
 mean ± standard deviation over tosses. Deterministic (mean) predictions of each model's
 engine alone and with its residual, on the validation and test splits (issue 25's targets:
-≤ 12 % and ≤ 18° on test). With ``--predictive-mean S`` also the mean of S stochastic
+≤ 12 % and ≤ 18° on test). ``--calibrations DIR...`` also scores calibrated engines alone
+(the first model's settings with each calibration's parameters and substeps). With
+``--predictive-mean S`` also the mean of S stochastic
 samples as the point prediction (per sample time the mean position and the chordal L2 mean
 orientation, scipy's ``Rotation.mean``). ``--splits validation`` leaves test unread.
 Nothing is fitted here.
@@ -16,6 +18,7 @@ Nothing is fitted here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 import numpy as np
@@ -25,6 +28,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, geodesic_angle
+from residualsim.sysid.calibrate import load_calibration
 from residualsim.errors import run_script
 
 WIDTH_M = 0.1048
@@ -47,6 +51,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--splits", nargs="+", choices=("validation", "test"),
                         default=["validation", "test"])
+    parser.add_argument("--calibrations", nargs="+", default=[], metavar="DIR",
+                        help="also score these calibrations' engines alone (the first model "
+                             "with its engine parameters and substeps replaced)")
     parser.add_argument("--predictive-mean", type=int, default=0, metavar="S",
                         help="also score the mean of S samples of the model (default: no)")
     args = parser.parse_args()
@@ -54,18 +61,22 @@ def main() -> None:
     parts = split_ids(list(trajectories))
     print("| model | split | prediction | mean ‖Δp‖ (% of width) | rotation (deg) |")
     print("|---|---|---|---|---|")
-    for path in args.models:
-        model = ResidualModel.load(path)
+    runs = [(path, ResidualModel.load(path), (False, True)) for path in args.models]
+    for path in args.calibrations:
+        calibration = load_calibration(path)
+        runs.append((path, dataclasses.replace(runs[0][1], params=calibration.params,
+                                               substeps=calibration.substeps), (False,)))
+    for path, model, modes in runs:
         for split in args.splits:
             subset = {k: trajectories[k] for k in parts[split]}
             rows = []
-            for residual in (False, True):
+            for residual in modes:
                 predicted, _ = predict_trajectories(model, subset, n_workers=args.workers,
                                                     residual=residual)
                 rows.append(("residual" if residual else "engine",
                              {k: (predicted[k].position[0], predicted[k].quaternion[0])
                               for k in subset}))
-            if args.predictive_mean:
+            if args.predictive_mean and True in modes:  # a model's residual, not a calibration
                 sampled, _ = predict_trajectories(model, subset, samples=args.predictive_mean,
                                                   n_workers=args.workers)
                 rows.append((f"mean of {args.predictive_mean} samples",

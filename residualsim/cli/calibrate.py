@@ -42,6 +42,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
         raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
                              "trajectories of a free body")
+    if args.base is not None and (args.scene == "arm-loop" or args.method == "mpec"):
+        raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
     if args.scene == "arm-loop":
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
@@ -81,7 +83,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
             recorded_start=args.recorded_start, start_points=args.start_points,
-            weighting=args.weighting)
+            weighting=args.weighting, base=args.base)
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -116,12 +118,16 @@ def register(commands) -> None:
                      help="comma-separated parameters to calibrate (default "
                      "lateral_friction,restitution): names or groups: contact (lateral, "
                      "spinning, rolling friction, restitution), soft_contact (stiffness, "
-                     "damping), and for an object from a scene file or URDF body (per link: "
+                     "damping), solver (contact_erp, solver_iterations, friction_anchor... "
+                     "as the scene's engine honours them; one it ignores is refused: README's "
+                     "table), and for an object from a scene file or URDF body (per link: "
                      "centre of mass, inertia; the total mass and its split across revolute "
                      "joints kept) and joints (per joint: damping, friction); single names "
                      "body.<link>.com_x, body.<link>.moment_1, body.<link>.axes_x, "
                      "body.<link>.mass_ratio, joint.<joint>.damping, joint.<joint>.friction "
                      "(README)")
+    cal.add_argument("--base", help="values of the parameters not calibrated: name=value,..., "
+                     "a JSON file or a calibration directory (default PyBullet's)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
                      help="also write the scene's URDF with the identified values (inertials, "
                      "joint dynamics, contact coefficients in each link's <contact>; default: "

@@ -109,13 +109,15 @@ class Engine:
     def __init__(self, scene: str | Scene = "cube", params=None,
                  settings: EngineSettings | None = None) -> None:
         self.scene = self._nominal_scene = make_scene(scene, settings)
-        self.client = pb.connect(pb.DIRECT)
         self._params = parse_params(params)
+        self.scene.check_params(self._params)  # before connecting: nothing to leak
+        self.client = pb.connect(pb.DIRECT)
         self._body = None
         self._build()
 
     # --- world ----------------------------------------------------------------------------
     def _build(self) -> None:
+        self._use_body(body_of(self._params))
         cid, settings = self.client, self.scene.settings
         pb.resetSimulation(physicsClientId=cid)
         pb.setGravity(*settings.gravity_mps2, physicsClientId=cid)
@@ -130,8 +132,8 @@ class Engine:
         )
         if settings.erp is not None:
             options.update(erp=settings.erp, contactERP=settings.erp, frictionERP=settings.erp)
+        options.update(self.scene.engine_options(self._params))
         pb.setPhysicsEngineParameter(physicsClientId=cid, **options)
-        self._use_body(body_of(self._params))
         self.scene.build(cid)
         self.scene.apply_params(self._params)
         self._soft = self._params.soft_contact
@@ -175,11 +177,14 @@ class Engine:
             raise ParameterError(f"scene {self._nominal_scene.name!r} takes no body "
                                  "parameters: they need a free object from a scene file or "
                                  "URDF")
+        self.scene.check_params(params)
+        solver_changed = params.solver_values() != self._params.solver_values()
         self._params = params
         if body_of(params) != self._body:
             self._build()  # a new body: reload the object from its modified URDF
-        elif self._soft and not params.soft_contact:
-            # Bullet cannot switch a body back from soft to rigid contact: rebuild.
+        elif (self._soft and not params.soft_contact) or solver_changed:
+            # Bullet cannot switch a body back from soft to rigid contact, and unsetting a
+            # solver parameter means PyBullet's own value again: rebuild.
             self._build()
         else:
             self.scene.apply_params(params)

@@ -25,8 +25,9 @@ name                               unit       meaning, default search range
 I_axis is the child link's inertia about the joint axis (kg m²; its mass, kg, for a
 prismatic joint), so the ranges scale with the object. Groups: ``body`` (every ``body.*``
 name), ``joints`` (every ``joint.*`` name), ``contact`` (the rigid-contact coefficients:
-lateral, spinning and rolling friction, restitution) and ``soft_contact`` (contact stiffness
-and damping: choosing soft contact is a model choice, so it is asked for by name).
+lateral, spinning and rolling friction, restitution), ``soft_contact`` (contact stiffness
+and damping: choosing soft contact is a model choice, so it is asked for by name) and
+``solver`` (the solver parameters the scene's engine honours, :func:`solver_group`).
 
 **Consistency.** A link's rotational inertia is I = tr(Σ)·1 − Σ with Σ = R diag(s) Rᵀ its
 second-moment matrix: for any s_i > 0 the inertia is positive definite and its principal
@@ -56,16 +57,16 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from residualsim.errors import ParameterError
-from residualsim.sim.scenes import ParamSpec, make_scene
+from residualsim.sim.scenes import SOLVER_PARAMS, ParamSpec, make_scene
 from residualsim.sim.scenes.body import (BodyParams, JointDynamics, LinkInertial, inertia_tuple,
                                          link_aabbs, read_body)
 
 __all__ = ["BodySpace", "body_space", "GROUPS", "CONTACT_GROUP", "SOFT_CONTACT_GROUP",
-           "expand_names", "is_body_name"]
+           "expand_names", "is_body_name", "solver_group"]
 
 CONTACT_GROUP = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction")
 SOFT_CONTACT_GROUP = ("contact_stiffness", "contact_damping")
-GROUPS = ("contact", "soft_contact", "body", "joints")
+GROUPS = ("contact", "soft_contact", "solver", "body", "joints")
 _MOMENT_RANGE, _MASS_RANGE, _AXES_RAD = 4.0, 3.0, math.pi / 4
 _DAMPING_RATE, _FRICTION_RATE = 20.0, 50.0
 
@@ -264,15 +265,36 @@ def body_space(scene: str) -> BodySpace:
     return _cached(spec.urdf, spec.urdf.stat().st_mtime)
 
 
-def expand_names(names: Sequence[str], scene: str | None) -> list[str]:
-    """Parameter names with the groups (``contact``, ``soft_contact``, ``body``,
-    ``joints``) replaced by their members, in order, without repeats."""
+def solver_group(scene: str, soft: bool = False) -> list[str]:
+    """The ``solver`` group of a scene: the :data:`~residualsim.sim.scenes.SOLVER_PARAMS` its
+    engine honours (not in the scene's ``ignored_params``), without ``contact_erp`` when
+    contact is ``soft`` (a finite stiffness sets the contact's ERP) and without the
+    split-impulse threshold where split impulse is ignored."""
+    ignored = make_scene(scene).ignored_params
+    return [spec.name for spec in SOLVER_PARAMS
+            if spec.name not in ignored and not (spec.name == "contact_erp" and soft)
+            and not (spec.name == "split_impulse_penetration_threshold"
+                     and "split_impulse" in ignored)]
+
+
+def expand_names(names: Sequence[str], scene: str | None, soft_base: bool = False
+                 ) -> list[str]:
+    """Parameter names with the groups (``contact``, ``soft_contact``, ``solver``, ``body``,
+    ``joints``) replaced by their members, in order, without repeats. ``soft_base``: the
+    parameters not calibrated select soft contact (so ``solver`` leaves out the contact
+    ERP, as it does when the contact stiffness is calibrated)."""
+    names = [str(n).strip() for n in names]
     out: list[str] = []
-    for name in (str(n).strip() for n in names):
+    for name in names:
         if name == "contact":
             members = list(CONTACT_GROUP)
         elif name == "soft_contact":
             members = list(SOFT_CONTACT_GROUP)
+        elif name == "solver":
+            if scene is None:
+                raise ParameterError("the 'solver' group needs a scene")
+            soft = soft_base or bool({"soft_contact", "contact_stiffness"} & set(names))
+            members = [m for m in solver_group(scene, soft) if m not in names]
         elif name in ("body", "joints"):
             if scene is None:
                 raise ParameterError(f"the {name!r} group needs a scene")

@@ -42,7 +42,7 @@ from residualsim.sysid.mcmc import MetropolisHastings
 from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sysid.weighting import effective_weights, sandwich_calibration
-from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene
+from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
 from residualsim.sim.scenes.scene_file import same_scene
 from residualsim.sim.scenes.body import BodyParams
 from residualsim.sim.scenes.params import ObjectParams, body_of
@@ -270,7 +270,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
-              weighting: str | None = None) -> dict[str, Any]:
+              weighting: str | None = None,
+              base: EngineParams | Mapping[str, float] | str | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -314,6 +315,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     chains start and where its curvature is adjusted to the scatter between recordings
     (26 evaluations; MH samples x with the engine at x̂ + C (x − x̂), Chandler and Bate
     2007; see :mod:`residualsim.sysid.weighting` and train/README.md §20).
+    ``names`` may also hold the group ``solver`` (the solver parameters the scene's engine
+    honours, :func:`~residualsim.sysid.bodyspace.solver_group`); a solver parameter the
+    engine ignores is refused before any work. ``base``: values of the parameters not
+    calibrated (:func:`~residualsim.sim.scenes.parse_params`, e.g. a calibration directory,
+    to add parameters to an earlier calibration); default PyBullet's.
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq", "sandwich"):
@@ -332,7 +338,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                              f"{weighting!r}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
-    space = ParamSpace(names, bounds=bounds, priors=priors, scene=scene)
+    base = None if base is None else parse_params(base)
+    space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=scene)
+    make_scene(scene).check_params(space.engine_params(space.from_unit(space.start())))
     kind, train, validation = _load_split(scene, data, split, max_items,
                                           fractions=split_fractions, lists=split_lists)
     if kind == "impacts":
@@ -366,6 +374,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         fingerprint["rotation_weight"] = float(rotation_weight)
     if kind == "trajectories" and fit_recorded:
         fingerprint["recorded_start"] = "fit"
+    if base is not None:
+        fingerprint["base"] = base.as_json()
     log.info("calibrating %s on %d %s of %s (%s split, %d substeps, %d workers)",
              ", ".join(space.names), likelihood.n_items, kind, data, split,
              settings.substeps, likelihood.n_workers)

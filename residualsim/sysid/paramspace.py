@@ -18,19 +18,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from residualsim.errors import ParameterError
-from residualsim.sim.scenes.params import (ENGINE_PARAMS, SPRING_PARAMS, EngineParams,
-                                           ParamSpec)
+from residualsim.sim.scenes.params import (ENGINE_PARAMS, SOLVER_PARAMS, SPRING_PARAMS,
+                                           EngineParams, ParamSpec)
 
 __all__ = ["Uniform", "LogUniform", "Normal", "Prior", "Parameter", "ParamSpace",
            "CALIBRATION_BOUNDS", "parse_prior"]
 
-_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SPRING_PARAMS}
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS + SPRING_PARAMS}
+_ENGINE_NAMES = frozenset(spec.name for spec in ENGINE_PARAMS + SOLVER_PARAMS)
 
 #: Default search bounds where the valid range is unbounded or too wide to search usefully.
 CALIBRATION_BOUNDS: dict[str, tuple[float, float]] = {
     "lateral_friction": (0.0, 1.0),
     "contact_stiffness": (1e3, 1e7),
     "contact_damping": (0.0, 1e3),
+    "solver_iterations": (5.0, 200.0),
+    "restitution_velocity_threshold": (0.0, 1.0),
+    "collision_margin": (0.0, 0.01),
+    "contact_processing_threshold": (0.0, 0.02),
+    "split_impulse_penetration_threshold": (-0.05, 0.0),
     "kappa_theta": (0.1, 30.0),
     "kappa_psi": (0.1, 30.0),
 }
@@ -146,7 +152,8 @@ class ParamSpace:
     Parameters
     ----------
     names : sequence of str
-        Engine parameter names (see :data:`residualsim.sim.scenes.ENGINE_PARAMS`).
+        Engine parameter names (see :data:`residualsim.sim.scenes.ENGINE_PARAMS` and
+        :data:`~residualsim.sim.scenes.SOLVER_PARAMS`) and groups.
     bounds : mapping of name -> (low, high), optional
         Search bounds in natural units; default the parameter's valid range (or
         :data:`CALIBRATION_BOUNDS` where that range is unbounded).
@@ -155,8 +162,8 @@ class ParamSpace:
     base : EngineParams, optional
         Values of the parameters that are not calibrated (default: engine defaults).
     scene : str, optional
-        The scene, needed for the groups ``body`` and ``joints`` and for body and joint
-        names (:mod:`residualsim.sysid.bodyspace`); groups are expanded in place.
+        The scene, needed for the groups ``solver``, ``body`` and ``joints`` and for body
+        and joint names (:mod:`residualsim.sysid.bodyspace`); groups are expanded in place.
     """
 
     def __init__(self, names: Sequence[str], bounds: Mapping[str, Sequence[float]] | None = None,
@@ -166,7 +173,7 @@ class ParamSpace:
 
         names = [str(n).strip() for n in names]
         if names and all(names) and len(set(names)) == len(names):
-            names = expand_names(names, scene)
+            names = expand_names(names, scene, soft_base=base is not None and base.soft_contact)
         self.scene = scene if any(is_body_name(n) for n in names) else None
         if self.scene is None and any(is_body_name(n) for n in names):
             raise ParameterError("body and joint parameters need a scene")
@@ -186,7 +193,8 @@ class ParamSpace:
         for name in names:
             spec = specs.get(name)
             if spec is None:
-                known = ", ".join([*_SPECS, "contact", "soft_contact", "body", "joints"])
+                known = ", ".join([*_SPECS, "contact", "soft_contact", "solver", "body",
+                                   "joints"])
                 raise ParameterError(f"unknown engine parameter {name!r}; known: {known}, "
                                      "and for an object from a scene file or URDF "
                                      "body.<link>.* and joint.<joint>.* (README)")
@@ -201,6 +209,10 @@ class ParamSpace:
                                         spec if is_body_name(name) else None))
         self.parameters: tuple[Parameter, ...] = tuple(parameters)
         self.base = base or EngineParams()
+        # a combination the engine ignores (contact_damping without a finite stiffness,
+        # ...) is refused now, not at the first evaluation
+        self.base.replace(**{p.name: p.low + 0.5 * (p.high - p.low) for p in parameters
+                             if p.name in _ENGINE_NAMES})
         self._low = np.array([p.low for p in parameters])
         self._high = np.array([p.high for p in parameters])
         self._log = np.array([p.log_scale for p in parameters])

@@ -19,16 +19,16 @@ from __future__ import annotations
 from residualsim.errors import SceneError
 from residualsim.sim.scenes.base import ASSETS_DIR, EngineSettings, Scene
 from residualsim.sim.scenes.cube import CubeScene
-from residualsim.sim.scenes.params import (ENGINE_PARAMS, EngineParams, ObjectParams, ParamSpec,
-                                           parse_params)
+from residualsim.sim.scenes.params import (ENGINE_PARAMS, SOLVER_PARAMS, EngineParams,
+                                           ObjectParams, ParamSpec, parse_params)
 from residualsim.sim.scenes.planar import PlanarDiceScene, PlanarEllipseScene, PlanarScene
 from residualsim.sim.scenes.scene_file import SceneSpec, is_scene_path, read_scene_file
 
 __all__ = [
     "ASSETS_DIR", "SCENES", "make_scene", "Scene", "EngineSettings", "CubeScene",
     "PlanarScene", "PlanarEllipseScene", "PlanarDiceScene", "EngineParams", "ObjectParams",
-    "ParamSpec",
-    "ENGINE_PARAMS", "parse_params", "SceneSpec", "read_scene_file", "is_scene_path",
+    "ParamSpec", "ENGINE_PARAMS", "SOLVER_PARAMS", "parse_params", "SceneSpec",
+    "read_scene_file", "is_scene_path",
     "scene_from_spec", "same_scene",
 ]
 

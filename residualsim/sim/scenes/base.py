@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from residualsim.errors import SceneError
+from residualsim.errors import ParameterError, SceneError
 from residualsim.sim.bullet import captured_c_output, pb
 from residualsim.sim.scenes.params import EngineParams
 
@@ -169,6 +169,15 @@ class Scene(ABC):
     inertia_body: np.ndarray = np.zeros((3, 3))
     #: Default solver settings.
     settings: EngineSettings = EngineSettings(dt_s=0.01)
+    #: Solver parameters (:data:`~residualsim.sim.scenes.params.SOLVER_PARAMS`) this scene's
+    #: engine ignores, with the reason: :meth:`check_params` refuses them. PyBullet loads a
+    #: URDF as a multibody, whose solver has no split impulse; ``erp`` acts on joints only.
+    ignored_params: dict[str, str] = {
+        "split_impulse": "PyBullet's multibody solver has no split impulse",
+        "split_impulse_penetration_threshold": "PyBullet's multibody solver has no split "
+                                               "impulse",
+        "erp": "a single rigid body has no joint constraints",
+    }
 
     def __init__(self, settings: EngineSettings | None = None) -> None:
         if settings is not None:
@@ -187,9 +196,46 @@ class Scene(ABC):
         """PyBullet link indices of the moving body that touch the world (default: ``link``)."""
         return [self.link]
 
+    def check_params(self, params: EngineParams) -> None:
+        """ParameterError naming a set solver parameter this scene's engine ignores."""
+        for name in params.solver_values():
+            if name in self.ignored_params:
+                raise ParameterError(f"{name} has no effect in scene {self.name!r}: "
+                                     f"{self.ignored_params[name]}")
+
+    def engine_options(self, params: EngineParams) -> dict[str, float]:
+        """``setPhysicsEngineParameter`` options of the set solver parameters (they override
+        :attr:`settings`)."""
+        options: dict[str, float] = {}
+        if params.contact_erp is not None:
+            options["contactERP"] = params.contact_erp
+        if params.erp is not None:
+            options["erp"] = params.erp
+        if params.solver_iterations is not None:
+            options["numSolverIterations"] = int(round(params.solver_iterations))
+        if params.split_impulse is not None:
+            options["useSplitImpulse"] = int(params.flag("split_impulse"))
+        if params.split_impulse_penetration_threshold is not None:
+            options["splitImpulsePenetrationThreshold"] = \
+                params.split_impulse_penetration_threshold
+        if params.restitution_velocity_threshold is not None:
+            options["restitutionVelocityThreshold"] = params.restitution_velocity_threshold
+        return options
+
     def apply_params(self, params: EngineParams) -> None:
-        """Give the bodies the effective contact parameters (see :mod:`.params`)."""
+        """Give the bodies the effective contact parameters (see :mod:`.params`) and the set
+        per-body solver parameters (collision margin, contact processing threshold, friction
+        anchor); the engine-wide ones are :meth:`engine_options`."""
         cid = self.client
+        per_body: dict[str, float] = {}
+        if params.collision_margin is not None:
+            per_body["collisionMargin"] = params.collision_margin
+        if params.contact_processing_threshold is not None:
+            per_body["contactProcessingThreshold"] = params.contact_processing_threshold
+        if params.friction_anchor is not None:
+            per_body["frictionAnchor"] = int(params.flag("friction_anchor"))
+        for link in self.contact_links() if per_body else ():
+            pb.changeDynamics(self.body, link, physicsClientId=cid, **per_body)
         pb.changeDynamics(self.static_body, -1, lateralFriction=1.0, restitution=1.0,
                           spinningFriction=0.0, rollingFriction=0.0, physicsClientId=cid)
         for link in self.contact_links():

@@ -20,8 +20,8 @@ from residualsim.atomic import read_json
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes.body import BodyParams
 
-__all__ = ["ParamSpec", "ENGINE_PARAMS", "SPRING_PARAMS", "EngineParams", "ObjectParams",
-           "body_of", "parse_params"]
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SOLVER_PARAMS", "SPRING_PARAMS", "EngineParams",
+           "ObjectParams", "body_of", "parse_params"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,38 @@ ENGINE_PARAMS: tuple[ParamSpec, ...] = (
               "soft-contact damping; ignored for rigid contact"),
 )
 
+#: The ``solver`` group: PyBullet solver and collision settings, calibratable like the contact
+#: parameters. Unset (None) keeps the scene's :class:`~residualsim.sim.scenes.base.EngineSettings`
+#: and PyBullet's own values; ``default`` is PyBullet's value. Flags (split impulse, friction
+#: anchor) are on from 0.5, iterations are rounded. A scene refuses those its engine ignores
+#: (:meth:`~residualsim.sim.scenes.base.Scene.check_params`); the table in README.md says why
+#: each matters, train/README.md §19.1 how they were measured.
+SOLVER_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("contact_erp", 0.2, 0.0, 1.0, "-",
+              "share of the contact penetration removed per internal step (rigid contact; "
+              "soft contact derives it from stiffness and damping)"),
+    ParamSpec("erp", 0.2, 0.0, 1.0, "-",
+              "share of a joint-constraint error removed per internal step (objects with "
+              "joints)"),
+    ParamSpec("solver_iterations", 50.0, 1.0, 1000.0, "iterations",
+              "projected Gauss-Seidel sweeps per internal step (rounded); few leave "
+              "contact and friction forces unconverged", log_scale=True),
+    ParamSpec("collision_margin", 0.001, 0.0, 0.02, "m",
+              "collision shell around convex meshes (rounds their edges and corners)"),
+    ParamSpec("contact_processing_threshold", 0.0, 0.0, 0.1, "m",
+              "contacts closer than this enter the solver (speculative contacts)"),
+    ParamSpec("split_impulse", 0.0, 0.0, 1.0, "on/off",
+              "penetration recovery kept out of the velocities (on from 0.5)"),
+    ParamSpec("split_impulse_penetration_threshold", -0.04, -0.1, 0.0, "m",
+              "penetration deeper than this is recovered by split impulse (needs "
+              "split_impulse on)"),
+    ParamSpec("restitution_velocity_threshold", 0.2, 0.0, 2.0, "m/s",
+              "approach speed below which no bounce is applied"),
+    ParamSpec("friction_anchor", 0.0, 0.0, 1.0, "on/off",
+              "friction anchors: a sticking contact point is held in place instead of "
+              "creeping (on from 0.5)"),
+)
+
 #: Stiffnesses of the arm + loop scene's joint springs, identified by
 #: :mod:`residualsim.sysid.loop_stiffness` through the same :class:`~residualsim.sysid.paramspace.ParamSpace`
 #: (they are not contact parameters, so :class:`EngineParams` does not hold them).
@@ -66,7 +98,7 @@ SPRING_PARAMS: tuple[ParamSpec, ...] = (
               "stiffness of every ψ (bending) joint of the loop", log_scale=True),
 )
 
-_SPECS = {spec.name: spec for spec in ENGINE_PARAMS}
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS}
 
 
 @dataclass(frozen=True)
@@ -74,7 +106,10 @@ class EngineParams:
     """Effective contact parameters of a scene; validated on creation.
 
     Units: friction and restitution dimensionless, spinning and rolling friction in metres
-    (Bullet's convention), stiffness N/m, damping N*s/m.
+    (Bullet's convention), stiffness N/m, damping N*s/m. The :data:`SOLVER_PARAMS` are None
+    (the scene's settings) unless set. Combinations the engine would ignore are refused:
+    contact damping without a finite stiffness, contact ERP with soft contact, a split-impulse
+    threshold without split impulse.
     """
 
     lateral_friction: float = 0.25
@@ -83,10 +118,21 @@ class EngineParams:
     rolling_friction: float = 0.0
     contact_stiffness: float = math.inf
     contact_damping: float = 0.0
+    contact_erp: float | None = None
+    erp: float | None = None
+    solver_iterations: float | None = None
+    collision_margin: float | None = None
+    contact_processing_threshold: float | None = None
+    split_impulse: float | None = None
+    split_impulse_penetration_threshold: float | None = None
+    restitution_velocity_threshold: float | None = None
+    friction_anchor: float | None = None
 
     def __post_init__(self) -> None:
-        for spec in ENGINE_PARAMS:
+        for spec in ENGINE_PARAMS + SOLVER_PARAMS:
             value = getattr(self, spec.name)
+            if value is None and spec in SOLVER_PARAMS:
+                continue
             try:
                 value = float(value)
             except (TypeError, ValueError):
@@ -98,6 +144,32 @@ class EngineParams:
                     f"{spec.name} must lie in [{spec.low}, {spec.high}] {spec.unit}, got {value}"
                 )
             object.__setattr__(self, spec.name, value)
+        self._check_mode()
+
+    def _check_mode(self) -> None:
+        """ParameterError for a parameter the engine would ignore in this contact mode."""
+        if self.contact_damping > 0 and not self.soft_contact:
+            raise ParameterError(
+                f"contact_damping = {self.contact_damping:g} N s/m needs a finite "
+                "contact_stiffness: rigid contact ignores damping")
+        if self.contact_erp is not None and self.soft_contact:
+            raise ParameterError(
+                "contact_erp is ignored with soft contact (a finite contact_stiffness sets "
+                "the contact's ERP from stiffness and damping): drop one of the two")
+        if self.split_impulse_penetration_threshold is not None and not self.flag(
+                "split_impulse"):
+            raise ParameterError("split_impulse_penetration_threshold needs split_impulse = 1 "
+                                 "(without split impulse the engine ignores it)")
+
+    def flag(self, name: str) -> bool:
+        """An on/off solver parameter (``split_impulse``, ``friction_anchor``): on from 0.5."""
+        value = getattr(self, name)
+        return value is not None and value >= 0.5
+
+    def solver_values(self) -> dict[str, float]:
+        """The solver parameters that are set (name to value)."""
+        return {spec.name: getattr(self, spec.name) for spec in SOLVER_PARAMS
+                if getattr(self, spec.name) is not None}
 
     @property
     def soft_contact(self) -> bool:
@@ -105,17 +177,30 @@ class EngineParams:
         return math.isfinite(self.contact_stiffness)
 
     def replace(self, **changes: float) -> EngineParams:
-        """A copy with some parameters changed (validated)."""
+        """A copy with some parameters changed (validated). A switch of contact mode drops
+        what the new mode ignores unless it is among ``changes``: the damping when a change
+        makes contact rigid, the contact ERP when it makes contact soft."""
         unknown = sorted(set(changes) - set(_SPECS))
         if unknown:
             raise ParameterError(
                 f"unknown engine parameter(s) {', '.join(unknown)}; known: {', '.join(_SPECS)}"
             )
-        return EngineParams(**{**self.as_dict(), **changes})
+        values = {**self.as_dict(), **changes}
+        if "contact_stiffness" in changes:
+            try:
+                rigid = not math.isfinite(float(values["contact_stiffness"]))
+            except (TypeError, ValueError):  # EngineParams names the bad value
+                rigid = False
+            if rigid and "contact_damping" not in changes:
+                values["contact_damping"] = 0.0
+            if not rigid and "contact_erp" not in changes:
+                values.pop("contact_erp", None)
+        return EngineParams(**values)
 
     def as_dict(self) -> dict[str, float]:
-        """Plain dict of parameter name to value."""
-        return {spec.name: getattr(self, spec.name) for spec in ENGINE_PARAMS}
+        """Plain dict of parameter name to value (solver parameters only where set)."""
+        return {**{spec.name: getattr(self, spec.name) for spec in ENGINE_PARAMS},
+                **self.solver_values()}
 
     def as_json(self) -> dict[str, float | str]:
         """Like :meth:`as_dict` but strict-JSON safe: an infinite value becomes ``"inf"``."""
@@ -136,7 +221,7 @@ class ObjectParams(EngineParams):
     @classmethod
     def of(cls, params: EngineParams, body: BodyParams | None) -> EngineParams:
         """``params`` with ``body`` (a plain EngineParams when body is None)."""
-        contact = {spec.name: getattr(params, spec.name) for spec in ENGINE_PARAMS}
+        contact = params.as_dict()  # the contact and the set solver parameters
         return EngineParams(**contact) if body is None else cls(**contact, body=body)
 
 

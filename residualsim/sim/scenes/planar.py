@@ -70,6 +70,9 @@ class PlanarScene(Scene):
     urdf = ""
     settings = EngineSettings(dt_s=1.0 / 250.0, substeps=10, gravity_mps2=(0.0, -9.81, 0.0),
                               erp=0.0)
+    ignored_params = {**Scene.ignored_params,
+                      "erp": "the planar joints keep the scene's ERP 0 (they hold the body in "
+                             "its plane)"}
 
     def build(self, client: int) -> None:
         self.client = client

@@ -165,6 +165,8 @@ class FreeUrdfScene(Scene):
         self._offset = None if not offset.any() and np.allclose(orn, [0, 0, 0, 1]) else \
             (offset, np.array([orn[3], *orn[:3]]))
         self.settings = dataclasses.replace(FreeUrdfScene.settings, substeps=spec.substeps)
+        if self.n_joints:  # joint limits are constraints that ERP corrects
+            self.ignored_params = {k: v for k, v in Scene.ignored_params.items() if k != "erp"}
         super().__init__(settings)
         self._kinematics_cache: tuple | None = None
 
