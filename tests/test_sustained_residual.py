@@ -103,3 +103,33 @@ def test_event_impulses_still_act_beside_it(engine):
     pushed = residual_rollout(engine, drop, 60, SustainedPolicy(net, Push()))
     assert pushed.n_events >= 1
     assert not np.allclose(pushed.positions_m[-1], plain.positions_m[-1])
+
+
+@pytest.mark.parametrize("method", ["particles", "conjugate"])
+def test_beliefs_roll_out_the_sustained_part(method):
+    """Both belief steps run the model's sustained part in the engine: a cube dropped low
+    onto an edge pivots onto a face in contact between its first two events, so with 2.5x
+    friction the second event's belief moves; the first's barely does."""
+    import dataclasses
+    from pathlib import Path
+
+    from scipy.spatial.transform import Rotation
+
+    from residualsim.belief.propagation import GaussianMixtureBelief, propagate_belief
+    from residualsim.belief.simulator import INITIAL_STD, toss_state
+    from residualsim.residual.policy import ResidualModel
+
+    model = ResidualModel.load(Path(__file__).resolve().parents[1] / "data" / "pretrained" /
+                               "cube-contactnets")
+    grippy = dataclasses.replace(model, sustained=constant(2.5))
+    quat = Rotation.from_rotvec([0.3, 0.0, 0.0]).as_quat()[[3, 0, 1, 2]]
+    initial = GaussianMixtureBelief.gaussian(
+        toss_state([0.0, 0.0, 0.08], quat, [0.8, 0.0, -0.3], [0.0, 0.0, 0.0]), INITIAL_STD,
+        planar=False)
+    options = dict(draws=30) if method == "conjugate" else dict(n_particles=30)
+    plain, slid = (propagate_belief(m, initial, n_events=2, seed=0, method=method, **options)
+                   for m in (model, grippy))
+    assert len(slid) == len(plain) == 2
+    speed = [[abs(b.belief.weights @ b.belief.means[:, 6]) for b in run] for run in (plain, slid)]
+    drop = [plain_speed - slid_speed for plain_speed, slid_speed in zip(*speed)]  # m/s
+    assert drop[1] > 0.03 and drop[1] > 2 * abs(drop[0])  # slower after the pivot

@@ -405,3 +405,44 @@ def test_a_contact_mode_model_trains_scales_its_mode_input_and_loads(tosses, tmp
     assert 1.0 <= policy.feature_mean[-1] <= 4.0 and policy.feature_std[-1] > 0
     predictions, stats = predict_trajectories(ResidualModel.load(tmp_path), validation)
     assert stats["events"] >= 1 and set(predictions) == set(validation)
+
+
+@pytest.mark.parametrize("engine_best", [False, True])
+def test_a_sustained_model_trains_both_parts_and_keeps_them_only_when_they_win(
+        tosses, tmp_path, monkeypatch, engine_best):
+    """``TrainingConfig(sustained=True)``: candidates carry the event policy's weights and
+    the sustained-contact network's; the chosen one's network travels with the model (and
+    changes its predictions), unless the engine alone wins on validation."""
+    import dataclasses
+
+    from residualsim.residual.coefficients import SustainedPolicy
+    from residualsim.residual.train import TrainingConfig, train_residual
+
+    real_validation = TrajectoryLoss.validation
+
+    def judged(self, theta):
+        figures = real_validation(self, theta)
+        engine_loss = 0.0 if engine_best else 1e9
+        return {**figures, "loss": engine_loss if theta is None else 1.0 + figures["loss"]}
+
+    monkeypatch.setattr(TrajectoryLoss, "validation", judged)
+    split = split_ids(list(tosses))
+    train = {k: tosses[k] for k in split["train"][:3]}
+    validation = {k: tosses[k] for k in split["validation"]}
+    model, figures = train_residual(
+        "cube", train, validation, tmp_path, params=EngineParams(), substeps=1,
+        config=TrainingConfig(budget=8, batch_size=8, validate_every=8, hidden=(4,),
+                              sustained=True, sustained_hidden=3))
+    assert figures["n_parameters"] == model.policy.n_parameters + 10 * 3 + 3 + 3 * 3 + 3
+    loaded = ResidualModel.load(tmp_path)
+    if engine_best:
+        assert loaded.sustained is None and not figures["sustained"]
+        return
+    assert figures["sustained"]
+    np.testing.assert_array_equal(loaded.sustained.get_flat(), model.sustained.get_flat())
+    assert isinstance(loaded.sampling_policy(), SustainedPolicy)
+    with_part, _ = predict_trajectories(loaded, validation)
+    without, _ = predict_trajectories(dataclasses.replace(loaded, sustained=None), validation)
+    moved = [np.abs(with_part[k].position[0] - without[k].position[0]).max()
+             for k in validation]
+    assert max(moved) > 1e-6

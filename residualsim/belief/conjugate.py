@@ -193,7 +193,7 @@ class _SigmaRequest:
     n_slots: int
     states: np.ndarray
     params: Any  # EngineParams
-    probe: _EventProbe
+    probe: Any  # _EventProbe, or a SustainedPolicy around one
     guard: Any
     max_steps: int
     penetration_tolerance_m: float
@@ -368,6 +368,14 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                              f"{feasibility_draws!r}, {draws!r}, {impulse_samples!r} and "
                              f"{em_iterations!r}")
     policy = model.sampling_policy()
+    coefficients = getattr(policy, "coefficients", None)  # acts in the engine's rollouts
+    if coefficients is not None:
+        policy = policy.impulses
+    probe = _EventProbe(policy.n_outputs, policy.spin, policy.contact_mode)
+    if coefficients is not None:
+        from residualsim.residual.coefficients import SustainedPolicy
+
+        probe = SustainedPolicy(coefficients, probe)
     planar = belief.tangent.planar
     groups = [sigma_points(mu, cov, sigma_kappa, sigma_rotations) for mu, cov in
               zip(belief.means, belief.covariances)] if draws is None else \
@@ -378,7 +386,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     states = belief.tangent.from_tangent(points)
     request = _SigmaRequest(
         n_slots=len(workers.items), states=states, params=model.params,
-        probe=_EventProbe(policy.n_outputs, policy.spin, policy.contact_mode),
+        probe=probe,
         guard=model.guard, max_steps=int(max_steps),
         penetration_tolerance_m=float(penetration_tolerance_m))
     results = dict(pair for chunk in workers.map(_sigma_tasks, request) for pair in chunk)

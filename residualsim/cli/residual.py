@@ -25,7 +25,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         n_components=args.components, sigma=args.sigma, optimizer=args.optimizer,
         batch_size=args.batch_size, rotation_weight=args.rotation_weight,
         validate_every=args.validate_every, patience=args.patience, seed=args.seed,
-        guard=ContactGuard(), contact_mode=args.contact_mode)
+        guard=ContactGuard(), contact_mode=args.contact_mode, sustained=args.sustained)
     figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
                            calibration=args.calibration, substeps=args.substeps,
                            max_trajectories=args.max_tosses, config=config,
@@ -120,6 +120,8 @@ def register(commands) -> None:
                     help="weight of the rotation error (x radius of gyration) in the loss")
     tr.add_argument("--contact-mode", action="store_true",
                     help="the policy also reads the number of points touching at each event")
+    tr.add_argument("--sustained", action="store_true",
+                    help="also learn friction coefficients at every contact step (train/README §24)")
     tr.add_argument("--validate-every", type=count(1), default=48,
                     help="evaluations between validation checks")
     tr.add_argument("--patience", type=count(1), default=6,

@@ -30,7 +30,8 @@ import numpy as np
 
 from residualsim.errors import ParameterError
 
-__all__ = ["CoefficientResidual", "SustainedPolicy", "COEFFICIENTS"]
+__all__ = ["CoefficientResidual", "SustainedPolicy", "COEFFICIENTS", "contact_step_features",
+           "sustained_start"]
 
 #: The coefficients the network scales, in the order of its outputs (PyBullet's names).
 COEFFICIENTS = ("lateralFriction", "spinningFriction", "rollingFriction")
@@ -111,9 +112,61 @@ class CoefficientResidual:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CoefficientResidual:
+        """The network of :meth:`as_json`; ValueError when its shapes do not chain from 10
+        features to 3 outputs or a number is not finite."""
         layers = tuple((np.asarray(w, float), np.asarray(b, float)) for w, b in data["layers"])
-        return cls(layers, np.asarray(data["feature_mean"], float),
-                   np.asarray(data["feature_std"], float), float(data["log_bound"]))
+        mean, std = np.asarray(data["feature_mean"], float), np.asarray(data["feature_std"], float)
+        width = mean.shape
+        for w, b in layers:
+            if w.ndim != 2 or (w.shape[1],) != width or b.shape != (w.shape[0],):
+                raise ValueError("sustained-contact network layers do not chain")
+            width = b.shape
+        finite = all(np.isfinite(a).all() for pair in layers for a in pair)
+        if not layers or width != (len(COEFFICIENTS),) or std.shape != mean.shape or \
+                not finite or not (std > 0).all() or not np.isfinite(mean).all():
+            raise ValueError(f"a sustained-contact network maps {mean.shape} features to "
+                             f"{len(COEFFICIENTS)} finite multipliers")
+        return cls(layers, mean, std, float(data["log_bound"]))
+
+
+class _Recorder:
+    """Coefficients that change nothing and keep the features they are shown."""
+
+    def __init__(self) -> None:
+        self.seen: list[np.ndarray] = []
+
+    def apply(self, engine, features: np.ndarray) -> None:
+        self.seen.append(features)
+
+
+def contact_step_features(engine, item: tuple, request) -> np.ndarray | None:
+    """Worker function: the features (n, 10) of every step of the engine's own rollout of
+    ``item`` that ends in contact (a :class:`~residualsim.sim.rollout.RolloutRequest`'s
+    params, guard and split), or None outside the request's split."""
+    from residualsim.sim.rollout import residual_rollout
+
+    if request.split is not None and item[1] != request.split:
+        return None
+    if engine.params != request.params:
+        engine.set_params(request.params)
+    recorder = _Recorder()
+    residual_rollout(engine, item[3], len(item[4]) - 1, SustainedPolicy(recorder), None,
+                     request.guard)
+    return np.array(recorder.seen).reshape(-1, 10)
+
+
+def sustained_start(workers, params, guard, hidden: int, seed: int) -> CoefficientResidual:
+    """A coefficient residual at 'no correction' whose input scaling comes from the
+    engine's own contact steps on the training items of ``workers``."""
+    from residualsim.sim.rollout import RolloutRequest
+
+    request = RolloutRequest(params=params, policies=(), guard=guard, split="train")
+    rows = [r for r in workers.map(contact_step_features, request) if r is not None]
+    seen = np.vstack(rows) if rows else np.empty((0, 10))
+    if len(seen) < 2:
+        raise ParameterError("the engine's rollouts of the training recordings end fewer than "
+                             "2 steps in contact: no sustained contact to learn from")
+    return CoefficientResidual.zeros(seen.mean(axis=0), seen.std(axis=0), hidden, seed=seed)
 
 
 @dataclasses.dataclass(frozen=True)

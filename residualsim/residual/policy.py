@@ -386,9 +386,19 @@ class ResidualModel:
     #: its ``factor``); None: samples start from the recorded state exactly. Set by
     #: ``train``'s uncertainty fit (estimate and factor) or ``fit-spread --state-noise``.
     state_noise: Any = None
+    #: The residual through sustained contact
+    #: (:class:`~residualsim.residual.coefficients.CoefficientResidual`): friction
+    #: coefficients set at every step that ends in contact; None: events only.
+    sustained: Any = None
 
     def sampling_policy(self):
-        """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread."""
+        """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread,
+        inside a :class:`~residualsim.residual.coefficients.SustainedPolicy` when the model
+        has a sustained-contact part."""
+        if self.sustained is not None:
+            from residualsim.residual.coefficients import SustainedPolicy
+
+            return SustainedPolicy(self.sustained, self.policy.numpy(self.spread))
         return self.policy.numpy(self.spread)
 
     def settings(self):
@@ -418,6 +428,8 @@ class ResidualModel:
                   "guard": dataclasses.asdict(self.guard), "spread": self.spread,
                   "state_noise": (None if self.state_noise is None
                                   else self.state_noise.as_json()),
+                  **({"sustained": self.sustained.as_json()}
+                     if self.sustained is not None else {}),
                   "info": self.info}
         atomic_write_text(directory / "model.json", json.dumps(header, indent=2))
         return directory
@@ -454,6 +466,11 @@ class ResidualModel:
             spread = float(header.get("spread", 1.0))
             noise = header.get("state_noise")
             state_noise = None if noise is None else StateNoise.from_json(noise)
+            sustained = header.get("sustained")
+            if sustained is not None:
+                from residualsim.residual.coefficients import CoefficientResidual
+
+                sustained = CoefficientResidual.from_json(sustained)
             if not (dt_s > 0 and substeps >= 1):
                 raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
             if not (math.isfinite(spread) and spread >= 0):
@@ -466,7 +483,8 @@ class ResidualModel:
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
-                   guard=guard, info=info, spread=spread, state_noise=state_noise)
+                   guard=guard, info=info, spread=spread, state_noise=state_noise,
+                   sustained=sustained)
 
 
 def _scene_for_header(scene: str, directory: Path) -> str:

@@ -61,7 +61,10 @@ class TrainingConfig:
     ``rotation_weight`` w in the loss; ``validate_every`` evaluations between validation
     checks and ``patience`` checks without improvement before stopping; ``contact_mode``
     the policy also reads the number of touching points at each event
-    (:class:`~residualsim.residual.policy.ResidualPolicy`).
+    (:class:`~residualsim.residual.policy.ResidualPolicy`); ``sustained`` trains, jointly
+    with the event policy, a residual through sustained contact of ``sustained_hidden``
+    tanh units (:mod:`residualsim.residual.coefficients`: friction coefficients at every
+    step that ends in contact).
     """
 
     budget: int = 800
@@ -77,6 +80,8 @@ class TrainingConfig:
     seed: int = 0
     guard: ContactGuard = field(default_factory=ContactGuard)
     contact_mode: bool = False
+    sustained: bool = False
+    sustained_hidden: int = 6
 
     def __post_init__(self) -> None:
         for name in ("budget", "batch_size", "validate_every", "patience", "n_components"):
@@ -114,9 +119,9 @@ class TrajectoryLoss:
     """
 
     def __init__(self, workers: ShardedWorkers, policy: ResidualPolicy, params: EngineParams,
-                 radius_m: float, config: TrainingConfig) -> None:
+                 radius_m: float, config: TrainingConfig, sustained=None) -> None:
         self.workers, self.policy, self.params = workers, policy, params
-        self.radius_m, self.config = radius_m, config
+        self.radius_m, self.config, self.sustained = radius_m, config, sustained
         self.counts = np.zeros(5)  # events, energy clamps, normal clamps, engine gains, rollouts
         self.deepest_m = 0.0
 
@@ -125,7 +130,7 @@ class TrajectoryLoss:
         """Per-item rollout errors (n_items, C, S, 7) (see :func:`residual_errors`);
         ``thetas=None`` runs the engine alone."""
         policies: tuple = (None,) if thetas is None else tuple(
-            self.policy.set_flat(theta).numpy() for theta in thetas)
+            self.rollout_policy(theta) for theta in thetas)
         samples = self.config.samples if samples is None else samples
         request = RolloutRequest(params=self.params, policies=policies, samples=samples,
                                  seed=self.config.seed, guard=self.config.guard, split=split)
@@ -135,6 +140,17 @@ class TrajectoryLoss:
                         table[..., 5].sum(), table[..., 0].size]
         self.deepest_m = max(self.deepest_m, float(table[..., 6].max(initial=0.0)))
         return table
+
+    def rollout_policy(self, theta: np.ndarray):
+        """The policy a candidate θ rolls out: the event policy's weights first, then (with
+        a ``sustained`` part) the sustained-contact network's."""
+        n_event = self.policy.n_parameters
+        event = self.policy.set_flat(theta[:n_event]).numpy()
+        if self.sustained is None:
+            return event
+        from residualsim.residual.coefficients import SustainedPolicy
+
+        return SustainedPolicy(self.sustained.with_flat(theta[n_event:]), event)
 
     def pose_rmse(self, table: np.ndarray) -> np.ndarray:
         """Per-item, per-candidate, per-sample pose RMSE (n, C, S), metres."""
@@ -260,8 +276,16 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     with engine_workers(scene, split_items(scene, train, validation), n_workers,
                         settings) as workers:
         policy = scaled_policy(workers, scene, params, config)
-        init = policy.get_flat()
-        loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config)
+        sustained = None
+        if config.sustained:
+            from residualsim.residual.coefficients import sustained_start
+
+            sustained = sustained_start(workers, params, config.guard, config.sustained_hidden,
+                                        config.seed)
+        init = policy.get_flat() if sustained is None else \
+            np.concatenate([policy.get_flat(), sustained.get_flat()])
+        loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config,
+                              sustained)
         engine_figures = loss.validation(None)
         log.info("engine alone on validation: %s", engine_figures)
 
@@ -290,9 +314,12 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                        "params": params.as_json(), "substeps": substeps,
                        **({"body": params.body.as_json()}
                           if getattr(params, "body", None) is not None else {}),
-                       "config": _json_config(config), "n_parameters": policy.n_parameters,
+                       "config": _json_config(config), "n_parameters": len(init),
                        "scaling": [policy.feature_mean.tolist(), policy.feature_std.tolist(),
-                                   policy.impulse_scale_ns]}
+                                   policy.impulse_scale_ns],
+                       **({"sustained_scaling": [sustained.feature_mean.tolist(),
+                                                 sustained.feature_std.tolist()]}
+                          if sustained is not None else {})}
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,
                           seed=config.seed, checkpoint=out / "checkpoint.npz", resume=resume,
@@ -315,7 +342,10 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
             theta = init
         else:
             theta = result.candidates[chosen["index"]]
-        policy.set_flat(theta)
+        policy.set_flat(theta[:policy.n_parameters])
+        if sustained is not None:  # kept only when a candidate beat the engine
+            sustained = None if theta is init else \
+                sustained.with_flat(theta[policy.n_parameters:])
         counts, deepest = loss.counts.copy(), loss.deepest_m
         restarts = workers.restarts
     earlier = session["before"]
@@ -331,7 +361,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         "improvement": 1.0 - chosen["position_rmse_m"] / engine_figures["position_rmse_m"],
         "evaluations": result.evaluations, "chosen_evaluation": int(chosen["index"]) + 1,
         "stopped_early": result.stopped_early, "failed": result.failed,
-        "seconds": seconds, "n_parameters": policy.n_parameters,
+        "seconds": seconds, "n_parameters": len(init),
+        "sustained": sustained is not None,
         "params_sha256": params_sha256(policy),
         "rollouts": int(counts[4]), "events": int(counts[0]),
         "energy_clamped": int(counts[1]), "normal_clamped": int(counts[2]),
@@ -339,7 +370,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         "worker_restarts": restarts, "workers": n_workers, "backend": current_backend().name,
     }
     model = ResidualModel(scene=scene, policy=policy, params=params, dt_s=settings.dt_s,
-                          substeps=settings.substeps, guard=config.guard,
+                          substeps=settings.substeps, guard=config.guard, sustained=sustained,
                           info={**dict(info or {}), "config": _json_config(config),
                                 "n_train": len(train), "n_validation": len(validation),
                                 "figures": figures,
@@ -351,6 +382,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
 def _json_config(config: TrainingConfig) -> dict[str, Any]:
     content = asdict(config)
     content["hidden"] = list(config.hidden)
+    if not config.sustained:  # as before the sustained part existed (resumable checkpoints)
+        del content["sustained"], content["sustained_hidden"]
     return content
 
 
