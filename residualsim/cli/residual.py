@@ -121,7 +121,8 @@ def register(commands) -> None:
     tr.add_argument("--contact-mode", action="store_true",
                     help="the policy also reads the number of points touching at each event")
     tr.add_argument("--sustained", action="store_true",
-                    help="also learn friction coefficients at every contact step (train/README §24)")
+                    help="also learn friction coefficients at every contact step "
+                         "(train/README §19.2)")
     tr.add_argument("--validate-every", type=count(1), default=48,
                     help="evaluations between validation checks")
     tr.add_argument("--patience", type=count(1), default=6,

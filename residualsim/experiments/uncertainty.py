@@ -24,6 +24,8 @@ kept in the result's ``score`` entries.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import time
 from dataclasses import dataclass
@@ -119,7 +121,12 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     side = getattr(make_scene(model.scene), "side_m", None)
     variants = [(ROWS[0][0], 0, None)]
     if model.state_noise is not None:
-        variants.append((ROWS[1][0], int(samples), MeanResidual(model.sampling_policy())))
+        sampling = model.sampling_policy()
+        if getattr(sampling, "coefficients", None) is not None:  # keep the sustained part
+            sampling = dataclasses.replace(sampling, impulses=MeanResidual(sampling.impulses))
+        else:
+            sampling = MeanResidual(sampling)
+        variants.append((ROWS[1][0], int(samples), sampling))
     variants.append((ROWS[2][0], int(samples), None))
     rows = []
     for name, n_samples, policy in variants:

@@ -1,14 +1,14 @@
-"""The residual through sustained contact on the cube tosses (issue 35, second lever).
+"""The residual through sustained contact alone, by CMA on the published metric (issue 35).
 
-    python train/cube_sustained.py --data $RESIDUALSIM_DATA/contactnets-cube \\
-        --model data/pretrained/cube-contactnets --out runs/sustained --budget 400
+    python train/sustained_residual.py --data $RESIDUALSIM_DATA/contactnets-cube \\
+        --model data/pretrained/cube-contactnets --out runs/sustained --budget 320
 
 Trains a :class:`~residualsim.residual.coefficients.CoefficientResidual` (multipliers on
 the calibrated engine's lateral, spinning and rolling friction at every step that ends in
-contact, from the contact features) by nevergrad CMA on the training split's full
-trajectories, with the published metric as the loss: per toss the mean position error in %
-of the cube's width (0.1048 m) plus the mean rotation error in degrees, averaged over the
-tosses. Every ``--validate-every`` evaluations the best candidate so far is scored on the
+contact, from the contact features) on top of a model's engine and event residual, by
+nevergrad CMA on the training split's full trajectories, with the published metric as the
+loss: per toss the mean position error in % of ``--length-m`` (default the cube's width,
+0.1048 m) plus the mean rotation error in degrees, averaged over the tosses. Every ``--validate-every`` evaluations the best candidate so far is scored on the
 validation split; the candidate with the best validation score is kept (``--patience``
 checks without improvement stop the run). Prints the validation figures of the engine, the
 model's event residual, the sustained residual alone and both together. The test split is
@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from residualsim.atomic import atomic_write_text
-from residualsim.data import load_trajectories
+from residualsim.sim.recordings import load_recordings
 from residualsim.data.splits import split_ids
 from residualsim.errors import run_script
 from residualsim.residual.coefficients import CoefficientResidual, SustainedPolicy
@@ -37,7 +37,7 @@ from residualsim.sim.rollout import (interleave, recording_settings, residual_ro
                                      trajectory_items)
 from residualsim.sim.rotations import geodesic_angle
 
-WIDTH_M = 0.1048
+CUBE_WIDTH_M = 0.1048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,7 @@ class _Request:
     guard: object
     policies: tuple
     split: str | None
+    length_m: float = CUBE_WIDTH_M
 
 
 class _Recorder:
@@ -79,15 +80,17 @@ def _scores(engine, item, request) -> np.ndarray | None:
     rows = []
     for policy in request.policies:
         run = residual_rollout(engine, state, len(positions) - 1, policy, None, request.guard)
-        rows.append((np.linalg.norm(run.positions_m - positions, axis=1).mean() / WIDTH_M * 100,
+        rows.append((np.linalg.norm(run.positions_m - positions, axis=1).mean()
+                     / request.length_m * 100,
                      np.degrees(geodesic_angle(run.quat_wxyz, quat)).mean()))
     return np.array(rows)
 
 
-def _evaluate(workers, model, policies, split) -> np.ndarray:
+def _evaluate(workers, model, policies, split, length_m) -> np.ndarray:
     """(candidates, 2) means over the split's tosses."""
     out = [r for r in workers.map(_scores, _Request(model.params, model.guard,
-                                                    tuple(policies), split)) if r is not None]
+                                                    tuple(policies), split, length_m))
+           if r is not None]
     return np.mean(out, axis=0)
 
 
@@ -108,14 +111,16 @@ def main() -> None:
     parser.add_argument("--patience", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--length-m", type=float, default=CUBE_WIDTH_M,
+                        help="length the position error is a percentage of (m)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model = ResidualModel.load(args.model)
-    trajectories = load_trajectories(args.data)
+    trajectories = load_recordings(args.data, model.scene)
     parts = split_ids(list(trajectories))
     train = {k: trajectories[k] for k in parts["train"][:args.max_tosses]}
     validation = {k: trajectories[k] for k in parts["validation"]}
-    items = interleave(trajectory_items(model.scene, train, "train"),
+    items = interleave(trajectory_items(model.scene, train, "train", args.length_m),
                        trajectory_items(model.scene, validation, "validation",
                                         start=len(train)))
     settings = recording_settings(model.scene, trajectories, model.substeps)
@@ -127,7 +132,7 @@ def main() -> None:
         print(f"{len(seen)} contact steps on {len(train)} training tosses", file=sys.stderr)
         start = CoefficientResidual.zeros(seen.mean(axis=0), seen.std(axis=0), args.hidden,
                                           seed=args.seed)
-        base = _evaluate(workers, model, [None, event], "validation")
+        base = _evaluate(workers, model, [None, event], "validation", args.length_m)
         print(f"validation: engine {base[0][0]:.2f} % {base[0][1]:.2f} deg; event residual "
               f"{base[1][0]:.2f} % {base[1][1]:.2f} deg", file=sys.stderr)
         optimizer = ng.optimizers.CMA(parametrization=ng.p.Array(
@@ -139,7 +144,7 @@ def main() -> None:
         while done < args.budget:
             asked = [optimizer.ask() for _ in range(min(args.batch, args.budget - done))]
             policies = [SustainedPolicy(start.with_flat(c.value)) for c in asked]
-            losses = _evaluate(workers, model, policies, "train").sum(axis=1)
+            losses = _evaluate(workers, model, policies, "train", args.length_m).sum(axis=1)
             for candidate, loss in zip(asked, losses):
                 optimizer.tell(candidate, float(loss))
             done += len(asked)
@@ -148,7 +153,7 @@ def main() -> None:
                 next_check += args.validate_every
                 theta = optimizer.provide_recommendation().value
                 figures = _evaluate(workers, model, [SustainedPolicy(start.with_flat(theta))],
-                                    "validation")[0]
+                                    "validation", args.length_m)[0]
                 print(f"{done} evaluations, {time.time() - started:.0f} s: train best "
                       f"{min(h[1] for h in history):.3f}, validation {figures[0]:.2f} % "
                       f"{figures[1]:.2f} deg", file=sys.stderr)
@@ -160,8 +165,10 @@ def main() -> None:
                         break
         best = start.with_flat(best_theta)
         final = _evaluate(workers, model, [None, event, SustainedPolicy(best),
-                                           SustainedPolicy(best, event)], "validation")
-        train_figures = _evaluate(workers, model, [None, SustainedPolicy(best)], "train")
+                                           SustainedPolicy(best, event)], "validation",
+                          args.length_m)
+        train_figures = _evaluate(workers, model, [None, SustainedPolicy(best)], "train",
+                                  args.length_m)
     rows = ["engine", "event residual", "sustained", "sustained + event"]
     result = {"validation": {r: final[i].tolist() for i, r in enumerate(rows)},
               "train": {r: train_figures[i].tolist() for i, r in enumerate(rows[::2])},
@@ -169,7 +176,8 @@ def main() -> None:
               "network": best.as_json(), "command": " ".join(sys.argv),
               "train_tosses": len(train), "validation_tosses": len(validation)}
     atomic_write_text(os.path.join(args.out, "sustained.json"), json.dumps(result, indent=1))
-    print("| validation (63 tosses) | position (% of width) | rotation (deg) |")
+    print(f"| validation ({len(validation)} recordings) | position (% of {args.length_m} m) | "
+          "rotation (deg) |")
     print("|---|---|---|")
     for i, r in enumerate(rows):
         print(f"| {r} | {final[i][0]:.2f} | {final[i][1]:.2f} |")
