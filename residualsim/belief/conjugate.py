@@ -58,7 +58,9 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    (training tosses, energy distance summed over 3 contacts, seed means: K = 4 0.38, 16
    0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round): the next step
    draws about 60 moment-matched points per component from K = 4, one plain point per
-   component from an unreduced belief.
+   component from an unreduced belief. ``refit`` chooses how the samples are fitted
+   (:data:`REFITS`: K by BIC, or the particle step's scikit-learn refit on a weighted
+   resample): no closer than the weighted EM with K = 4 (sixth round).
 
 Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
@@ -87,7 +89,7 @@ from residualsim.errors import ParameterError
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
            "velocity_coordinates",
            "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS", "IMPULSE_SAMPLES",
-           "EM_ITERATIONS", "stratified_draws"]
+           "EM_ITERATIONS", "stratified_draws", "REFITS", "REFIT_SAMPLES"]
 
 #: Default bound on the number of mixture components after each conjugate step.
 MAX_COMPONENTS = 4
@@ -95,6 +97,10 @@ MAX_COMPONENTS = 4
 FEASIBILITY_DRAWS = 128
 #: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
 #: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
+#: 250 keeps the step within a quarter of the 1000-particle filter's time; at its rollouts
+#: (1000 draws) the step is closer to a 3000-particle reference than the particles (0.29
+#: against 0.33 summed over 3 contacts on training tosses; 250 draws 0.39: train/README
+#: §10, sixth round).
 DRAWS = 250
 #: Default impulse draws each rollout carries in the "samples" reduction (antithetic pairs).
 IMPULSE_SAMPLES = 32
@@ -359,8 +365,11 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
     κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
     the sigma points of a component), ``em_iterations`` (0 with "samples": the k-means
-    start's clusters), ``feasibility`` and
-    ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
+    start's clusters), ``refit`` (with "samples": "em" the weighted EM above, K fixed;
+    "bic" the same for 1..K, the least BIC counting the samples as ``refit_samples`` data;
+    "resample" / "resample-k" a systematic resample of ``refit_samples`` states refitted
+    as the particle step refits, BIC over 1..K / K fixed; none closer than "em", train/README
+    §10 sixth round), ``feasibility`` and ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
     if feasibility not in ("clamp", "truncate"):
