@@ -418,6 +418,20 @@ def test_belief_distance_is_standardised():
     assert belief_distance(a, a, 1000) < 0.6 * belief_distance(a, b, 1000)
 
 
+def test_belief_distance_of_a_marginal_sees_only_its_coordinates():
+    """A shift of one velocity standard deviation: the velocity marginal (6..11) sees it as
+    the whole does, the pose marginal (0..5) not at all (its own sampling floor)."""
+    state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -1], [0, 3, 0])
+    a = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=False)
+    shifted = state.copy()
+    shifted[7] += 0.02
+    b = GaussianMixtureBelief.gaussian(shifted, INITIAL_STD, planar=False)
+    pose, velocity = np.arange(6), np.arange(6, 12)
+    floor = belief_distance(a, a, 1000, coordinates=pose)
+    assert belief_distance(a, b, 1000, coordinates=pose) < 1.5 * floor
+    assert belief_distance(a, b, 1000, coordinates=velocity) > 2 * floor
+
+
 # --- the cube through contact ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model() -> ResidualModel:
