@@ -16,8 +16,9 @@ from residualsim.belief.conjugate import (DRAWS, _guarded_impulses, component_ke
                                           velocity_coordinates)
 from residualsim.belief.distance import belief_distance, energy_distance
 from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
-from residualsim.belief.reduction import (em_refine, merge_components, per_draw_moments,
-                                          runnalls_reduce)
+from residualsim.belief.reduction import (em_refine, merge_components, mixture_bic,
+                                          mixture_log_density, per_draw_moments,
+                                          runnalls_reduce, systematic_resample)
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
 from residualsim.residual.policy import ResidualModel
@@ -328,6 +329,38 @@ def test_em_refine_finds_the_clusters_a_poor_start_misses():
     np.testing.assert_allclose(w @ m, weights @ centres, atol=1e-12)
 
 
+# --- choosing K and resampling -------------------------------------------------------------------
+def test_mixture_log_density_and_bic_choose_the_number_of_clusters():
+    """The log density is the mixture's (checked with scipy); BIC counted over 1000 data
+    prefers two components for two separated clusters and one for a single Gaussian."""
+    from scipy.stats import multivariate_normal
+
+    rng = np.random.default_rng(3)
+    cov = _spd(3, 1)
+    fit = (np.array([0.3, 0.7]), np.array([[0.0] * 3, [1.0, 2.0, 3.0]]), np.array([cov, 2 * cov]))
+    x = rng.normal(size=(5, 3))
+    expected = np.log(0.3 * multivariate_normal(fit[1][0], cov).pdf(x)
+                      + 0.7 * multivariate_normal(fit[1][1], 2 * cov).pdf(x))
+    np.testing.assert_allclose(mixture_log_density(fit, x), expected, rtol=1e-10)
+    one = rng.normal(size=(400, 3))
+    two = np.vstack([one[:200], one[200:] + 6.0])
+    weights = np.full(400, 1 / 400)
+    for points, best in ((two, 2), (one, 1)):
+        start = (np.array([0.5, 0.5]), points[[0, -1]], np.repeat(np.eye(3)[None], 2, 0))
+        fits = {1: merge_components(weights, points, np.zeros((400, 3, 3))),
+                2: em_refine(weights, points, None, start)}
+        fits[1] = (np.ones(1), fits[1][1][None], fits[1][2][None])
+        bic = {k: mixture_bic(f, weights, points, 1000) for k, f in fits.items()}
+        assert min(bic, key=bic.get) == best
+
+
+def test_systematic_resample_keeps_each_weight_within_one_draw():
+    weights = np.random.default_rng(2).dirichlet(np.ones(50))
+    chosen = systematic_resample(weights, 1000, np.random.default_rng(0))
+    counts = np.bincount(chosen, minlength=50)
+    assert counts.sum() == 1000 and (np.abs(counts - 1000 * weights) < 1.0 + 1e-9).all()
+
+
 # --- Runnalls' reduction ----------------------------------------------------------------------
 def test_runnalls_merges_the_closest_pair_and_preserves_the_moments():
     means = np.array([[0.0, 0.0], [0.01, 0.0], [5.0, 5.0]])
@@ -383,6 +416,20 @@ def test_belief_distance_is_standardised():
     assert belief_distance(a, b, 1000) == pytest.approx(belief_distance(a_wide, b_wide, 1000),
                                                       rel=0.05)
     assert belief_distance(a, a, 1000) < 0.6 * belief_distance(a, b, 1000)
+
+
+def test_belief_distance_of_a_marginal_sees_only_its_coordinates():
+    """A shift of one velocity standard deviation: the velocity marginal (6..11) sees it as
+    the whole does, the pose marginal (0..5) not at all (its own sampling floor)."""
+    state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -1], [0, 3, 0])
+    a = GaussianMixtureBelief.gaussian(state, INITIAL_STD, planar=False)
+    shifted = state.copy()
+    shifted[7] += 0.02
+    b = GaussianMixtureBelief.gaussian(shifted, INITIAL_STD, planar=False)
+    pose, velocity = np.arange(6), np.arange(6, 12)
+    floor = belief_distance(a, a, 1000, coordinates=pose)
+    assert belief_distance(a, b, 1000, coordinates=pose) < 1.5 * floor
+    assert belief_distance(a, b, 1000, coordinates=velocity) > 2 * floor
 
 
 # --- the cube through contact ---------------------------------------------------------------------
@@ -465,6 +512,22 @@ def test_without_reduction_the_belief_keeps_one_gaussian_per_draw(model, initial
     assert 1 <= clusters.belief.n_components <= 8
     with pytest.raises(ParameterError):
         propagate_belief(model, initial, n_events=1, method="conjugate", max_components=-1)
+
+
+def test_refits_choose_at_most_k_components(model, initial):
+    """refit "bic" (weighted EM for 1..K, BIC over refit_samples) and "resample" (the
+    particle step's scikit-learn refit on a weighted resample) both give at most K
+    positive-definite components; "resample-k" exactly K."""
+    for refit, count in (("bic", None), ("resample", None), ("resample-k", 3)):
+        step = propagate_belief(model, initial, n_events=1, seed=0, n_workers=1,
+                                method="conjugate", draws=40, max_components=3,
+                                refit=refit, refit_samples=300)[0]
+        assert 1 <= step.belief.n_components <= 3
+        assert count is None or step.belief.n_components == count
+        np.linalg.cholesky(step.belief.covariances)
+    for bad in (dict(refit="sklearn"), dict(refit_samples=1)):
+        with pytest.raises(ParameterError):
+            propagate_belief(model, initial, n_events=1, method="conjugate", **bad)
 
 
 def test_sinking_mass_is_removed_and_no_event_mass_left_out(model, initial):

@@ -58,7 +58,9 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    (training tosses, energy distance summed over 3 contacts, seed means: K = 4 0.38, 16
    0.44, 64 by k-means 0.43, none 0.49; train/README §10, fifth round): the next step
    draws about 60 moment-matched points per component from K = 4, one plain point per
-   component from an unreduced belief.
+   component from an unreduced belief. ``refit`` chooses how the samples are fitted
+   (:data:`REFITS`: K by BIC, or the particle step's scikit-learn refit on a weighted
+   resample): no closer than the weighted EM with K = 4 (sixth round).
 
 Rollouts per step: ``draws`` (250), or with sigma points 2d per component and rotation set
 (24 for the cube, d = 12), instead of one per particle. All randomness comes from the
@@ -79,14 +81,15 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         slot_particles)
 from residualsim.belief.draws import sigma_points, stratified_draws
 from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
-                                          per_draw_moments, positive_definite,
-                                          runnalls_reduce, variance_floor)
+                                          mixture_bic, per_draw_moments, positive_definite,
+                                          runnalls_reduce, systematic_resample,
+                                          variance_floor)
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
            "velocity_coordinates",
            "MAX_COMPONENTS", "FEASIBILITY_DRAWS", "DRAWS", "IMPULSE_SAMPLES",
-           "EM_ITERATIONS", "stratified_draws"]
+           "EM_ITERATIONS", "stratified_draws", "REFITS", "REFIT_SAMPLES"]
 
 #: Default bound on the number of mixture components after each conjugate step.
 MAX_COMPONENTS = 4
@@ -94,11 +97,22 @@ MAX_COMPONENTS = 4
 FEASIBILITY_DRAWS = 128
 #: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
 #: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
+#: 250 keeps the step within a quarter of the 1000-particle filter's time; at its rollouts
+#: (1000 draws) the step is closer to a 3000-particle reference than the particles (0.29
+#: against 0.33 summed over 3 contacts on training tosses; 250 draws 0.39: train/README
+#: §10, sixth round).
 DRAWS = 250
 #: Default impulse draws each rollout carries in the "samples" reduction (antithetic pairs).
 IMPULSE_SAMPLES = 32
 #: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
 EM_ITERATIONS = 100
+#: Default number of states the "bic" and "resample" refits count as data: the particle
+#: step's refit sees that many particles.
+REFIT_SAMPLES = 1000
+#: How the "samples" reduction fits its mixture: "em" weighted EM with K components,
+#: "bic" the same for 1..K chosen by BIC, "resample" / "resample-k" the particle step's
+#: refit (:meth:`GaussianMixtureBelief.fit`, BIC over 1..K / K fixed) on a weighted resample.
+REFITS = ("em", "bic", "resample", "resample-k")
 #: EM stops when the expected log-likelihood per unit mass gains less than this (nats):
 #: scikit-learn's ``GaussianMixture`` default, which the particle step's refit uses.
 EM_TOLERANCE = 1e-3
@@ -339,7 +353,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    feasibility: str = "clamp", sigma_rotations: int = 1,
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
                    em_iterations: int = EM_ITERATIONS, reduction: str = "samples",
-                   impulse_samples: int = IMPULSE_SAMPLES, match_moments: bool = True
+                   impulse_samples: int = IMPULSE_SAMPLES, match_moments: bool = True,
+                   refit: str = "em", refit_samples: int = REFIT_SAMPLES
                    ) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
@@ -350,12 +365,19 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     Gaussian kernels merged and refined by EM, always with sigma points), ``sigma_kappa``
     κ, ``sigma_rotations``, ``kernel_bandwidth`` h (None: 0 with draws, Silverman's rule for
     the sigma points of a component), ``em_iterations`` (0 with "samples": the k-means
-    start's clusters), ``feasibility`` and
-    ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
+    start's clusters), ``refit`` (with "samples": "em" the weighted EM above, K fixed;
+    "bic" the same for 1..K, the least BIC counting the samples as ``refit_samples`` data;
+    "resample" / "resample-k" a systematic resample of ``refit_samples`` states refitted
+    as the particle step refits, BIC over 1..K / K fixed; none closer than "em", train/README
+    §10 sixth round), ``feasibility`` and ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
     if feasibility not in ("clamp", "truncate"):
         raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
+    if refit not in REFITS:
+        raise ParameterError(f"refit must be one of {', '.join(REFITS)}, got {refit!r}")
+    if int(refit_samples) < 2:
+        raise ParameterError(f"refit_samples must be >= 2, got {refit_samples!r}")
     if reduction not in ("samples", "kernels"):
         raise ParameterError(f"reduction must be 'samples' or 'kernels', got {reduction!r}")
     if max_components is not None and int(max_components) < 1:
@@ -419,7 +441,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         return _sampled_step(belief, owner[accepted], point_weights[accepted], y, jumps, mix,
                              means, std, half, events, feasibility, int(impulse_samples),
                              max_components, int(em_iterations), rng, tangent,
-                             met_mass, dict(elapsed_s=np.array(
+                             met_mass, refit, int(refit_samples), dict(elapsed_s=np.array(
                                  [outcomes[i][2] * model.dt_s for i in accepted]), **counts))
     feasible, means, covariances = _guarded_batch(
         means, std, np.concatenate([half, -half], axis=1), events, feasibility)
@@ -476,8 +498,8 @@ def _reduced_step(parts: list, max_components: int | None, em_iterations: int, t
 @_one_thread
 def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half, events,
                   feasibility: str, r: int, max_components: int | None, em_iterations: int,
-                  rng,
-                  tangent, met_mass: float, common: dict) -> BeliefStep:
+                  rng, tangent, met_mass: float, refit: str, refit_samples: int,
+                  common: dict) -> BeliefStep:
     """``reduction="samples"``: each accepted point carries ``r`` impulse draws (antithetic
     pairs; residual components by systematic selection on their weights), scaled by the
     contact guard as in a rollout (``"truncate"``: the scaled ones removed); the
@@ -514,14 +536,24 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
             kernels[0], states, np.repeat(np.arange(n), m)[keep], floor)
         return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                        tangent), **common)
-    start = kmeans_start(kernels, max_components, int(rng.integers(2 ** 31)))
-    start = (start[0], start[1], start[2] + np.diag(floor)[None])
-    if em_iterations == 0:  # the k-means clusters' moments, no EM
-        weights, mixture_means, covariances = start
-    else:
-        weights, mixture_means, covariances = em_refine(
-            kernels[0], kernels[1], None, start, em_iterations, floor=floor,
-            tolerance=EM_TOLERANCE)
+    if refit in ("resample", "resample-k"):  # the particle step's own refit
+        chosen = systematic_resample(kernels[0], refit_samples, rng)
+        return BeliefStep(belief=GaussianMixtureBelief.fit(
+            tangent.from_tangent(states[chosen]), tangent.planar,
+            "bic" if refit == "resample" else max_components, max_components,
+            rng=int(rng.integers(2 ** 31))), **common)
+    seed = int(rng.integers(2 ** 31))
+    fits = []
+    for k in (range(1, max_components + 1) if refit == "bic" else [max_components]):
+        start = kmeans_start(kernels, k, seed)
+        start = (start[0], start[1], start[2] + np.diag(floor)[None])
+        if em_iterations == 0:  # the k-means clusters' moments, no EM
+            fits.append(start)
+        else:
+            fits.append(em_refine(kernels[0], kernels[1], None, start, em_iterations,
+                                  floor=floor, tolerance=EM_TOLERANCE))
+    weights, mixture_means, covariances = fits[0] if len(fits) == 1 else \
+        min(fits, key=lambda fit: mixture_bic(fit, kernels[0], states, refit_samples))
     return BeliefStep(belief=GaussianMixtureBelief(weights, mixture_means, covariances,
                                                    tangent), **common)
 

@@ -33,9 +33,12 @@ def energy_distance(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def belief_distance(belief: GaussianMixtureBelief, reference: GaussianMixtureBelief,
-                    n_samples: int = 2000, seed: int = 0) -> float:
+                    n_samples: int = 2000, seed: int = 0,
+                    coordinates: np.ndarray | None = None) -> float:
     """Energy distance between ``n_samples`` states drawn from each belief (seeded), in the
-    reference's tangent coordinates standardised by the reference sample's spread."""
+    reference's tangent coordinates standardised by the reference sample's spread;
+    ``coordinates`` (indices) restricts it to those tangent coordinates (a marginal, e.g.
+    the cube's position and rotation vector 0..5), the same draws as without."""
     if belief.tangent.planar != reference.tangent.planar or \
             belief.tangent.size != reference.tangent.size:
         raise ParameterError("beliefs of different scenes cannot be compared")
@@ -43,4 +46,5 @@ def belief_distance(belief: GaussianMixtureBelief, reference: GaussianMixtureBel
     ours = reference.tangent.to_tangent(belief.sample(int(n_samples), rng))
     theirs = reference.tangent.to_tangent(reference.sample(int(n_samples), rng))
     scale = np.maximum(theirs.std(axis=0), 1e-9)
-    return energy_distance(ours / scale, theirs / scale)
+    keep = slice(None) if coordinates is None else np.asarray(coordinates, int)
+    return energy_distance((ours / scale)[:, keep], (theirs / scale)[:, keep])

@@ -22,7 +22,8 @@ import numpy as np
 from residualsim.errors import ParameterError
 
 __all__ = ["merge_components", "runnalls_reduce", "em_refine", "kmeans_start", "weighted_kmeans",
-           "merge_per_point", "per_draw_moments", "positive_definite", "variance_floor"]
+           "merge_per_point", "per_draw_moments", "positive_definite", "variance_floor",
+           "mixture_bic", "systematic_resample"]
 
 #: Added to every covariance's diagonal before its log-determinant (tangent units squared):
 #: keeps components that are flat in some direction (e.g. no residual spread) comparable.
@@ -262,3 +263,38 @@ def variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarr
     """1e-6 of the mixture's variance per coordinate, plus 1e-12 (tangent units²)."""
     _, _, total = merge_components(weights, means, covariances)
     return 1e-6 * np.clip(np.diag(total), 0.0, None) + 1e-12
+
+
+def mixture_log_density(fit: tuple[np.ndarray, np.ndarray, np.ndarray], points: np.ndarray
+                        ) -> np.ndarray:
+    """log p(x) (n,) of points (n, d) under the mixture ``fit`` = (weights (K,), means
+    (K, d), covariances (K, d, d))."""
+    weights, means, covariances = fit
+    d = points.shape[1]
+    log_r = np.empty((len(points), len(weights)))
+    for k in range(len(weights)):
+        chol = np.linalg.cholesky(covariances[k])
+        gap = np.linalg.solve(chol, (points - means[k]).T).T
+        log_r[:, k] = (np.log(max(weights[k], 1e-300)) - np.log(np.diag(chol)).sum()
+                       - 0.5 * (gap ** 2).sum(axis=1) - 0.5 * d * np.log(2 * np.pi))
+    top = log_r.max(axis=1, keepdims=True)
+    return top[:, 0] + np.log(np.exp(log_r - top).sum(axis=1))
+
+
+def mixture_bic(fit: tuple[np.ndarray, np.ndarray, np.ndarray], weights: np.ndarray,
+                points: np.ndarray, n: int) -> float:
+    """The Bayesian information criterion of a full-covariance mixture ``fit`` on weighted
+    points (``weights`` (m,) summing to 1, ``points`` (m, d)) counted as ``n`` data:
+    −2 n Σ w log p(x) + p log n, p = K − 1 + K d + K d (d + 1) / 2 (scikit-learn's count)."""
+    k, d = np.shape(fit[1])
+    parameters = k - 1 + k * d + k * d * (d + 1) // 2
+    return float(-2.0 * n * (weights @ mixture_log_density(fit, points))
+                 + parameters * np.log(n))
+
+
+def systematic_resample(weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices (n,) of a systematic resample of ``weights`` (m,) summing to 1: one uniform
+    offset, each index about n w_i times."""
+    edges = np.cumsum(weights)
+    ticks = (np.arange(int(n)) + rng.uniform()) / int(n) * edges[-1]
+    return np.minimum(np.searchsorted(edges, ticks, side="right"), len(weights) - 1)
