@@ -133,3 +133,28 @@ def test_beliefs_roll_out_the_sustained_part(method):
     speed = [[abs(b.belief.weights @ b.belief.means[:, 6]) for b in run] for run in (plain, slid)]
     drop = [plain_speed - slid_speed for plain_speed, slid_speed in zip(*speed)]  # m/s
     assert drop[1] > 0.03 and drop[1] > 2 * abs(drop[0])  # slower after the pivot
+
+
+def test_a_model_with_a_malformed_sustained_part_is_refused(tmp_path):
+    """model.json's ``sustained`` network must chain 10 features to 3 finite multipliers:
+    else loading names the file (a DataError), never a half-built model."""
+    import dataclasses
+    import shutil
+    from pathlib import Path
+
+    from residualsim.errors import DataError
+    from residualsim.residual.policy import ResidualModel
+
+    source = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
+    model = dataclasses.replace(ResidualModel.load(source), sustained=constant(2.0))
+    model.save(tmp_path / "good")
+    assert ResidualModel.load(tmp_path / "good").sustained is not None
+    for name, broken in (("short", lambda n: n["layers"][1][0].pop()),
+                         ("nan", lambda n: n["feature_std"].__setitem__(0, float("nan")))):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "good", folder)
+        header = json.loads((folder / "model.json").read_text())
+        broken(header["sustained"])
+        (folder / "model.json").write_text(json.dumps(header))
+        with pytest.raises(DataError, match="model.json"):
+            ResidualModel.load(folder)
