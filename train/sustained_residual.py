@@ -30,7 +30,7 @@ from residualsim.atomic import atomic_write_text
 from residualsim.sim.recordings import load_recordings
 from residualsim.data.splits import split_ids
 from residualsim.errors import run_script
-from residualsim.residual.coefficients import CoefficientResidual, SustainedPolicy
+from residualsim.residual.coefficients import SustainedPolicy, sustained_start
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.pool import engine_workers
 from residualsim.sim.rollout import (interleave, recording_settings, residual_rollout,
@@ -47,27 +47,6 @@ class _Request:
     policies: tuple
     split: str | None
     length_m: float = CUBE_WIDTH_M
-
-
-class _Recorder:
-    """Coefficients that change nothing and keep the features they are asked about."""
-
-    def __init__(self) -> None:
-        self.seen: list[np.ndarray] = []
-
-    def apply(self, engine, features: np.ndarray) -> None:
-        self.seen.append(features)
-
-
-def _features(engine, item, request) -> np.ndarray | None:
-    if item[1] != request.split:
-        return None
-    if engine.params != request.params:
-        engine.set_params(request.params)
-    recorder = _Recorder()
-    residual_rollout(engine, item[3], len(item[4]) - 1, SustainedPolicy(recorder), None,
-                     request.guard)
-    return np.array(recorder.seen).reshape(-1, 10)
 
 
 def _scores(engine, item, request) -> np.ndarray | None:
@@ -120,18 +99,15 @@ def main() -> None:
     parts = split_ids(list(trajectories))
     train = {k: trajectories[k] for k in parts["train"][:args.max_tosses]}
     validation = {k: trajectories[k] for k in parts["validation"]}
-    items = interleave(trajectory_items(model.scene, train, "train", args.length_m),
+    items = interleave(trajectory_items(model.scene, train, "train"),
                        trajectory_items(model.scene, validation, "validation",
                                         start=len(train)))
     settings = recording_settings(model.scene, trajectories, model.substeps)
     event = model.sampling_policy()
     started = time.time()
     with engine_workers(model.scene, items, args.workers, settings) as workers:
-        seen = np.vstack([f for f in workers.map(
-            _features, _Request(model.params, model.guard, (), "train")) if f is not None])
-        print(f"{len(seen)} contact steps on {len(train)} training tosses", file=sys.stderr)
-        start = CoefficientResidual.zeros(seen.mean(axis=0), seen.std(axis=0), args.hidden,
-                                          seed=args.seed)
+        start = sustained_start(workers, model.params, model.guard, args.hidden, args.seed)
+        print(f"{len(train)} training tosses", file=sys.stderr)
         base = _evaluate(workers, model, [None, event], "validation", args.length_m)
         print(f"validation: engine {base[0][0]:.2f} % {base[0][1]:.2f} deg; event residual "
               f"{base[1][0]:.2f} % {base[1][1]:.2f} deg", file=sys.stderr)
