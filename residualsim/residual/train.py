@@ -84,7 +84,8 @@ class TrainingConfig:
     sustained_hidden: int = 6
 
     def __post_init__(self) -> None:
-        for name in ("budget", "batch_size", "validate_every", "patience", "n_components"):
+        for name in ("budget", "batch_size", "validate_every", "patience", "n_components",
+                     "sustained_hidden"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
