@@ -446,3 +446,16 @@ def test_a_sustained_model_trains_both_parts_and_keeps_them_only_when_they_win(
     moved = [np.abs(with_part[k].position[0] - without[k].position[0]).max()
              for k in validation]
     assert max(moved) > 1e-6
+
+
+
+def test_sustained_training_of_a_planar_scene_is_refused_before_any_work(tmp_path):
+    """Planar recordings are single impacts: no sustained contact to learn from."""
+    from residualsim.errors import ParameterError
+    from residualsim.residual.train import TrainingConfig, train_residual
+
+    with pytest.raises(ParameterError, match="needs a 3D scene"):
+        train_residual("planar-ellipse", {"a": None}, {"b": None}, tmp_path / "m",
+                       params=EngineParams(), substeps=1,
+                       config=TrainingConfig(sustained=True))
+    assert not (tmp_path / "m").exists()

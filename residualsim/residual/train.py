@@ -270,9 +270,12 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         validation = dict(train)
         config = dataclasses.replace(config, patience=10 ** 9)
         info = {**dict(info or {}), "validation_on": "train"}
+    layout = make_scene(scene)
+    if config.sustained and layout.planar:
+        raise ParameterError(f"--sustained needs a 3D scene: {scene!r} is planar (its "
+                             "recordings are single impacts)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    layout = make_scene(scene)
     settings = recording_settings(scene, {**train, **validation}, substeps)
     with engine_workers(scene, split_items(scene, train, validation), n_workers,
                         settings) as workers:
