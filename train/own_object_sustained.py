@@ -65,7 +65,7 @@ def synthesize(data: Path, args: argparse.Namespace) -> None:
     from residualsim.sim.engine import Engine
     from residualsim.sim.rollout import ContactGuard, residual_rollout
     from residualsim.sim.scenes import make_scene
-    from residualsim.sim.synthesize import _observed, toss_states
+    from residualsim.sim.synthesize import observed_recording, toss_states
 
     if data.exists():
         return
@@ -78,7 +78,7 @@ def synthesize(data: Path, args: argparse.Namespace) -> None:
     with Engine(str(SCENE), TRUTH, settings) as engine:
         for i, state in enumerate(states):
             run = residual_rollout(engine, state, args.samples - 1, truth, None, ContactGuard())
-            tosses[f"synthetic-{i}"] = _observed(layout, f"synthetic-{i}", run.states,
+            tosses[f"synthetic-{i}"] = observed_recording(layout, f"synthetic-{i}", run.states,
                                                  settings.dt_s, 5e-4, np.deg2rad(0.5), rng)
     staging = data.with_name(data.name + ".partial")
     save_csv_trajectories(staging, tosses, with_velocities=True)

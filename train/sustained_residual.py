@@ -8,11 +8,14 @@ the calibrated engine's lateral, spinning and rolling friction at every step tha
 contact, from the contact features) on top of a model's engine and event residual, by
 nevergrad CMA on the training split's full trajectories, with the published metric as the
 loss: per toss the mean position error in % of ``--length-m`` (default the cube's width,
-0.1048 m) plus the mean rotation error in degrees, averaged over the tosses. Every ``--validate-every`` evaluations the best candidate so far is scored on the
-validation split; the candidate with the best validation score is kept (``--patience``
-checks without improvement stop the run). Prints the validation figures of the engine, the
-model's event residual, the sustained residual alone and both together. The test split is
-not read. Writes ``OUT/sustained.json`` (the network, its history) atomically.
+0.1048 m) plus the mean rotation error in degrees, averaged over the tosses. The search
+is :func:`residualsim.sysid.optimize.minimize` (checkpointed in ``OUT/checkpoint.npz``
+after every batch; ``--resume`` continues it) with ``train``'s early stopping: every
+``--validate-every`` evaluations the best candidate so far is scored on the validation
+split, the best of those is kept if it beats the engine (``--patience`` checks without
+improvement stop the run). Prints the validation figures of the engine, the model's event
+residual, the sustained residual alone and both together. The test split is not read.
+Writes ``OUT/sustained.json`` (the network, its history) atomically.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import numpy as np
 from residualsim.atomic import atomic_write_text
 from residualsim.sim.recordings import load_recordings
 from residualsim.data.splits import split_ids
-from residualsim.errors import run_script
+from residualsim.errors import DataError, run_script
 from residualsim.residual.coefficients import SustainedPolicy, sustained_start
 from residualsim.residual.policy import ResidualModel
+from residualsim.residual.train import keep_if_better
+from residualsim.sysid.optimize import minimize
 from residualsim.sim.pool import engine_workers
 from residualsim.sim.rollout import (interleave, recording_settings, residual_rollout,
                                      trajectory_items)
@@ -74,8 +79,6 @@ def _evaluate(workers, model, policies, split, length_m) -> np.ndarray:
 
 
 def main() -> None:
-    import nevergrad as ng
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=os.path.join(os.environ.get("RESIDUALSIM_DATA", ""),
                                                        "contactnets-cube"))
@@ -92,7 +95,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--length-m", type=float, default=CUBE_WIDTH_M,
                         help="length the position error is a percentage of (m)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue OUT/checkpoint.npz (ends with the same result)")
     args = parser.parse_args()
+    checkpoint = os.path.join(args.out, "checkpoint.npz")
+    if os.path.exists(checkpoint) and not args.resume:  # before any work
+        raise DataError(f"{checkpoint}: a checkpoint of an earlier run exists; pass --resume "
+                        "or choose another --out")
     os.makedirs(args.out, exist_ok=True)
     model = ResidualModel.load(args.model)
     trajectories = load_recordings(args.data, model.scene)
@@ -111,34 +120,39 @@ def main() -> None:
         base = _evaluate(workers, model, [None, event], "validation", args.length_m)
         print(f"validation: engine {base[0][0]:.2f} % {base[0][1]:.2f} deg; event residual "
               f"{base[1][0]:.2f} % {base[1][1]:.2f} deg", file=sys.stderr)
-        optimizer = ng.optimizers.CMA(parametrization=ng.p.Array(
-            init=start.get_flat()).set_mutation(sigma=args.sigma), budget=args.budget,
-            num_workers=args.batch)
-        optimizer.parametrization.random_state = np.random.RandomState(args.seed)
-        best_validation, best_theta, stale, history = base[0].sum(), start.get_flat(), 0, []
-        done, next_check = 0, args.validate_every
-        while done < args.budget:
-            asked = [optimizer.ask() for _ in range(min(args.batch, args.budget - done))]
-            policies = [SustainedPolicy(start.with_flat(c.value)) for c in asked]
-            losses = _evaluate(workers, model, policies, "train", args.length_m).sum(axis=1)
-            for candidate, loss in zip(asked, losses):
-                optimizer.tell(candidate, float(loss))
-            done += len(asked)
-            history.append([done, float(losses.min())])
-            if done >= next_check or done >= args.budget:
-                next_check += args.validate_every
-                theta = optimizer.provide_recommendation().value
-                figures = _evaluate(workers, model, [SustainedPolicy(start.with_flat(theta))],
-                                    "validation", args.length_m)[0]
-                print(f"{done} evaluations, {time.time() - started:.0f} s: train best "
-                      f"{min(h[1] for h in history):.3f}, validation {figures[0]:.2f} % "
-                      f"{figures[1]:.2f} deg", file=sys.stderr)
-                if figures.sum() < best_validation - 1e-6:
-                    best_validation, best_theta, stale = figures.sum(), theta, 0
-                else:
-                    stale += 1
-                    if stale >= args.patience:
-                        break
+        engine_figures = {"loss": float(base[0].sum())}
+
+        def loss(thetas: np.ndarray) -> np.ndarray:
+            policies = [SustainedPolicy(start.with_flat(theta)) for theta in thetas]
+            return _evaluate(workers, model, policies, "train", args.length_m).sum(axis=1)
+
+        def after_batch(result) -> bool:  # the best so far, checked on validation
+            state = result.state
+            if result.evaluations < state.get("next_check", args.validate_every):
+                return False
+            state["next_check"] = result.evaluations + args.validate_every
+            figures = _evaluate(workers, model, [SustainedPolicy(start.with_flat(
+                result.best))], "validation", args.length_m)[0]
+            print(f"{result.evaluations} evaluations, {time.time() - started:.0f} s: train "
+                  f"best {result.best_loss:.3f}, validation {figures[0]:.2f} % "
+                  f"{figures[1]:.2f} deg", file=sys.stderr)
+            return keep_if_better(state, {"loss": float(figures.sum()),
+                                          "index": result.best_index}, args.patience)
+
+        result = minimize(loss, start.get_flat(), budget=args.budget, sigma=args.sigma,
+                          optimizer="CMA", batch_size=args.batch, seed=args.seed,
+                          checkpoint=checkpoint,
+                          resume=args.resume, after_batch=after_batch,
+                          fingerprint={"model": os.path.abspath(args.model),
+                                       "train": sorted(train), "hidden": args.hidden,
+                                       "length_m": args.length_m,
+                                       "validate_every": args.validate_every})
+        chosen = result.state.get("chosen")
+        best_theta = start.get_flat() if chosen is None or \
+            chosen["loss"] >= engine_figures["loss"] else result.candidates[chosen["index"]]
+        done = result.evaluations
+        history = [[i + 1, float(v)]
+                   for i, v in enumerate(np.minimum.accumulate(result.losses))]
         best = start.with_flat(best_theta)
         final = _evaluate(workers, model, [None, event, SustainedPolicy(best),
                                            SustainedPolicy(best, event)], "validation",
@@ -146,12 +160,12 @@ def main() -> None:
         train_figures = _evaluate(workers, model, [None, SustainedPolicy(best)], "train",
                                   args.length_m)
     rows = ["engine", "event residual", "sustained", "sustained + event"]
-    result = {"validation": {r: final[i].tolist() for i, r in enumerate(rows)},
-              "train": {r: train_figures[i].tolist() for i, r in enumerate(rows[::2])},
-              "evaluations": done, "history": history, "seconds": time.time() - started,
-              "network": best.as_json(), "command": " ".join(sys.argv),
-              "train_tosses": len(train), "validation_tosses": len(validation)}
-    atomic_write_text(os.path.join(args.out, "sustained.json"), json.dumps(result, indent=1))
+    summary = {"validation": {r: final[i].tolist() for i, r in enumerate(rows)},
+               "train": {r: train_figures[i].tolist() for i, r in enumerate(rows[::2])},
+               "evaluations": done, "history": history, "seconds": time.time() - started,
+               "network": best.as_json(), "command": " ".join(sys.argv),
+               "train_tosses": len(train), "validation_tosses": len(validation)}
+    atomic_write_text(os.path.join(args.out, "sustained.json"), json.dumps(summary, indent=1))
     print(f"| validation ({len(validation)} recordings) | position (% of {args.length_m} m) | "
           "rotation (deg) |")
     print("|---|---|---|")

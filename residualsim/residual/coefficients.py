@@ -141,7 +141,8 @@ class _Recorder:
 
 def contact_step_features(engine, item: tuple, request) -> np.ndarray | None:
     """Worker function: the features (n, 10) of every step of the engine's own rollout of
-    ``item`` that ends in contact (a :class:`~residualsim.sim.rollout.RolloutRequest`'s
+    ``item`` that ends in contact (M_c's upper triangle, kg, and v_c, m/s, in the contact
+    frame, normal first; then the number of touching points) (a :class:`~residualsim.sim.rollout.RolloutRequest`'s
     params, guard and split), or None outside the request's split."""
     from residualsim.sim.rollout import residual_rollout
 

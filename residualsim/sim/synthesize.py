@@ -32,7 +32,8 @@ from residualsim.sim.scenes import make_scene, parse_params
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["sample_toss_states", "sample_scene_states", "toss_states", "synthesize_tosses",
-           "write_toss_set", "synthesize_arm_loop", "arm_loop_reference", "ARM_LOOP_WAYPOINTS"]
+           "write_toss_set", "observed_recording", "synthesize_arm_loop", "arm_loop_reference",
+           "ARM_LOOP_WAYPOINTS"]
 
 
 def _as_rng(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -114,9 +115,12 @@ def _clear_of_the_table(scene: str, states: np.ndarray, clearance_m: float = 0.0
     return lifted
 
 
-def _observed(layout, traj_id: str, states: np.ndarray, dt_s: float, noise_m: float,
+def observed_recording(layout, traj_id: str, states: np.ndarray, dt_s: float, noise_m: float,
               noise_rad: float, rng: np.random.Generator) -> Trajectory:
-    """A noisy recording of simulated ``states`` (T, state size) of scene ``layout``."""
+    """A noisy recording of simulated ``states`` (T, state size) of scene ``layout`` at
+    ``dt_s`` s: Gaussian noise of ``noise_m`` m per position axis (world frame) and
+    ``noise_rad`` rad per rotation-vector axis (and per joint, by its kind), from ``rng``;
+    velocities are the simulated ones (world frame), quaternions w-x-y-z."""
     n = len(states)
     positions, quat, velocity, omega = layout.rigid_motion(states)
     if layout.planar:  # noise in the plane: x, y and theta
@@ -190,7 +194,7 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
             settings = dataclasses.replace(settings, substeps=substeps)
     with engine_workers(scene, items, n_workers, settings) as pool:
         results = pool.map(simulate_one, params)
-    return {result.traj_id: _observed(layout, result.traj_id, result.states, settings.dt_s,
+    return {result.traj_id: observed_recording(layout, result.traj_id, result.states, settings.dt_s,
                                       noise_m, noise_rad, rng) for result in results}
 
 
