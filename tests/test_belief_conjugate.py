@@ -16,7 +16,8 @@ from residualsim.belief.conjugate import (DRAWS, _guarded_impulses, component_ke
                                           velocity_coordinates)
 from residualsim.belief.distance import belief_distance, energy_distance
 from residualsim.belief.propagation import GaussianMixtureBelief, StateTangent, propagate_belief
-from residualsim.belief.reduction import (em_refine, merge_components, mixture_bic,
+from residualsim.belief.reduction import (em_refine, kmeans_start, merge_components,
+                                          mixture_bic,
                                           mixture_log_density, per_draw_moments,
                                           runnalls_reduce, systematic_resample)
 from residualsim.belief.simulator import INITIAL_STD, toss_state
@@ -311,6 +312,20 @@ def test_em_on_weighted_points_finds_the_clusters_and_their_masses():
         np.testing.assert_allclose(a, b, atol=1e-10)
 
 
+def test_points_merge_and_start_as_kernels_of_zero_covariance():
+    """covariances=None (points) in merge_components and kmeans_start: the same moments and
+    the same start as zero kernel covariances, without building them."""
+    rng = np.random.default_rng(5)
+    points = np.vstack([rng.normal(0.0, 0.3, (150, 4)), rng.normal(2.0, 0.6, (50, 4))])
+    mass = rng.uniform(0.2, 1.0, 200)
+    zeros = np.zeros((200, 4, 4))
+    for a, b in zip(merge_components(mass, points, None), merge_components(mass, points, zeros)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    for a, b in zip(kmeans_start((mass, points, None), 2, 3),
+                    kmeans_start((mass, points, zeros), 2, 3)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_em_refine_finds_the_clusters_a_poor_start_misses():
     """Kernels in two clusters (3:1), start with both components mixed across them: EM ends
     with each component the moment match of one cluster; the mixture's mean is kept."""
@@ -481,6 +496,35 @@ def test_conjugate_steps_are_post_event_beliefs(conjugate):
         assert 0.0 <= step.rejected_fraction <= 1.0
         assert step.summary()["method"] == "conjugate"
     assert conjugate[0].n_drawn == conjugate[1].n_drawn == DRAWS
+
+
+def test_the_event_probe_records_the_engine_rollout_without_guard_work(model, initial):
+    """The conjugate step's rollouts apply nothing at the event (``observes_only``): the
+    same states, event features and contact model as a rollout whose policy gives a zero
+    impulse through the guard, and the same verdict on the engine's own energy."""
+    from residualsim.belief.conjugate import _EventProbe
+    from residualsim.belief.mixture import event_outcome
+    from residualsim.sim.pool import EngineFactory
+    from residualsim.sim.rollout import residual_rollout
+
+    class ZeroPolicy(_EventProbe):
+        observes_only = False
+
+    engine = EngineFactory(model.scene, model.settings())()
+    engine.set_params(model.params)
+    policy = model.sampling_policy()
+    for state in initial.sample(12, np.random.default_rng(2)):
+        runs = [residual_rollout(engine, state, 400, kind(policy.n_outputs, policy.spin,
+                                                            policy.contact_mode),
+                                 None, model.guard, stop_after_events=1)
+                for kind in (_EventProbe, ZeroPolicy)]
+        assert runs[0].n_events == runs[1].n_events == 1
+        np.testing.assert_array_equal(runs[0].states, runs[1].states)
+        np.testing.assert_array_equal(runs[0].features, runs[1].features)
+        np.testing.assert_array_equal(runs[0].contact_models[-1].mass_matrix,
+                                      runs[1].contact_models[-1].mass_matrix)
+        assert event_outcome(engine, runs[0], model.guard, 0.002) == \
+            event_outcome(engine, runs[1], model.guard, 0.002)
 
 
 def test_sigma_points_remain_an_option(model, initial):

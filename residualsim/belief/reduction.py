@@ -30,10 +30,10 @@ __all__ = ["merge_components", "runnalls_reduce", "em_refine", "kmeans_start", "
 _LOGDET_FLOOR = 1e-12
 
 
-def merge_components(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+def merge_components(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray | None
                      ) -> tuple[float, np.ndarray, np.ndarray]:
     """Moment-preserving merge of components (weights (n,), means (n, d), covariances
-    (n, d, d)) into one: (total weight, mean (d,), covariance (d, d))."""
+    (n, d, d); None: points) into one: (total weight, mean (d,), covariance (d, d))."""
     weights = np.asarray(weights, dtype=float)
     total = float(weights.sum())
     if total <= 0:
@@ -41,8 +41,9 @@ def merge_components(weights: np.ndarray, means: np.ndarray, covariances: np.nda
     share = weights / total
     mean = share @ means
     spread = means - mean
-    covariance = np.einsum("n,nij->ij", share, covariances) + \
-        np.einsum("n,ni,nj->ij", share, spread, spread)
+    covariance = (share[:, None] * spread).T @ spread
+    if covariances is not None:
+        covariance = covariance + np.einsum("n,nij->ij", share, covariances)
     return total, mean, 0.5 * (covariance + covariance.T)
 
 
@@ -131,6 +132,8 @@ def em_refine(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray | 
     w, m, c = (np.array(x, dtype=float, copy=True) for x in start)
     d = mu.shape[1]
     ridge = np.diag(np.broadcast_to(np.asarray(floor, float), (d,)))
+    if cov is None:
+        return _em_points(pi, mu, (w, m, c), int(iterations), ridge, tolerance)
     previous = -np.inf
     for _ in range(int(iterations)):
         log_r = np.empty((len(pi), len(w)))
@@ -164,18 +167,59 @@ def em_refine(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray | 
     return w[order] / w.sum(), m[order], c[order]
 
 
+def _em_points(pi: np.ndarray, x: np.ndarray, start: tuple, iterations: int,
+               ridge: np.ndarray, tolerance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`em_refine` on points (no kernel covariances), every component at once: the
+    conjugate step's reduction fits thousands of weighted samples each step, where stacked
+    array products take about half the time of a loop over components (same fit to 1e-12)."""
+    w, m, c = start
+    d = x.shape[1]
+    const = -0.5 * d * np.log(2 * np.pi)
+    previous = -np.inf
+    for _ in range(iterations):
+        chol = np.linalg.cholesky(c)
+        whiten_t = np.linalg.inv(chol).transpose(0, 2, 1)  # (L⁻¹)ᵀ per component
+        gap = np.matmul(x, whiten_t)  # (K, n, d): whitened points
+        gap -= np.matmul(m[:, None, :], whiten_t)
+        log_r = np.einsum("knd,knd->kn", gap, gap)
+        log_r *= -0.5
+        log_r += (np.log(np.maximum(w, 1e-300)) + const
+                  - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1))[:, None]
+        top = log_r.max(axis=0)
+        r = np.exp(log_r - top)
+        total = r.sum(axis=0)
+        score = float(pi @ (top + np.log(total)))
+        r *= pi / total  # (K, n), sums to 1 overall
+        w = r.sum(axis=1)
+        keep = w > 1e-12
+        if not keep.all():
+            r, w = r[keep], w[keep]
+        m = (r @ x) / w[:, None]
+        gap = x[None] - m[:, None, :]  # (K, n, d)
+        c = np.matmul((gap * r[:, :, None]).transpose(0, 2, 1), gap) / w[:, None, None] \
+            + ridge
+        c = 0.5 * (c + c.transpose(0, 2, 1))
+        if score - previous < tolerance:
+            break
+        previous = score
+    order = np.argsort(-w, kind="stable")
+    return w[order] / w.sum(), m[order], c[order]
+
+
 def kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
     k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
     coordinates standardised by the kernels' mixture; each cluster's kernels merged with
-    their moments kept. Returns (weights, means, covariances), at most ``k`` components."""
+    their moments kept. Returns (weights, means, covariances), at most ``k`` components.
+    Covariances None: the kernels are points."""
     weights, means, covariances = kernels
     _, _, total = merge_components(weights, means, covariances)
     x = means / np.sqrt(np.maximum(np.diag(total), 1e-24))
     labels = weighted_kmeans(x, weights / weights.sum(), k, np.random.default_rng(seed))
     rows = [merge_components(weights[labels == c], means[labels == c],
-                             covariances[labels == c]) for c in np.unique(labels)]
+                             None if covariances is None else covariances[labels == c])
+            for c in np.unique(labels)]
     return (np.array([r[0] for r in rows]) / sum(r[0] for r in rows),
             np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
 
@@ -258,7 +302,7 @@ def positive_definite(weights: np.ndarray, means: np.ndarray, covariances: np.nd
     return covariances + np.diag(floor)[None]
 
 
-def variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray
+def variance_floor(weights: np.ndarray, means: np.ndarray, covariances: np.ndarray | None
                     ) -> np.ndarray:
     """1e-6 of the mixture's variance per coordinate, plus 1e-12 (tangent units²)."""
     _, _, total = merge_components(weights, means, covariances)
