@@ -191,9 +191,12 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
 
 
 class _EventProbe:
-    """Stands in for the residual policy in the sigma points' rollouts: the contact guard
-    computes the event's features (spin and contact mode as the policy wants them) and
-    applies a zero impulse."""
+    """Stands in for the residual policy in the sigma points' rollouts: the rollout records
+    each event's features (spin and contact mode as the policy wants them) and contact
+    model and applies nothing (``observes_only``: no guard work for a zero impulse; the
+    step judges the engine's own energy change by :func:`event_outcome`)."""
+
+    observes_only = True
 
     def __init__(self, n_outputs: int, spin: bool, contact_mode: bool) -> None:
         self.n_outputs, self.spin, self.contact_mode = n_outputs, spin, contact_mode
@@ -529,7 +532,7 @@ def _sampled_step(belief, owner, point_weights, y, jumps, mix, means, std, half,
                   **common)
     if kept_mass <= 0 or len(states) < 2:
         return BeliefStep(belief=None, **common)
-    kernels = (mass / kept_mass, states, np.zeros((len(states),) + (y.shape[1],) * 2))
+    kernels = (mass / kept_mass, states, None)  # weighted points
     floor = variance_floor(*kernels)
     if max_components is None:  # one Gaussian per draw: its own samples' moments
         weights, mixture_means, covariances = per_draw_moments(

@@ -349,7 +349,9 @@ class _EventCorrector:
         self.models.append(model)
         self.features.append(features)
         self.frames.append(model.frame)
-        if self.policy is None:  # engine alone: count and describe the event only
+        if self.policy is None or getattr(self.policy, "observes_only", False):
+            # engine alone, or a probe that only records events: count and describe the
+            # event, apply nothing (so no guard to check)
             self.impulses.append(np.zeros(len(model.velocity)))
             return True
         if self.rng is None:
