@@ -38,10 +38,10 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    that meet no event (at rest, still flying at the horizon) are left out, as the particle
    step leaves such particles out of its refit.
 5. **Reduction** to at most ``max_components`` (K, default 4). ``reduction="samples"``
-   (default): each point carries ``impulse_samples`` (32) impulse draws, y_i + D_i α p
+   (default): each point carries ``impulse_samples`` (8) impulse draws, y_i + D_i α p
    (a matrix product each, not a rollout), and weighted EM from a k-means start fits the
    mixture to them (:func:`~residualsim.belief.reduction.em_refine`), the particle step's
-   refit on 32 states per rollout. The guard's scaling skews the post-contact velocities
+   refit on 8 states per rollout. The guard's scaling skews the post-contact velocities
    (skewness 0.2-0.5 after the first contact of a training toss); a Gaussian per point
    cannot carry that, and the next contact depends on it (energy distance at the second
    contact 0.21-0.23 from such a belief, 0.09-0.10 from the samples', with 1000 draws).
@@ -97,13 +97,17 @@ MAX_COMPONENTS = 4
 FEASIBILITY_DRAWS = 128
 #: Default engine rollouts per step: that many draws from the belief (randomised QMC), each
 #: carrying its residual Gaussian exactly (Rao-Blackwellised particles); None: sigma points.
-#: 250 keeps the step within a quarter of the 1000-particle filter's time; at its rollouts
+#: 250 keeps the step within a quarter of the 1000-particle filter's time (0.22-0.23 on a
+#: quiet machine, seventh round); at its rollouts
 #: (1000 draws) the step is closer to a 3000-particle reference than the particles (0.29
 #: against 0.33 summed over 3 contacts on training tosses; 250 draws 0.39: train/README
 #: §10, sixth round).
 DRAWS = 250
 #: Default impulse draws each rollout carries in the "samples" reduction (antithetic pairs).
-IMPULSE_SAMPLES = 32
+#: 8 are as close to a 3000-particle reference as 32 (0.380 against 0.385 summed over 3
+#: contacts, 8 seeds on training tosses) and the fit on a quarter of the samples takes the
+#: step from 0.31 to 0.23 of the particle filter's time (train/README §10, seventh round).
+IMPULSE_SAMPLES = 8
 #: Default EM iterations refining Runnalls' reduction on the kernels (0: Runnalls alone).
 EM_ITERATIONS = 100
 #: Default number of states the "bic" and "resample" refits count as data: the particle
