@@ -208,8 +208,8 @@ def _em_points(pi: np.ndarray, x: np.ndarray, start: tuple, iterations: int,
 
 def kmeans_start(kernels: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, seed: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A start for EM as the particle step's refit makes one: k-means (scikit-learn, one
-    k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
+    """A start for EM as the particle step's refit makes one: k-means (:func:`weighted_kmeans`,
+    one k-means++ start seeded by ``seed``) on the kernels' means weighted by their masses, in
     coordinates standardised by the kernels' mixture; each cluster's kernels merged with
     their moments kept. Returns (weights, means, covariances), at most ``k`` components.
     Covariances None: the kernels are points."""
