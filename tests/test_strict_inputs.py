@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -105,10 +106,17 @@ def test_data_that_is_a_device_or_fifo_is_one_error(capsys, tmp_path):
     (_state(s3=1.02), "has norm 1.02"),
     (_state(s2=-1.0), "puts the object 1052 mm into the table"),
     (_state(s2=-50.0), "into the table"),  # wholly below the table slab
+    (_state(s3=1e200), "has norm 1e+200"),  # not an overflow to inf, nor a warning
+    (_state(s7=25.0), "base velocity is 25 m/s (more than 20 m/s)"),
+    (_state(s8=1e200), "base velocity is 1e+200 m/s"),
+    (_state(s12=-600.0), "base angular velocity is 600 rad/s (more than 500 rad/s)"),
 ])
 def test_rollout_states_are_checked_like_recordings(capsys, tmp_path, state, words):
-    code, _, err = _run(capsys, "rollout", "--state", state, "--out", tmp_path / "r.npz")
+    with warnings.catch_warnings(record=True) as caught:  # e.g. numpy's overflow in a norm
+        warnings.simplefilter("always")
+        code, _, err = _run(capsys, "rollout", "--state", state, "--out", tmp_path / "r.npz")
     assert code == 2 and words in err and "Traceback" not in err
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert not (tmp_path / "r.npz").exists()
 
 

@@ -380,7 +380,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
                                  f"{layout.state_size} of scene {layout.name!r}'s state), "
                                  f"got {state.size}")
         if state.shape == (13,) and not layout.planar:
-            norm = float(np.linalg.norm(state[3:7]))
+            norm = float(np.hypot.reduce(state[3:7]))  # no overflow for huge entries
             if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:
                 raise ParameterError(
                     f"--state: the quaternion w,x,y,z has norm {norm:.4g}, expected 1 "

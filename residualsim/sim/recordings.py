@@ -33,7 +33,7 @@ two consecutive samples or records such a velocity (the real cube tosses peak at
 tracking spike of 1e30 m is caught here), or records an angular velocity above
 ``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19 rad/s); and a state given by hand
 (:func:`check_start_state`, ``rollout --state``) deeper than ``START_PENETRATION_M`` into the
-table.
+table or whose base moves faster than those bounds.
 """
 
 from __future__ import annotations
@@ -151,9 +151,20 @@ def check_plausible(trajectory: Trajectory) -> None:
 def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> None:
     """Refuse a hand-given initial state (scene layout) that puts the object deeper than
     ``START_PENETRATION_M`` into the table, or wholly below the table top (3D scenes: its
-    bounding box under z = 0), allowed inside :func:`allow_implausible`."""
+    bounding box under z = 0), or whose base velocity (m/s, world frame) or angular velocity
+    (rad/s) is above what a recording may hold (``MAX_SPEED_MPS``,
+    ``MAX_ANGULAR_SPEED_RADPS``); allowed inside :func:`allow_implausible`."""
     with Engine(scene) as engine:
         layout = engine.scene
+        _, _, velocity, spin = layout.rigid_motion(np.asarray(state, dtype=float)[None])
+        # hypot: the length of (1e200, 0, 0) is 1e200, not an overflow to inf
+        speeds = (float(np.hypot.reduce(velocity[0])), float(np.hypot.reduce(spin[0])))
+        for value, bound, quantity, unit in zip(
+                speeds, (MAX_SPEED_MPS, MAX_ANGULAR_SPEED_RADPS),
+                ("velocity", "angular velocity"), ("m/s", "rad/s")):
+            if not value <= bound:
+                _implausible(f"{what}: the state's base {quantity} is {value:.3g} {unit} "
+                             f"(more than {bound:g} {unit})")
         engine.reset(np.asarray(state, dtype=float))
         near = pb.getClosestPoints(layout.body, layout.static_body, 0.0, layout.link, -1,
                                    physicsClientId=engine.client)
