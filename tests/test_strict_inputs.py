@@ -110,6 +110,9 @@ def test_data_that_is_a_device_or_fifo_is_one_error(capsys, tmp_path):
     (_state(s7=25.0), "base velocity is 25 m/s (more than 20 m/s)"),
     (_state(s8=1e200), "base velocity is 1e+200 m/s"),
     (_state(s12=-600.0), "base angular velocity is 600 rad/s (more than 500 rad/s)"),
+    (_state(s0=1e200), "the base is at x = 1e+200 m, beyond the table's edge"),
+    (_state(s1=11.0), "the base is at y = 11 m, beyond the table's edge"),
+    (_state(s2=1e200), "the base is 1e+200 m high, more than 10 m above the table"),
 ])
 def test_rollout_states_are_checked_like_recordings(capsys, tmp_path, state, words):
     with warnings.catch_warnings(record=True) as caught:  # e.g. numpy's overflow in a norm
@@ -118,6 +121,25 @@ def test_rollout_states_are_checked_like_recordings(capsys, tmp_path, state, wor
     assert code == 2 and words in err and "Traceback" not in err
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert not (tmp_path / "r.npz").exists()
+
+
+@pytest.mark.parametrize("example", ["ell.toml", "hinge.toml"])
+def test_states_of_an_own_object_are_checked_over_all_its_links(example):
+    """A scene file's object (every link in contact: link -2) is checked like the cube: a
+    state above the table passes, one wholly under it is refused (getAABB has no box for
+    link -2: the links' boxes are combined)."""
+    from residualsim.errors import DataError
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.recordings import check_start_state
+
+    scene = str(ROOT / "assets" / "examples" / example)
+    with Engine(scene) as engine:
+        state = engine.state()
+    state[2] = 0.3
+    check_start_state(scene, state)
+    state[2] = -5.0
+    with pytest.raises(DataError, match="into the table"):
+        check_start_state(scene, state)
 
 
 def test_a_state_under_the_table_runs_with_allow_implausible(capsys, tmp_path):

@@ -33,7 +33,8 @@ two consecutive samples or records such a velocity (the real cube tosses peak at
 tracking spike of 1e30 m is caught here), or records an angular velocity above
 ``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19 rad/s); and a state given by hand
 (:func:`check_start_state`, ``rollout --state``) deeper than ``START_PENETRATION_M`` into the
-table or whose base moves faster than those bounds.
+table, beyond its edge, more than ``MAX_START_HEIGHT_M`` above it, or whose base moves
+faster than those bounds.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from residualsim.sim.scenes import make_scene
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
-           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS",
+           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
            "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
            "rollout_residuals"]
 
@@ -92,6 +93,10 @@ MAX_SPEED_MPS = 20.0
 #: Fastest plausible recorded angular velocity (rad/s): 80 turns per second; the real cube
 #: tosses peak at 19 rad/s.
 MAX_ANGULAR_SPEED_RADPS = 500.0
+
+#: Highest plausible start of a hand-given state above the table top (m): tosses start
+#: below 1 m; from 1e200 m a rollout only falls.
+MAX_START_HEIGHT_M = 10.0
 
 _allowed = False
 
@@ -151,12 +156,14 @@ def check_plausible(trajectory: Trajectory) -> None:
 def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> None:
     """Refuse a hand-given initial state (scene layout) that puts the object deeper than
     ``START_PENETRATION_M`` into the table, or wholly below the table top (3D scenes: its
-    bounding box under z = 0), or whose base velocity (m/s, world frame) or angular velocity
-    (rad/s) is above what a recording may hold (``MAX_SPEED_MPS``,
+    bounding box under z = 0), or beyond the table's edge or more than
+    ``MAX_START_HEIGHT_M`` above it, or whose base velocity (m/s, world frame) or angular
+    velocity (rad/s) is above what a recording may hold (``MAX_SPEED_MPS``,
     ``MAX_ANGULAR_SPEED_RADPS``); allowed inside :func:`allow_implausible`."""
     with Engine(scene) as engine:
         layout = engine.scene
-        _, _, velocity, spin = layout.rigid_motion(np.asarray(state, dtype=float)[None])
+        position, _, velocity, spin = layout.rigid_motion(np.asarray(state, dtype=float)[None])
+        _check_over_the_table(engine, position[0], what)
         # hypot: the length of (1e200, 0, 0) is 1e200, not an overflow to inf
         speeds = (float(np.hypot.reduce(velocity[0])), float(np.hypot.reduce(spin[0])))
         for value, bound, quantity, unit in zip(
@@ -170,13 +177,35 @@ def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> N
                                    physicsClientId=engine.client)
         depth = max(0.0, -min((p[8] for p in near), default=0.0))
         if not layout.planar:
-            low, high = pb.getAABB(layout.body, layout.link, physicsClientId=engine.client)
-            if high[2] < 0.0:  # wholly under the table top (a slab 1 m thick)
-                depth = max(depth, -low[2])
+            links = [layout.link] if layout.link >= -1 else \
+                [-1, *range(pb.getNumJoints(layout.body, physicsClientId=engine.client))]
+            boxes = [pb.getAABB(layout.body, link, physicsClientId=engine.client)
+                     for link in links]  # link -2 (every link) has no box of its own
+            low, high = min(b[0][2] for b in boxes), max(b[1][2] for b in boxes)
+            if high < 0.0:  # wholly under the table top (a slab 1 m thick)
+                depth = max(depth, -low)
     if depth > START_PENETRATION_M:
         _implausible(f"{what}: the state puts the object {1000 * depth:.0f} mm into the "
                      f"table (more than {1000 * START_PENETRATION_M:.0f} mm; scene "
                      f"{layout.name!r}: z up, table at z = 0)")
+
+
+def _check_over_the_table(engine: Engine, position: np.ndarray, what: str) -> None:
+    """Refuse (as implausible) a base position (m, world frame) beyond the table's edge,
+    where the object could never meet it, or more than ``MAX_START_HEIGHT_M`` above its
+    top."""
+    layout = engine.scene
+    low, high = pb.getAABB(layout.static_body, -1, physicsClientId=engine.client)
+    axes = range(1) if layout.planar else range(2)  # planar: x along the floor
+    for axis in axes:
+        if not low[axis] <= position[axis] <= high[axis]:
+            _implausible(f"{what}: the base is at {'xyz'[axis]} = {position[axis]:.3g} m, "
+                         f"beyond the table's edge ({low[axis]:g} to {high[axis]:g} m)")
+            return
+    height = position[1] if layout.planar else position[2]
+    if not height <= high[1 if layout.planar else 2] + MAX_START_HEIGHT_M:
+        _implausible(f"{what}: the base is {height:.3g} m high, more than "
+                     f"{MAX_START_HEIGHT_M:g} m above the table")
 
 
 def load_recordings(path: str | os.PathLike[str], scene: str,
