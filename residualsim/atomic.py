@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png", "check_output",
-           "make_parent", "OUTPUT_MARKERS"]
+           "check_plot_path", "make_parent", "OUTPUT_MARKERS"]
 
 
 @contextlib.contextmanager
@@ -256,3 +256,17 @@ def path_from_file(stored: str, directory: str | os.PathLike[str]) -> Path:
     beside = Path(directory) / path
     return path if not beside.exists() and path.exists() else beside
 
+
+def check_plot_path(plot: str | os.PathLike[str], flag: str = "--plot",
+                    **others: str | os.PathLike[str] | None) -> Path:
+    """Check a plot's path before any computation: a ``.png`` (the plots are PNG), and not
+    the same file as any of the command's ``others`` (flag name → path: its inputs and other
+    outputs; ``score --pred p.npz --plot p.npz`` replaced the predictions by the plot).
+    ParameterError naming the flags otherwise."""
+    path = Path(os.fspath(plot))
+    if path.suffix.lower() != ".png":
+        raise ParameterError(f"{flag} {path}: the plot is a PNG; name it *.png")
+    for name, other in others.items():
+        if other is not None and Path(os.fspath(other)).resolve() == path.resolve():
+            raise ParameterError(f"{flag} {path}: the same file as --{name.replace('_', '-')}")
+    return path

@@ -123,6 +123,26 @@ def test_result_files_are_not_replaced_without_force(capsys, tmp_path, name):
     assert out.read_bytes() == b"earlier result"
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["rollout", "--state", STATE, "--out", "r.png", "--plot", "r.png"], "same file as --out"),
+    (["rollout", "--state", STATE, "--out", "r.npz", "--plot", "r.jpg"], "name it *.png"),
+    (["score", "--pred", "p.png", "--plot", "p.png"], "the same file as --pred"),
+    (["score", "--pred", "p.png", "--plot", "p.npz"], "name it *.png"),
+    (["uncertainty", "--model", MODEL, "--data", SAMPLES, "--out", "u.json",
+      "--plot", "u.json"], "name it *.png"),
+])
+def test_a_plot_is_a_png_apart_from_the_other_files(capsys, tmp_path, monkeypatch, argv,
+                                                   words):
+    """--plot must not be one of the command's other files (score --pred p.npz --plot
+    p.npz replaced the predictions by the plot), and is a PNG by name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.png").write_bytes(b"predictions")
+    code, _, err, _ = _run(capsys, *argv)
+    assert code == 2 and words in err and "Traceback" not in err
+    assert (tmp_path / "p.png").read_bytes() == b"predictions"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png"]
+
+
 @pytest.mark.parametrize("name", ["simulate", "predict", "rollout"])
 def test_an_existing_directory_is_not_a_result_file(capsys, tmp_path, name):
     out = tmp_path / "dir"

@@ -224,3 +224,26 @@ def test_bench_beliefs_reports_every_figure_with_its_floor(model):
                                     + report["rejected_penetration"]
                                     + report["rejected_energy"])
     assert report["propagated"] >= 6
+
+
+@pytest.mark.parametrize("change, kwargs, words", [
+    ({3: 0.0, 4: 0.0, 5: 0.0, 6: 0.0}, {}, "the quaternion w,x,y,z has norm 0"),
+    ({7: 1e200}, {}, "base velocity is 1e+200 m/s"),
+    ({0: 50.0}, {}, "beyond the table's edge"),
+    ({}, {"seed": -1}, "seed must be an integer >= 0"),
+    ({}, {"horizon_s": float("inf")}, "horizon_s must be in (0, 3600] s"),
+])
+def test_unusable_rollout_arguments_are_refused_and_leave_the_workers_sound(sim, change,
+                                                                           kwargs, words):
+    """A zero quaternion or a velocity of 1e200 m/s sent to a worker returned NaN or garbage
+    and left its PyBullet world broken: the same good state then fell through the table.
+    Such states, negative seeds and endless horizons are refused before any worker runs."""
+    state = _toss()
+    for index, value in change.items():
+        state[index] = value
+    arguments = {"horizon_s": 0.5, "samples": 2, **kwargs}
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")
+                       .replace("+", r"\+")):
+        sim.rollout(state, **arguments)
+    good = sim.rollout(_toss(), 0.5, samples=2)
+    assert (good.n_events > 0).all() and (good.final_positions_m[:, 2] > 0).all()

@@ -154,7 +154,9 @@ def test_a_state_under_the_table_runs_with_allow_implausible(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--horizon", "1e9"], "needs about"),
+    (["--horizon", "1e9"], "at most 3600 s, got 1e+09"),
+    (["--horizon", "1e308"], "at most 3600 s, got 1e+308"),  # was an OverflowError
+    (["--horizon", "3000", "--samples", "100000"], "needs about"),
     (["--samples", "100000000"], "needs about"),
     (["--particles", "2000000000"], "needs about"),
     (["--horizon", "nan"], "--horizon must be a finite number of seconds > 0"),
@@ -318,3 +320,18 @@ def test_score_with_another_scene_is_refused(capsys, tmp_path):
                         "--scene", "planar-ellipse")
     assert code == 2 and "predictions of scene 'cube', not 'planar-ellipse'" in err
     assert _run(capsys, "score", "--pred", pred, "--data", BUNDLED)[0] == 0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--workers", "100000"], "argument --workers: must be <= 256, got 100000"),
+    (["--seed", "-1"], "argument --seed: must be >= 0, got -1"),
+])
+def test_worker_counts_and_seeds_are_bounded(capsys, tmp_path, argv, words):
+    """--workers 100000 started a process storm (load 182 on 2 cores); --seed -1 was
+    numpy's traceback in every command."""
+    with pytest.raises(SystemExit) as exit_:  # argparse's own refusal
+        main(["rollout", "--state", _state(), "--samples", "2", "--particles", "0",
+              "--horizon", "0.05", *argv, "--out", str(tmp_path / "r.npz")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and words in err and "Traceback" not in err
+    assert not (tmp_path / "r.npz").exists()

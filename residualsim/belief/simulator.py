@@ -29,10 +29,13 @@ from residualsim.belief.propagation import BeliefStep, GaussianMixtureBelief, pr
 from residualsim.errors import ParameterError
 
 __all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD",
-           "default_initial_std"]
+           "default_initial_std", "MAX_HORIZON_S"]
 
 #: Random stream of the initial states drawn from a belief (no sample index reaches it).
 _INITIAL_STREAM = 2 ** 32 - 1
+#: Longest rollout :meth:`StochasticSimulator.rollout` takes (s of simulated time): an hour,
+#: far beyond a toss; an infinite horizon is refused, not overflowed.
+MAX_HORIZON_S = 3600.0
 
 #: Default initial-state uncertainty (tangent standard deviations, see
 #: :mod:`residualsim.belief.propagation`) used when a planner gives a bare state to :meth:`beliefs`:
@@ -173,8 +176,10 @@ class StochasticSimulator:
         """
         if int(samples) != samples or samples < 1:
             raise ParameterError(f"samples must be an integer >= 1, got {samples!r}")
-        if not horizon_s > 0:
-            raise ParameterError(f"horizon_s must be > 0, got {horizon_s!r}")
+        if not 0 < horizon_s <= MAX_HORIZON_S:
+            raise ParameterError(f"horizon_s must be in (0, {MAX_HORIZON_S:g}] s, got "
+                                 f"{horizon_s!r}")
+        _check_seed(seed)
         states = self._initial_states(initial, int(samples), seed)
         noise = self.model.state_noise if state_noise else None
         if noise is not None and not isinstance(initial, GaussianMixtureBelief):
@@ -203,7 +208,11 @@ class StochasticSimulator:
         or from a state with ``initial_std`` (default :func:`default_initial_std`).
         ``options`` go to ``propagate_belief``: ``method="conjugate"`` for the conjugate step
         (:mod:`residualsim.belief.conjugate`), its ``max_components`` etc."""
+        _check_seed(seed)
         if not isinstance(initial, GaussianMixtureBelief):
+            from residualsim.sim.recordings import check_state_bounds
+
+            check_state_bounds(self.model.scene, initial, "initial state")
             std = default_initial_std(self.model) if initial_std is None else initial_std
             initial = GaussianMixtureBelief.gaussian(np.asarray(initial, float), std,
                                                      planar=_planar(self.model.scene))
@@ -215,13 +224,10 @@ class StochasticSimulator:
         if isinstance(initial, GaussianMixtureBelief):
             rng = np.random.default_rng([int(seed), _INITIAL_STREAM])
             return initial.sample(samples, rng)
-        from residualsim.sim.scenes import make_scene
+        from residualsim.sim.recordings import check_state_bounds
 
         state = np.asarray(initial, dtype=float)
-        size = make_scene(self.model.scene).state_size
-        if state.shape != (size,) or not np.isfinite(state).all():
-            raise ParameterError(f"initial state must be {size} finite numbers for the "
-                                 f"{self.model.scene!r} scene, got shape {state.shape}")
+        check_state_bounds(self.model.scene, state, "initial state")
         return np.tile(state, (samples, 1))
 
     def close(self) -> None:
@@ -232,6 +238,12 @@ class StochasticSimulator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_seed(seed) -> None:
+    """ParameterError unless ``seed`` is an integer >= 0 (numpy's generators take no other)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
 
 
 def _planar(scene: str) -> bool:

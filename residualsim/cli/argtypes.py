@@ -11,11 +11,12 @@ import numpy as np
 from residualsim.errors import ParameterError
 
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
-           "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions"]
+           "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
+           "worker_count", "seed"]
 
 
-def count(minimum: int):
-    """argparse type: an int >= minimum, with a clear message otherwise."""
+def count(minimum: int, maximum: int | None = None):
+    """argparse type: an int >= minimum (and <= maximum), with a clear message otherwise."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -23,6 +24,8 @@ def count(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
         return value
     return parse
 
@@ -102,6 +105,18 @@ def _positive(text: str, what: str, unit: str) -> float:
 def rate_hz(text: str) -> float:
     """argparse type: a sample rate, Hz, finite and > 0."""
     return _positive(text, "a rate in Hz", "rate in Hz")
+
+
+def worker_count(text: str) -> int:
+    """argparse type: a number of workers, 1 to :data:`residualsim.parallel.MAX_WORKERS`."""
+    from residualsim.parallel import MAX_WORKERS
+
+    return count(1, MAX_WORKERS)(text)
+
+
+def seed(text: str) -> int:
+    """argparse type: a random seed, an integer >= 0 (numpy's generators take no other)."""
+    return count(0)(text)
 
 
 def seconds(text: str) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from residualsim.atomic import check_output
+from residualsim.atomic import check_output, check_plot_path
 from residualsim.cli.options import (add_allow_implausible, add_force, add_seed, add_workers,
                                      count, json_line, state_option)
 from residualsim.data.bundled import PRETRAINED_CUBE
@@ -17,6 +17,7 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     check_output(args.out, force=args.force)
     if args.plot:
         check_output(args.plot, flag="--plot", force=args.force)
+        check_plot_path(args.plot, out=args.out)
     figures = rollout_job(args.model, args.out, state=args.state, toss=args.toss,
                           data=args.data, horizon_s=args.horizon, samples=args.samples,
                           particles=args.particles, events=args.events, seed=args.seed,

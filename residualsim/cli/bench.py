@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from residualsim.cli.argtypes import seed, worker_count
 from residualsim.cli.options import SCENE_HELP, add_seed, count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 
@@ -182,7 +183,7 @@ def register(commands) -> None:
     bbel.add_argument("--particles", type=count(2), default=1000,
                       help="belief particles per contact event")
     bbel.add_argument("--events", type=count(1), default=3, help="contact events to follow")
-    bbel.add_argument("--workers", type=count(1), default=2, help="worker processes")
+    bbel.add_argument("--workers", type=worker_count, default=2, help="worker processes")
     add_seed(bbel)
     bbel.add_argument("--methods", type=_methods, default=(), help="also compare belief "
                       "steps, e.g. particles,conjugate: wall / simulated time, engine "
@@ -204,8 +205,8 @@ def register(commands) -> None:
                      help="estimate the 7 joint-angle sensor offsets with kappa")
     bid.add_argument("--offset-rad", type=float, default=0.0,
                      help="std of the sensor zero offsets put in the recording, rad")
-    bid.add_argument("--workers", type=count(1), default=2, help="worker processes")
-    bid.add_argument("--seed", type=int, default=0, help="noise seed of the recording")
+    bid.add_argument("--workers", type=worker_count, default=2, help="worker processes")
+    bid.add_argument("--seed", type=seed, default=0, help="noise seed of the recording")
     bid.set_defaults(run=cmd_bench_identify_loop)
     bmp = bench_commands.add_parser("mpec", help="MPEC identification of synthetic particles")
     bmp.add_argument("--particles", type=count(2), default=2000, help="particle filter size")
@@ -213,7 +214,7 @@ def register(commands) -> None:
     bmp.add_argument("--cube-tosses", type=count(0), default=0, help="also time the cube MPEC "
                      "on the first N training tosses against MH (2 chains) on them")
     bmp.add_argument("--data", help="cube tosses (default $RESIDUALSIM_DATA/<cube's set>)")
-    bmp.add_argument("--workers", type=count(1), default=2, help="for --cube-tosses")
+    bmp.add_argument("--workers", type=worker_count, default=2, help="for --cube-tosses")
     bmp.add_argument("--mh-substeps", type=count(1), default=1, help="MH's engine substeps "
                      "for --cube-tosses (default 1; calibrate's default is the scene's, 10)")
     bmp.set_defaults(run=cmd_bench_mpec)

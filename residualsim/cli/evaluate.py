@@ -64,12 +64,14 @@ def cmd_uncertainty(args: argparse.Namespace) -> None:
     """Deterministic / state noise / state noise + residual, scored alike."""
     import json
 
-    from residualsim.atomic import atomic_write_text, make_parent
+    from residualsim.atomic import atomic_write_text, check_plot_path, make_parent
     from residualsim.cli.options import split_options
     from residualsim.experiments.uncertainty import (decomposition_plot,
                                                      format_decomposition,
                                                      uncertainty_decomposition)
 
+    if args.plot:
+        check_plot_path(args.plot, out=args.out)
     start = time.perf_counter()
     result = uncertainty_decomposition(
         args.model or PRETRAINED["cube"], args.data, split=args.split, samples=args.samples,

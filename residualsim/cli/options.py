@@ -10,7 +10,7 @@ import math
 
 from residualsim.cli.argtypes import (bounds_option, count, float_list, kappa_option,
                                       mapping_option, nonnegative_float, rate_hz, seconds,
-                                      split_fractions, state_option)
+                                      seed, split_fractions, state_option, worker_count)
 from residualsim.data.splits import SPLITS
 from residualsim.parallel import BACKENDS
 
@@ -55,7 +55,7 @@ def add_scene(sub: argparse.ArgumentParser, **kwargs) -> None:
 
 def add_seed(sub: argparse.ArgumentParser, what: str = "") -> None:
     """``--seed``: the seed of every random draw (same result for any worker count)."""
-    sub.add_argument("--seed", type=int, default=0,
+    sub.add_argument("--seed", type=seed, default=0,
                      help=(what or "random seed") + "; same seed, same result for any "
                      "worker count (default 0)")
 
@@ -107,7 +107,7 @@ def add_force(sub: argparse.ArgumentParser) -> None:
 
 def add_workers(sub: argparse.ArgumentParser) -> None:
     """``--workers``, ``--backend`` and ``--address`` (see :func:`residualsim.parallel_backend`)."""
-    sub.add_argument("--workers", type=count(1), default=1,
+    sub.add_argument("--workers", type=worker_count, default=1,
                      help="workers: processes, or Ray actors with --backend ray (default 1)")
     sub.add_argument("--backend", choices=BACKENDS, default="local",
                      help="where workers run: local processes or Ray actors (default local)")

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from residualsim.atomic import check_output, make_parent
+from residualsim.atomic import check_output, check_plot_path, make_parent
 from residualsim.cli.options import (add_allow_implausible, add_force, add_recording_options,
                                      add_scene, add_selection, add_workers, count, json_line,
                                      split_options)
@@ -33,6 +33,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     from residualsim.evaluation import format_table
     from residualsim.experiments.jobs import score_file
 
+    if args.plot:
+        check_plot_path(args.plot, pred=args.pred)
     data = resolve_data(args.data) if args.data else None
     score, meta = score_file(Path(args.pred), data, args.scene, with_meta=True)
     split = meta.get("split", "unknown")

@@ -345,7 +345,8 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     """
     from residualsim.atomic import atomic_open
     from residualsim.belief.plot import belief_plot
-    from residualsim.belief.simulator import StochasticSimulator, default_initial_std, toss_state
+    from residualsim.belief.simulator import (MAX_HORIZON_S, StochasticSimulator,
+                                             default_initial_std, toss_state)
     from residualsim.residual.policy import ResidualModel
     from residualsim.sim.scenes import make_scene
 
@@ -387,6 +388,9 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
                     f"(within {QUATERNION_NORM_TOLERANCE:g}, as for recordings)")
         check_start_state(model.scene, state if state.shape != (13,) else toss_state(
             state[:3], state[3:7], state[7:10], state[10:13]))
+    if not 0 < horizon <= MAX_HORIZON_S:
+        raise ParameterError(f"--horizon must be more than 0 and at most {MAX_HORIZON_S:g} s, "
+                             f"got {horizon:g}")
     _check_rollout_size(samples, max(1, int(round(horizon / model.dt_s))),
                         layout.state_size, particles, events)
     start = time.perf_counter()

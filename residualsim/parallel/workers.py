@@ -27,13 +27,19 @@ from typing import Any
 
 import numpy as np
 
+from residualsim.errors import ParameterError
 from residualsim.parallel.backend import (Backend, ItemFunction, StateFactory, WorkerError,
                                           current_backend, run_items)
 from residualsim.parallel.local import LocalTransport
 
-__all__ = ["ShardedWorkers"]
+__all__ = ["ShardedWorkers", "MAX_WORKERS"]
 
 log = logging.getLogger(__name__)
+
+
+#: Most workers one pool may start: 100 000 local processes took a 2-core machine to a load
+#: of 182 before a timeout ended them.
+MAX_WORKERS = 256
 
 
 class ShardedWorkers:
@@ -58,8 +64,9 @@ class ShardedWorkers:
             raise TypeError(f"factory must be a picklable callable with no arguments, got "
                             f"{type(factory).__name__} (for an engine per worker use "
                             "residualsim.sim.engine_workers)")
-        if int(n_workers) != n_workers or n_workers < 1:
-            raise ValueError(f"n_workers must be an integer >= 1, got {n_workers}")
+        if int(n_workers) != n_workers or not 1 <= n_workers <= MAX_WORKERS:
+            raise ParameterError(f"n_workers must be an integer from 1 to {MAX_WORKERS}, "
+                                 f"got {n_workers}")
         self.backend = backend or current_backend()
         self.items = list(items)
         self.n_workers = min(int(n_workers), max(1, len(self.items)))

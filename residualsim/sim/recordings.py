@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -49,7 +50,8 @@ import numpy as np
 from residualsim.sim.bullet import pb
 
 from residualsim.data import Trajectory, load_trajectories
-from residualsim.errors import DataError
+from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE
+from residualsim.errors import DataError, ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.plausibility import check_gravity, check_quaternion_order
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
@@ -57,7 +59,7 @@ from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
 
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
-           "free_flight_samples", "check_plausible", "check_start_state",
+           "free_flight_samples", "check_plausible", "check_start_state", "check_state_bounds",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
            "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
            "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
@@ -154,24 +156,13 @@ def check_plausible(trajectory: Trajectory) -> None:
 
 
 def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> None:
-    """Refuse a hand-given initial state (scene layout) that puts the object deeper than
-    ``START_PENETRATION_M`` into the table, or wholly below the table top (3D scenes: its
-    bounding box under z = 0), or beyond the table's edge or more than
-    ``MAX_START_HEIGHT_M`` above it, or whose base velocity (m/s, world frame) or angular
-    velocity (rad/s) is above what a recording may hold (``MAX_SPEED_MPS``,
-    ``MAX_ANGULAR_SPEED_RADPS``); allowed inside :func:`allow_implausible`."""
+    """Refuse a hand-given initial state (scene layout) that :func:`check_state_bounds`
+    refuses, or that puts the object deeper than ``START_PENETRATION_M`` into the table, or
+    wholly below the table top (3D scenes: its bounding box under z = 0); allowed inside
+    :func:`allow_implausible`."""
+    check_state_bounds(scene, state, what)
     with Engine(scene) as engine:
         layout = engine.scene
-        position, _, velocity, spin = layout.rigid_motion(np.asarray(state, dtype=float)[None])
-        _check_over_the_table(engine, position[0], what)
-        # hypot: the length of (1e200, 0, 0) is 1e200, not an overflow to inf
-        speeds = (float(np.hypot.reduce(velocity[0])), float(np.hypot.reduce(spin[0])))
-        for value, bound, quantity, unit in zip(
-                speeds, (MAX_SPEED_MPS, MAX_ANGULAR_SPEED_RADPS),
-                ("velocity", "angular velocity"), ("m/s", "rad/s")):
-            if not value <= bound:
-                _implausible(f"{what}: the state's base {quantity} is {value:.3g} {unit} "
-                             f"(more than {bound:g} {unit})")
         engine.reset(np.asarray(state, dtype=float))
         near = pb.getClosestPoints(layout.body, layout.static_body, 0.0, layout.link, -1,
                                    physicsClientId=engine.client)
@@ -190,22 +181,52 @@ def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> N
                      f"{layout.name!r}: z up, table at z = 0)")
 
 
-def _check_over_the_table(engine: Engine, position: np.ndarray, what: str) -> None:
-    """Refuse (as implausible) a base position (m, world frame) beyond the table's edge,
-    where the object could never meet it, or more than ``MAX_START_HEIGHT_M`` above its
-    top."""
-    layout = engine.scene
-    low, high = pb.getAABB(layout.static_body, -1, physicsClientId=engine.client)
-    axes = range(1) if layout.planar else range(2)  # planar: x along the floor
-    for axis in axes:
-        if not low[axis] <= position[axis] <= high[axis]:
-            _implausible(f"{what}: the base is at {'xyz'[axis]} = {position[axis]:.3g} m, "
+def check_state_bounds(scene: str, state: np.ndarray, what: str = "initial state") -> None:
+    """Refuse a state (scene layout) no rollout can use, without running the engine:
+    ParameterError for a non-finite entry or (3D) a quaternion w-x-y-z whose norm is off 1 by
+    more than ``QUATERNION_NORM_TOLERANCE``; as implausible (:func:`allow_implausible`) a base
+    beyond the table's edge or more than ``MAX_START_HEIGHT_M`` above its top, or a base
+    velocity (m/s, world frame) or angular velocity (rad/s) above ``MAX_SPEED_MPS`` /
+    ``MAX_ANGULAR_SPEED_RADPS``. Such states sent to a worker leave its PyBullet world
+    broken for the rollouts after them."""
+    state = np.asarray(state, dtype=float)
+    layout = make_scene(scene)
+    if state.shape != (layout.state_size,) or not np.isfinite(state).all():
+        raise ParameterError(f"{what}: expected {layout.state_size} finite numbers for scene "
+                             f"{layout.name!r}, got shape {state.shape}")
+    position, quat, velocity, spin = layout.rigid_motion(state[None])
+    if not layout.planar:
+        norm = float(np.hypot.reduce(state[3:7]))  # the raw quaternion, before any use
+        if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:
+            raise ParameterError(f"{what}: the quaternion w,x,y,z has norm {norm:.4g}, "
+                                 f"expected 1 (within {QUATERNION_NORM_TOLERANCE:g})")
+    low, high = _table_box(scene)
+    for axis in range(1) if layout.planar else range(2):  # planar: x along the floor
+        if not low[axis] <= position[0, axis] <= high[axis]:
+            _implausible(f"{what}: the base is at {'xyz'[axis]} = {position[0, axis]:.3g} m, "
                          f"beyond the table's edge ({low[axis]:g} to {high[axis]:g} m)")
             return
-    height = position[1] if layout.planar else position[2]
-    if not height <= high[1 if layout.planar else 2] + MAX_START_HEIGHT_M:
-        _implausible(f"{what}: the base is {height:.3g} m high, more than "
+    up = 1 if layout.planar else 2
+    if not position[0, up] <= high[up] + MAX_START_HEIGHT_M:
+        _implausible(f"{what}: the base is {position[0, up]:.3g} m high, more than "
                      f"{MAX_START_HEIGHT_M:g} m above the table")
+        return
+    # hypot: the length of (1e200, 0, 0) is 1e200, not an overflow to inf
+    speeds = (float(np.hypot.reduce(velocity[0])), float(np.hypot.reduce(spin[0])))
+    for value, bound, quantity, unit in zip(
+            speeds, (MAX_SPEED_MPS, MAX_ANGULAR_SPEED_RADPS),
+            ("velocity", "angular velocity"), ("m/s", "rad/s")):
+        if not value <= bound:
+            _implausible(f"{what}: the state's base {quantity} is {value:.3g} {unit} "
+                         f"(more than {bound:g} {unit})")
+            return
+
+
+@functools.lru_cache(maxsize=16)
+def _table_box(scene: str) -> tuple[tuple, tuple]:
+    """The static body's (table's or floor's) bounding box (low, high), m world frame."""
+    with Engine(scene) as engine:
+        return pb.getAABB(engine.scene.static_body, -1, physicsClientId=engine.client)
 
 
 def load_recordings(path: str | os.PathLike[str], scene: str,
