@@ -170,9 +170,13 @@ def check_start_state(scene: str, state: np.ndarray, what: str = "--state") -> N
                                    physicsClientId=engine.client)
         depth = max(0.0, -min((p[8] for p in near), default=0.0))
         if not layout.planar:
-            low, high = pb.getAABB(layout.body, layout.link, physicsClientId=engine.client)
-            if high[2] < 0.0:  # wholly under the table top (a slab 1 m thick)
-                depth = max(depth, -low[2])
+            links = [layout.link] if layout.link >= -1 else [  # -2: every link (URDF scenes)
+                -1, *range(pb.getNumJoints(layout.body, physicsClientId=engine.client))]
+            boxes = [pb.getAABB(layout.body, link, physicsClientId=engine.client)
+                     for link in links]
+            low, high = min(b[0][2] for b in boxes), max(b[1][2] for b in boxes)
+            if high < 0.0:  # wholly under the table top (a slab 1 m thick)
+                depth = max(depth, -low)
     if depth > START_PENETRATION_M:
         _implausible(f"{what}: the state puts the object {1000 * depth:.0f} mm into the "
                      f"table (more than {1000 * START_PENETRATION_M:.0f} mm; scene "
