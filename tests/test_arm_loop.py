@@ -18,7 +18,7 @@ from residualsim.errors import DataError, ParameterError, SceneError
 from residualsim.sysid.loop_stiffness import (LoopReplay, ReplayConfig, RolloutPool, identify_stiffness,
                                   stable_kappa_max)
 from residualsim.sim.scenes.arm_loop import (
-    CLAMP_HEIGHT_M, GRASP_OFFSET_M, LOOP_X_M, ArmLoopScene, lqr_gains)
+    CLAMP_HEIGHT_M, GRASP_OFFSET_M, LOOP_X_M, ArmLoopScene, ArmLoopSettings, lqr_gains)
 from residualsim.sim.scenes.base import ASSETS_DIR
 from residualsim.sim.scenes.loop_urdf import (
     LoopParameters, loop_urdf, loop_vertices, read_loop_parameters)
@@ -174,6 +174,21 @@ def test_holding_the_arm_still_keeps_the_loop_closed(scene):
     assert np.isfinite(scene.loop_state()[0]).all()
     assert run.closure_error_m < 1e-3
     assert np.abs(run.angles - hold).max() < 0.02  # rad: the arm is held, not drifting
+
+
+@pytest.mark.parametrize("field, value", [
+    ("substeps", 0), ("substeps", -1), ("substeps", 2.5), ("dt_s", 0.0), ("dt_s", math.nan),
+    ("dt_s", math.inf), ("solver_iterations", 0), ("solver_iterations", math.nan)])
+def test_settings_refuse_what_would_divide_by_zero_or_run_no_physics(field, value):
+    """substeps=0 divided dt_s by zero in step_s; substeps=-1 ran no internal step at all."""
+    with pytest.raises(SceneError, match=f"ArmLoopSettings: {field} must be"):
+        ArmLoopSettings(**{field: value})
+
+
+@pytest.mark.parametrize("duration", [math.nan, math.inf, -1.0])
+def test_settle_refuses_a_duration_that_is_not_finite_and_non_negative(scene, duration):
+    with pytest.raises(SceneError, match="settle: duration_s must be"):
+        scene.settle(TRUTH_12, duration)
 
 
 def test_springs_act_and_stiffer_springs_sag_less(scene):

@@ -3,6 +3,7 @@ behaviour of the cube toss and the arm + loop."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from gymnasium.utils.env_checker import check_env
 
 import residualsim  # noqa: F401  (registers the ids)
 from residualsim.belief.envs import DEFAULT_CUBE_MODEL, ArmLoopEnv, CubeTossEnv
+from residualsim.errors import ParameterError
 
 CUBE_ID, ARM_ID = "residualsim/CubeToss-v0", "residualsim/ArmLoop-v0"
 #: The one warning check_env may give: the actions are in physical units, not [-1, 1].
@@ -139,12 +141,60 @@ def test_cube_reward_is_minus_the_horizontal_distance_to_the_target(cube):
     assert terminated and not truncated
 
 
-@pytest.mark.parametrize("action", [[np.nan, 0, 0, 0, 0, 0], [0.0, 0.0, 0.0],
+@pytest.mark.parametrize("action", [[np.nan, 0, 0, 0, 0, 0], [0, 0, np.inf, 0, 0, 0],
+                                    [0.0, 0.0, 0.0],
                                     np.zeros((1, 6)), "abc"])
 def test_cube_rejects_bad_actions(cube, action):
     cube.reset(seed=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ParameterError, match="^action must"):
         cube.step(action)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("name, value", [
+    ("horizon_s", INF), ("horizon_s", NAN), ("horizon_s", 0.0), ("horizon_s", -1.0),
+    ("horizon_s", 1e6), ("horizon_s", "long"), ("horizon_s", 10 ** 400),
+    ("release_position_m", (1e200, 0.0, 0.3)), ("release_position_m", (0.0, -101.0, 0.3)),
+    ("release_position_m", (NAN, 0.0, 0.3)), ("release_position_m", (0.0, 0.0, 1e6)),
+    ("release_position_m", (0.0, 0.0)), ("release_position_m", "up"),
+    ("release_position_m", (10 ** 400, 0, 0.3)),
+    ("release_quat_wxyz", (0.0, 0.0, 0.0, 0.0)), ("release_quat_wxyz", (NAN, 0, 0, 1)),
+    ("release_quat_wxyz", (2.0, 0.0, 0.0, 0.0)), ("release_quat_wxyz", (1e200, 0, 0, 0)),
+    ("target_low", (NAN, 0.0)), ("target_low", (-1e6, 0.0)), ("target_low", (0.0,)),
+    ("target_high", (-0.5, 0.3)),  # below target_low's x
+    ("target_high", (INF, 0.3)),
+    ("belief_particles", 1), ("belief_particles", -1), ("belief_particles", 10 ** 9),
+    ("belief_particles", 2.5), ("belief_particles", NAN),
+    ("belief_events", 0), ("belief_events", 10 ** 9), ("belief_events", True),
+    ("n_workers", 0), ("n_workers", -1), ("n_workers", 10 ** 6),
+    ("stochastic", "no"), ("belief_method", "magic"), ("render_mode", "human"),
+])
+def test_cube_refuses_bad_arguments_at_construction(cube_model, name, value):
+    with pytest.raises(ParameterError) as caught:
+        gym.make(CUBE_ID, model=cube_model, **{name: value})
+    assert str(caught.value).startswith(name), str(caught.value)
+
+
+@pytest.mark.parametrize("position", [(0.0, 0.0, -5.0), (0.3, 0.2, 0.02)])
+def test_cube_refuses_a_release_under_or_into_the_table(cube_model, position):
+    """z = -5 m fell to z = -16.8 m through no table; z = 2 cm puts the 10 cm cube 3 cm in."""
+    with pytest.raises(ParameterError, match=r"^release_position_m: .* into the table"):
+        CubeTossEnv(model=cube_model, belief_particles=0, release_position_m=position)
+
+
+def test_cube_accepts_arguments_at_their_bounds(cube_model):
+    env = CubeTossEnv(model=cube_model, belief_particles=0, horizon_s=0.1,
+                      release_position_m=(100.0, -100.0, 0.051),  # resting on the table
+                      release_quat_wxyz=(1.005, 0.0, 0.0, 0.0),  # normalised
+                      target_low=(-100.0, 0.2), target_high=(-100.0, 0.2))
+    try:
+        np.testing.assert_array_equal(env.release_quat_wxyz, [1.0, 0.0, 0.0, 0.0])
+        reward = _toss(env, 0, np.zeros(6))[2]
+        assert -reward == pytest.approx(np.hypot(200.0, 100.2), abs=0.1)  # it stays put
+    finally:
+        env.close()
 
 
 def test_cube_beliefs_in_info(cube_model):
@@ -225,6 +275,47 @@ def test_arm_divergence_terminates_with_reward_minus_one():
     assert terminated and reward == -1.0 and info["diverged"] is True
 
 
+@pytest.mark.parametrize("name, value", [
+    ("settle_s", 1e9), ("settle_s", NAN), ("settle_s", -0.1), ("settle_s", INF),
+    ("substeps", 0), ("substeps", -1), ("substeps", 2.5), ("substeps", 10 ** 6),
+    ("substeps", "5"), ("substeps", True), ("substeps", 10 ** 400), ("substeps", NAN),
+    ("solver_iterations", 0), ("solver_iterations", 10 ** 9),
+    ("target_offset_m", NAN), ("target_offset_m", -0.01), ("target_offset_m", 5.0),
+    ("kappa", (NAN, 1.0)), ("kappa", (-1.0, 1.0)), ("kappa", (1.0,)), ("kappa", (1e9, 1.0)),
+    ("max_steps", 0), ("max_steps", 1e300), ("max_steps", NAN),
+    ("loop", 2), ("loop", 10 ** 6), ("loop", 12.5), ("loop", None),
+    ("bandwidth_radps", 0.0), ("bandwidth_radps", INF), ("bandwidth_radps", NAN),
+    ("action_limit_rad", 0.0), ("action_limit_rad", NAN), ("action_limit_rad", 10.0),
+    ("render_mode", "human"),
+])
+def test_arm_refuses_bad_arguments_at_construction(name, value):
+    with pytest.raises(ParameterError) as caught:
+        gym.make(ARM_ID, **{name: value})
+    assert str(caught.value).startswith(name), str(caught.value)
+
+
+def test_arm_accepts_arguments_at_their_bounds():
+    env = ArmLoopEnv(settle_s=0.0, substeps=10.0, target_offset_m=0.0, max_steps=1,
+                     kappa=(0.0, 0.0), action_limit_rad=math.pi)
+    try:
+        observation, info = env.reset(seed=0)
+        np.testing.assert_allclose(info["target_m"], observation[14:17], atol=1e-6)
+        assert env.scene.settings.substeps == 10 and env.step(np.zeros(7))[3]  # truncated
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_arm_rejects_non_finite_actions_without_stepping(arm, bad):
+    arm.reset(seed=0)
+    before = arm.scene.arm_state()[0]
+    action = np.zeros(7)
+    action[3] = bad
+    with pytest.raises(ParameterError, match="^action must be finite"):
+        arm.step(action)
+    np.testing.assert_array_equal(arm.scene.arm_state()[0], before)
+
+
 @pytest.fixture(scope="module")
 def hinge_model(tmp_path_factory):
     """An untrained model of the two-box hinge (the worked example of a linked object)."""
@@ -265,3 +356,21 @@ def test_toss_env_refuses_a_model_of_another_scene(hinge_model):
         gym.make("residualsim/Toss-v0", scene="cube", model=str(model))
     with pytest.raises(ValueError, match="needs model="):
         gym.make("residualsim/Toss-v0", scene="cube")
+
+
+@pytest.mark.parametrize("position", [(0.0, 0.0, -5.0), (0.0, 0.0, 0.0)])
+def test_toss_env_refuses_a_release_of_a_linked_object_under_the_table(hinge_model, position):
+    """Every link counts (a URDF scene's contacts are of all its links): wholly under the
+    table, or halfway into it."""
+    scene, model = hinge_model
+    with pytest.raises(ParameterError, match=r"^release_position_m: .* into the table"):
+        gym.make("residualsim/Toss-v0", scene=scene, model=str(model), belief_particles=0,
+                 release_position_m=position)
+
+
+@pytest.mark.parametrize("joints", [(np.nan,), (0.1, 0.2), "bent"])
+def test_toss_env_refuses_bad_release_joint_positions(hinge_model, joints):
+    scene, model = hinge_model
+    with pytest.raises(ParameterError, match=r"^release_joint_positions must be 1 finite"):
+        gym.make("residualsim/Toss-v0", scene=scene, model=str(model), belief_particles=0,
+                 release_joint_positions=joints)

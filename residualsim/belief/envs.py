@@ -13,8 +13,9 @@ link) to world. Spaces are float32; rewards are plain floats.
     * observation ``Box((2,))``: the target (x, y) on the table, m world, drawn uniformly in
       [``target_low``, ``target_high``] at reset; unchanged by the step;
     * action ``Box((6,))``: the release velocity (3, m/s world, within [-2, -2, -2] ..
-      [2, 2, 1]) and angular velocity (3, rad/s world, within ±10). A NaN or wrongly shaped
-      action raises ValueError; finite values beyond the bounds are clipped;
+      [2, 2, 1]) and angular velocity (3, rad/s world, within ±10). A NaN, infinite or wrongly
+      shaped action raises ParameterError (a ValueError); finite values beyond the bounds
+      are clipped;
     * reward: minus the horizontal distance (m) from the cube's final position to the target;
     * every episode is one step: ``terminated=True``, ``truncated=False``;
     * info: ``final_position_m`` (3,), ``distance_m``, ``n_events`` (contact events of the
@@ -41,7 +42,7 @@ link) to world. Spaces are float32; rewards are plain floats.
 
     * action ``Box((7,))``: joint targets b_target as offsets (rad) from the grasp
       configuration, within ±``action_limit_rad`` (0.2); targets are also kept within the
-      joint limits;
+      joint limits; a NaN, infinite or wrongly shaped action raises ParameterError;
     * observation ``Box((21,))``: joint angles (7, rad, within ±π), joint velocities (7, rad/s,
       within ±50), the end-effector (grasp) position (3, m world, within ±2) and orientation
       (4, quaternion w-x-y-z, world);
@@ -65,7 +66,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from residualsim.belief import env_settings as settings
 from residualsim.data.bundled import PRETRAINED_CUBE
+from residualsim.errors import ParameterError
 
 if TYPE_CHECKING:
     from residualsim.residual.policy import ResidualModel
@@ -82,15 +85,16 @@ def _f32(values: Any) -> np.ndarray:
 
 
 def _checked_action(action: Any, space: spaces.Box) -> np.ndarray:
-    """``action`` as float64, clipped into ``space``; ValueError for a bad shape or NaN."""
+    """``action`` as float64, clipped into ``space``; ParameterError (a ValueError) for a bad
+    shape, a NaN or an infinity."""
     try:
         array = np.asarray(action, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"action must be {space.shape[0]} numbers: {exc}") from None
+        raise ParameterError(f"action must be {space.shape[0]} numbers: {exc}") from None
     if array.shape != space.shape:
-        raise ValueError(f"action must have shape {space.shape}, got {array.shape}")
+        raise ParameterError(f"action must have shape {space.shape}, got {array.shape}")
     if not np.isfinite(array).all():
-        raise ValueError(f"action must be finite, got {array.tolist()}")
+        raise ParameterError(f"action must be finite, got {array.tolist()}")
     return np.clip(array, space.low.astype(np.float64), space.high.astype(np.float64))
 
 
@@ -112,6 +116,11 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         (:func:`~residualsim.belief.propagation.propagate_belief`); with "conjugate" any
         ``belief_particles`` > 0 just turns the beliefs on.
     n_workers : worker processes of the simulator.
+
+    Every argument is checked at construction (:mod:`residualsim.belief.env_settings` lists
+    the bounds: a horizon within 60 s, a release point within 100 m of the table origin and
+    not into or under the table, ...); a bad one raises one
+    :class:`~residualsim.errors.ParameterError` naming it.
     """
 
     metadata = {"render_modes": []}
@@ -128,29 +137,63 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         from residualsim.belief.simulator import StochasticSimulator
 
         if render_mode is not None:
-            raise ValueError(f"CubeTossEnv does not render, got render_mode={render_mode!r}")
-        if belief_particles != 0 and belief_particles < 2:
-            raise ValueError(f"belief_particles must be 0 or >= 2, got {belief_particles}")
-        if belief_events < 1:
-            raise ValueError(f"belief_events must be >= 1, got {belief_events}")
+            raise ParameterError(f"render_mode: CubeTossEnv does not render, got "
+                                 f"{render_mode!r}")
+        particles = settings.integer("belief_particles", belief_particles, 0,
+                                     settings.MAX_BELIEF_PARTICLES)
+        if particles == 1:
+            raise ParameterError("belief_particles must be 0 (no beliefs) or >= 2, got 1")
         if belief_method not in ("particles", "conjugate"):
-            raise ValueError(f"belief_method must be 'particles' or 'conjugate', got "
-                             f"{belief_method!r}")
+            raise ParameterError(f"belief_method must be 'particles' or 'conjugate', got "
+                                 f"{belief_method!r}")
+        if not isinstance(stochastic, (bool, np.bool_)):
+            raise ParameterError(f"stochastic must be True or False, got {stochastic!r}")
         self.belief_method = belief_method
         self.render_mode = render_mode
         self.stochastic = bool(stochastic)
-        self.release_position_m = np.asarray(release_position_m, dtype=float)
-        self.release_quat_wxyz = np.asarray(release_quat_wxyz, dtype=float)
-        self.horizon_s = float(horizon_s)
-        self.belief_particles = int(belief_particles)
-        self.belief_events = int(belief_events)
+        self.horizon_s = settings.finite_number("horizon_s", horizon_s, 0.0,
+                                                settings.MAX_HORIZON_S, "s", low_open=True)
+        self.release_position_m = settings.finite_vector("release_position_m",
+                                                         release_position_m, 3)
+        if (np.abs(self.release_position_m[:2]).max() > settings.MAX_HORIZONTAL_M
+                or self.release_position_m[2] > settings.MAX_HEIGHT_M):
+            raise ParameterError(
+                f"release_position_m must have |x|, |y| <= {settings.MAX_HORIZONTAL_M:g} m "
+                f"and z <= {settings.MAX_HEIGHT_M:g} m, got "
+                f"{self.release_position_m.tolist()}")
+        self.release_quat_wxyz = settings.unit_quaternion("release_quat_wxyz",
+                                                          release_quat_wxyz)
+        self.belief_particles = particles
+        self.belief_events = settings.integer("belief_events", belief_events, 1,
+                                              settings.MAX_BELIEF_EVENTS)
+        workers = settings.integer("n_workers", n_workers, 1, settings.MAX_WORKERS)
+        target_low, target_high = settings.check_box(target_low, target_high)
         self.action_space = spaces.Box(low=_f32([-2, -2, -2, -10, -10, -10]),
                                        high=_f32([2, 2, 1, 10, 10, 10]), dtype=np.float32)
         self.observation_space = spaces.Box(low=_f32(target_low), high=_f32(target_high),
                                             dtype=np.float32)
         self.simulator = StochasticSimulator(DEFAULT_CUBE_MODEL if model is None else model,
-                                             n_workers=n_workers, residual=True)
+                                             n_workers=workers, residual=True)
+        try:
+            self._check_object()
+        except BaseException:
+            self.close()
+            raise
         self._target = self.observation_space.low.copy()
+
+    def _check_object(self) -> None:
+        """ParameterError if the object released at rest at the release pose would sink into
+        or start under the table (the rule of ``rollout --state``,
+        :func:`~residualsim.sim.recordings.check_start_state`); runs once the simulator is
+        up (it knows the object)."""
+        from residualsim.errors import DataError
+        from residualsim.sim.recordings import check_start_state
+
+        try:
+            check_start_state(self.simulator.model.scene, self.toss(np.zeros(6)),
+                              what="release_position_m")
+        except DataError as exc:  # refused as implausible: an argument error here
+            raise ParameterError(str(exc).split("; pass --allow-implausible")[0]) from None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -221,29 +264,38 @@ class TossEnv(CubeTossEnv):
                  model: str | Path | ResidualModel | None = None,
                  release_joint_positions: tuple[float, ...] | None = None,
                  **options: Any) -> None:
+        if model is None:
+            raise ParameterError("model: residualsim/Toss-v0 needs model=<a model directory "
+                                 "trained on the scene> (residualsim train --scene FILE "
+                                 "writes one)")
+        self._scene_argument, self._joints_argument = scene, release_joint_positions
+        super().__init__(model=model, **options)  # then _check_object, below
+
+    def _check_object(self) -> None:
+        """The model's scene against ``scene``, the joints, then the release pose."""
         from residualsim.sim.scenes import make_scene, same_scene
 
-        if model is None:
-            raise ValueError("residualsim/Toss-v0 needs model=<a model directory trained on "
-                             "the scene> (residualsim train --scene FILE writes one)")
-        super().__init__(model=model, **options)
+        scene, joints = self._scene_argument, self._joints_argument
         model_scene = self.simulator.model.scene
         if scene is not None and not same_scene(str(scene), model_scene):
-            self.close()
-            raise ValueError(f"the model was trained on scene {model_scene!r}, not {scene!r}")
+            raise ParameterError(f"scene: the model was trained on scene {model_scene!r}, "
+                                 f"not {scene!r}")
         layout = make_scene(model_scene)
         if layout.planar:
-            self.close()
-            raise ValueError(f"Toss-v0 tosses free objects; {model_scene!r} is planar")
+            raise ParameterError(f"scene: Toss-v0 tosses free objects; {model_scene!r} is "
+                                 "planar")
         n_joints = getattr(layout, "n_joints", 0)
-        joints = np.zeros(n_joints) if release_joint_positions is None else \
-            np.asarray(release_joint_positions, dtype=float)
-        if joints.shape != (n_joints,) or not np.isfinite(joints).all():
-            self.close()
-            raise ValueError(f"release_joint_positions must be {n_joints} finite numbers "
-                             f"({', '.join(layout.joint_names) or 'no joints'}), got "
-                             f"{np.asarray(release_joint_positions).tolist()}")
-        self.release_joint_positions = joints
+        values = np.zeros(n_joints)
+        if joints is not None:
+            try:
+                values = settings.finite_vector("release_joint_positions", joints, n_joints)
+            except ParameterError:
+                raise ParameterError(
+                    f"release_joint_positions must be {n_joints} finite numbers "
+                    f"({', '.join(layout.joint_names) or 'no joints'}), got {joints!r}"
+                ) from None
+        self.release_joint_positions = values
+        super()._check_object()
 
     def toss(self, action: np.ndarray) -> np.ndarray:
         """The object's initial state (13 + 2n,) for an action (6,): joints at rest."""
@@ -265,6 +317,10 @@ class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
     action_limit_rad : bound of the joint-target offsets.
     target_offset_m : half-width of the target box around the initial grasp point.
     settle_s : seconds the loop settles at reset.
+
+    Every argument is checked at construction (:mod:`residualsim.belief.env_settings` lists
+    the bounds: ``settle_s`` within 5 s, ``substeps`` an integer in [1, 50], ...); a bad
+    one raises one :class:`~residualsim.errors.ParameterError` naming it.
     """
 
     metadata = {"render_modes": []}
@@ -283,23 +339,44 @@ class ArmLoopEnv(gym.Env[np.ndarray, np.ndarray]):
         from residualsim.sim.bullet import pb
 
         from residualsim.sim.scenes.arm_loop import ARM_JOINTS, ArmLoopScene, ArmLoopSettings, lqr_gains
+        from residualsim.sim.scenes.loop_urdf import LoopParameters
 
         if render_mode is not None:
-            raise ValueError(f"ArmLoopEnv does not render, got render_mode={render_mode!r}")
+            raise ParameterError(f"render_mode: ArmLoopEnv does not render, got "
+                                 f"{render_mode!r}")
         self.render_mode = render_mode
-        self.kappa = np.asarray(kappa, dtype=float)
-        self.max_steps = int(max_steps)
-        self.target_offset_m = float(target_offset_m)
-        self.settle_s = float(settle_s)
-        self.scene = ArmLoopScene(loop=loop, settings=ArmLoopSettings(
-            substeps=int(substeps), solver_iterations=int(solver_iterations)))
+        self.kappa = settings.finite_vector("kappa", kappa, 2)
+        if not ((self.kappa >= 0).all() and (self.kappa <= settings.MAX_KAPPA).all()):
+            raise ParameterError(f"kappa must be two stiffnesses in [0, {settings.MAX_KAPPA:g}]"
+                                 f" N m/rad, got {self.kappa.tolist()}")
+        self.max_steps = settings.integer("max_steps", max_steps, 1, settings.MAX_STEPS)
+        if isinstance(loop, (int, float, np.integer, np.floating)):
+            loop = settings.integer("loop", loop, 3, settings.MAX_LOOP_LINKS)
+        elif isinstance(loop, LoopParameters):
+            settings.integer("loop", loop.n_links, 3, settings.MAX_LOOP_LINKS)
+        elif not isinstance(loop, (str, Path)):
+            raise ParameterError(f"loop must be a number of links, a loop URDF path or "
+                                 f"LoopParameters, got {loop!r}")
+        solver = ArmLoopSettings(
+            substeps=settings.integer("substeps", substeps, 1, settings.MAX_ARM_SUBSTEPS),
+            solver_iterations=settings.integer("solver_iterations", solver_iterations, 1,
+                                               settings.MAX_SOLVER_ITERATIONS))
+        bandwidth = settings.finite_number("bandwidth_radps", bandwidth_radps, 0.0,
+                                           settings.MAX_BANDWIDTH_RADPS, "rad/s", low_open=True)
+        action_limit = settings.finite_number("action_limit_rad", action_limit_rad, 0.0,
+                                              math.pi, "rad", low_open=True)
+        self.target_offset_m = settings.finite_number(
+            "target_offset_m", target_offset_m, 0.0, settings.MAX_TARGET_OFFSET_M, "m")
+        self.settle_s = settings.finite_number("settle_s", settle_s, 0.0,
+                                               settings.MAX_SETTLE_S, "s")
+        self.scene = ArmLoopScene(loop=loop, settings=solver)
         self.grasp = self.scene.arm_start.copy()
-        self.gains = lqr_gains(self.scene.arm_mass_matrix(self.grasp), bandwidth_radps)
+        self.gains = lqr_gains(self.scene.arm_mass_matrix(self.grasp), bandwidth)
         info = [pb.getJointInfo(self.scene.arm, j, physicsClientId=self.scene.client)
                 for j in ARM_JOINTS]
         self.joint_low = np.array([i[8] for i in info])
         self.joint_high = np.array([i[9] for i in info])
-        limit = np.full(7, action_limit_rad, dtype=np.float32)
+        limit = np.full(7, action_limit, dtype=np.float32)
         self.action_space = spaces.Box(low=-limit, high=limit, dtype=np.float32)
         high = _f32([self.ANGLE_BOUND] * 7 + [self.VELOCITY_BOUND] * 7
                     + [self.POSITION_BOUND] * 3 + [1.0] * 4)

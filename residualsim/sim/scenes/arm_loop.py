@@ -29,7 +29,7 @@ from residualsim.sim.bullet import pb
 import pybullet_data
 
 from residualsim.errors import SceneError
-from residualsim.sim.scenes.base import ASSETS_DIR, cache_dir
+from residualsim.sim.scenes.base import ASSETS_DIR, cache_dir, check_substeps
 from residualsim.sim.scenes.loop_urdf import LoopParameters, loop_urdf, read_loop_parameters
 
 __all__ = ["ArmLoopScene", "ArmLoopRun", "lqr_gains", "ArmLoopSettings", "LOOP_X_M", "CLAMP_HEIGHT_M", "ARM_JOINTS",
@@ -50,12 +50,28 @@ _ARM_URDF = "kuka_iiwa/model.urdf"
 @dataclass(frozen=True)
 class ArmLoopSettings:
     """Solver settings: ``dt_s`` the recording period (100 Hz), ``substeps`` internal steps
-    per period, ``solver_iterations`` of PyBullet's constraint solver."""
+    per period, ``solver_iterations`` of PyBullet's constraint solver. Checked at
+    construction (SceneError): ``dt_s`` finite and > 0, ``substeps`` an integer in
+    [1, ``MAX_SUBSTEPS``], ``solver_iterations`` an integer >= 1."""
 
     dt_s: float = 0.01
     substeps: int = 10
     solver_iterations: int = 50
     gravity_mps2: tuple[float, float, float] = (0.0, 0.0, -9.81)
+
+    def __post_init__(self) -> None:
+        check_substeps(self.substeps, "ArmLoopSettings")  # 0 divided dt_s by zero
+        if not (isinstance(self.dt_s, (int, float, np.floating)) and math.isfinite(self.dt_s)
+                and self.dt_s > 0):
+            raise SceneError(f"ArmLoopSettings: dt_s must be a finite number of seconds > 0, "
+                             f"got {self.dt_s!r}")
+        iterations = self.solver_iterations
+        if isinstance(iterations, bool) or not isinstance(
+                iterations, (int, np.integer, float, np.floating)) \
+                or not math.isfinite(iterations) or int(iterations) != iterations \
+                or iterations < 1:
+            raise SceneError(f"ArmLoopSettings: solver_iterations must be an integer >= 1, "
+                             f"got {iterations!r}")
 
     @property
     def step_s(self) -> float:
@@ -362,6 +378,10 @@ class ArmLoopScene:
                damping: float = 0.01) -> None:
         """Hold the arm still where it is and let the loop come to rest under gravity and its
         springs (``damping`` N m s/rad, stronger than the loop's own, to settle fast)."""
+        if not (isinstance(duration_s, (int, float, np.floating)) and math.isfinite(duration_s)
+                and duration_s >= 0):
+            raise SceneError(f"settle: duration_s must be a finite number of seconds >= 0, "
+                             f"got {duration_s!r}")
         cid = self.client
         angles, _ = self.arm_state()
         self.set_springs(kappa, damping)
