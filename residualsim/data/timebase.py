@@ -34,8 +34,8 @@ than :data:`MAX_GAP_S` = 0.2 s (the message names the lines around it). Across 0
 chord of free flight is off by up to g·(0.2 s)²/8 = 49 mm, far above tracking noise: the
 object was lost, not a frame dropped; a 1e7 s step is a corrupt stamp. Both bounds must be
 passed, so a fast capture (1 kHz: 200 samples) or a slow one (30 Hz: 0.7 s) is judged by
-the bound that matters for it, and a file in milliseconds is not refused for its "gaps" but
-by the gravity check that names the unit. Also refused: a grid of more than
+the bound that matters for it, and a file in milliseconds (steps of 10 "s") is judged by
+the sample count, so its short gaps still reach the gravity check that names the unit. Also refused: a grid of more than
 :data:`MAX_SAMPLES` = 2 000 000 samples (33 min at 1 kHz, 5.6 h at 100 Hz; a recording of
 contacts, not a day's log). Split such a recording at the gap, or fix its time stamps.
 """
