@@ -74,6 +74,35 @@ def test_synthesize_writes_a_loadable_set_with_its_truth(capsys, tmp_path):
         np.testing.assert_array_equal(traj.positions_m, tosses[traj_id].positions_m)
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--samples", "99999999999"], "3 tosses, 3e+11 samples in all (--count x --samples); "
+                                   "at most 1000000"),  # was a MemoryError traceback
+    (["--count", "2001", "--samples", "500"], "2001 tosses, 1.0005e+06 samples in all"),
+    (["--rate", "1e-3"], "rate_hz (--rate) must be within 10 to 2000 Hz"),  # z reached -1e7 m
+    (["--rate", "1e9"], "rate_hz (--rate) must be within 10 to 2000 Hz"),
+    (["--rate", "nan"], "got nan"),
+    (["--noise-m", "1e200"], "noise_m (--noise-m) must be within 0 to 0.005 m"),
+    (["--noise-m", "inf"], "noise_m (--noise-m) must be within 0 to 0.005 m"),
+    (["--noise-rad", "0.06"], "noise_rad (--noise-rad) must be within 0 to 0.05 rad"),
+])
+def test_synthesize_refuses_unphysical_sizes_up_front(capsys, tmp_path, flags, message):
+    out_dir = tmp_path / "synth"
+    code, _, err = _run(capsys, "data", "synthesize", "--params", "lateral_friction=0.4",
+                        "--count", "3", "--out", str(out_dir), *flags)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("residualsim: error: "), err
+    assert message in lines[0] and not out_dir.exists()
+
+
+def test_synthesize_accepts_the_bounds_themselves():
+    from residualsim.sim.synthesize import synthesize_tosses
+
+    for rate in (10.0, 2000.0):
+        tosses = synthesize_tosses("lateral_friction=0.4", n_tosses=1, n_samples=5,
+                                   noise_m=0.005, noise_rad=0.05, rate_hz=rate)
+        assert tosses["synthetic-0"].times_s[1] == pytest.approx(1.0 / rate)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

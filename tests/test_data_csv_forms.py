@@ -14,7 +14,7 @@ from scipy.spatial.transform import Rotation
 from residualsim.data import (Trajectory, describe, load_csv_trajectories, load_csv_trajectory,
                               load_trajectories, save_csv_trajectory)
 from residualsim.data.read_options import reading_options
-from residualsim.data.timebase import analyse_times
+from residualsim.data.timebase import analyse_times, resample
 from residualsim.errors import DataError, ParameterError
 
 G = 9.81
@@ -196,6 +196,61 @@ def test_time_base_estimate_is_robust():
     odd = analyse_times(np.arange(50) / 119.5 + rng.uniform(-1e-5, 1e-5, 50))
     assert abs(odd.rate_hz - 119.5) < 0.01  # not a whole rate: not snapped
     assert analyse_times(np.arange(10) * 0.01).uniform
+
+
+@pytest.mark.parametrize("rate, missing, refused", [
+    (100, 20, False), (100, 21, True),  # 0.21 s read, 0.22 s refused
+    (1000, 150, False), (1000, 250, True),  # 1 kHz: 0.15 s is read (the 0.2 s bound)
+    (30, 20, False), (30, 21, True),  # 30 Hz: 0.7 s is read (the 20-sample bound)
+])
+def test_a_gap_over_20_samples_and_0_2_s_is_refused_with_its_lines(tmp_path, rate, missing,
+                                                                     refused):
+    t = np.delete(np.arange(60 + missing) / rate, np.arange(20, 20 + missing))
+    path = _write(tmp_path / "g.csv", t)
+    if not refused:
+        assert load_csv_trajectory(path).n_samples == 60 + missing
+        return
+    # sample 20 is on line 22 (the header is line 1)
+    with pytest.raises(DataError, match=rf"g\.csv: line 22: t = .* comes .* s after line 21 "
+                       rf"\(t = .*\), {missing} samples missing at {rate} Hz; a gap of over 20"):
+        load_csv_trajectory(path)
+
+
+@pytest.mark.parametrize("stamp", ["last_1e20", "plus_1000"])
+def test_absurd_time_stamps_are_refused_by_data_info_before_resampling(tmp_path, capsys,
+                                                                        stamp):
+    """The adversarial cases: 1e20 s raised numpy's 'Maximum allowed size exceeded', a 1000 s
+    gap was filled with 100 000 samples (a 1e7 s gap, which tried to allocate 7.45 GiB, is
+    the same rule; not run here, so a regression cannot exhaust the machine)."""
+    from residualsim.cli import main
+
+    t = np.arange(60) / 100.0
+    if stamp == "last_1e20":
+        t[-1] = 1e20
+    else:
+        t[30:] += 1000.0
+    _write(tmp_path / "0.csv", t)
+    assert main(["data", "info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    line = 61 if stamp == "last_1e20" else 32
+    assert len(err) == 1 and err[0].startswith(
+        f"residualsim: error: {tmp_path / '0.csv'}: line {line}: t = "), err
+    assert "samples missing at 100 Hz" in err[0]
+
+
+def test_a_grid_over_max_samples_is_refused_before_it_is_allocated(tmp_path, monkeypatch):
+    columns = {"x": np.zeros(2)}
+    with pytest.raises(DataError, match=r"^r\.csv: the time stamps span 1e\+20 s, 1e\+22 "
+                       r"samples at 100 Hz; at most 2000000"):
+        resample(np.array([0.0, 1e20]), 0.01, columns, source="r.csv")
+    grid, out = resample(np.array([0.0, 1.0]), 0.01, columns)
+    assert len(grid) == len(out["x"]) == 101
+    import residualsim.data.timebase as timebase
+
+    monkeypatch.setattr(timebase, "MAX_SAMPLES", 50)  # a jittered file of 60 samples
+    t = np.arange(60) / 100.0 + np.random.default_rng(0).uniform(-3e-4, 3e-4, 60)
+    with pytest.raises(DataError, match=r"j\.csv: the time stamps span .* 60 samples"):
+        load_csv_trajectory(_write(tmp_path / "j.csv", np.sort(t)))
 
 
 @pytest.mark.parametrize("change, message", [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import zipfile
 
 import numpy as np
@@ -270,6 +271,16 @@ BAD_ARCHIVES = {
         },
         "'1/quaternion'",
     ),
+    "huge_position": (  # a diverged rollout: its RMSE would overflow to inf
+        {"1/position": _with(_good_position(), (1, 2, 0), 1e200),
+         "1/quaternion": _good_quaternion()},
+        "'1/position' has 1e+200 at index (1, 2, 0), beyond the physical bound of 1000 m",
+    ),
+    "huge_quaternion": (
+        {"1/position": _good_position(),
+         "1/quaternion": _with(_good_quaternion(), (0, 1, 2), 1e200)},
+        "'1/quaternion' has norm 1e+200",
+    ),
     "string_array": (
         {"1/position": np.full((2, 4, 3), "x"), "1/quaternion": _good_quaternion()}, "'1/position'"
     ),
@@ -291,6 +302,10 @@ BAD_ARCHIVES = {
     "velocity_nan": (
         {"post_velocity": _with(np.zeros((1, 2, 3)), (0, 1, 2), np.nan), "rows": np.arange(2)},
         "'post_velocity'",
+    ),
+    "velocity_huge": (
+        {"post_velocity": _with(np.zeros((1, 2, 3)), (0, 0, 1), -1e5), "rows": np.arange(2)},
+        "'post_velocity' has -1e+05 at index (0, 0, 1)",
     ),
     "rows_length": ({"post_velocity": np.zeros((1, 2, 3)), "rows": np.arange(3)}, "'rows'"),
     "rows_fractional": (
@@ -335,6 +350,25 @@ def test_bad_archive_raises_naming_file_and_key(tmp_path, case):
     message = str(info.value)
     assert str(path) in message
     assert fragment in message
+
+
+def test_huge_values_are_refused_without_a_numpy_warning(tmp_path):
+    """1e200 is named as such (no overflow RuntimeWarning on the way); 999 m still loads."""
+    from residualsim.cli import main
+
+    path = tmp_path / "p.npz"
+    np.savez(path, **{"1/position": _with(_good_position(), (0, 0, 2), 999.0),
+                      "1/quaternion": _good_quaternion()})
+    assert load_predictions(path)["1"].position[0, 0, 2] == 999.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for key, value in (("1/position", 1e200), ("1/quaternion", 1e200)):
+            arrays = {"1/position": _good_position(), "1/quaternion": _good_quaternion()}
+            arrays[key] = _with(arrays[key], (0, 0, 0), value)
+            np.savez(path, **arrays)
+            with pytest.raises(PredictionError, match=f"{key}' has"):
+                load_predictions(path)
+        assert main(["score", "--pred", str(path)]) == 2
 
 
 def test_object_array_is_refused_without_unpickling(tmp_path):

@@ -68,7 +68,8 @@ def register(commands) -> None:
         "semicolon, tab or whitespace separators, # comments, BOM, CRLF; time stamps need "
         "only increase, files not uniform are resampled onto their nominal grid (a folder "
         "of several rates to --rate-hz or its most common rate); gaps over 3 periods are "
-        "reported. With --scene: each file's free-flight samples and fitted gravity.")
+        "reported, a gap of over 20 missing samples and 0.2 s is refused. With --scene: "
+        "each file's free-flight samples and fitted gravity.")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
                       "file, .urdf or built-in name) and find first contacts on its shapes "
@@ -89,17 +90,19 @@ def register(commands) -> None:
     synth.add_argument("--count", type=count(1), default=8,
                        help="sampled tosses, without --like")
     synth.add_argument("--samples", type=count(2), default=110,
-                       help="samples per sampled toss")
-    synth.add_argument("--rate", type=float, help="Hz of sampled tosses (default: 148 for "
-                       "the cube, 100 for a scene file)")
+                       help="samples per sampled toss (--count x --samples at most 1 000 000)")
+    synth.add_argument("--rate", type=float, help="Hz of sampled tosses, 10 to 2000 (a "
+                       "capture system's range; default: 148 for the cube, 100 for a scene "
+                       "file)")
     synth.add_argument("--out", required=True, help="folder to write (refused if it exists, "
                        "unless --force)")
     synth.add_argument("--noise-m", type=float, default=0.0,
                        help="std of the Gaussian noise added to each position axis (and "
-                       "prismatic joint), m")
+                       "prismatic joint), m, at most 0.005 (more sinks poses 20 mm into the "
+                       "table, which reading the set back refuses)")
     synth.add_argument("--noise-rad", type=float, default=0.0,
                        help="std of the orientation noise, rad, per axis of a random rotation "
-                       "vector (and of revolute joints)")
+                       "vector (and of revolute joints), at most 0.05")
     add_seed(synth)
     synth.add_argument("--substeps", type=count(1),
                        help="engine substeps per sample (default: the scene's)")

@@ -370,7 +370,7 @@ def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
                                   velocities, names)
     return _Raw(path=path, planar=planar, joints=joints, times=times, positions=positions,
                 quats=quats, joint_positions=joint_positions, unwrapped=unwrapped,
-                velocities=velocities, base=analyse_times(times),
+                velocities=velocities, base=analyse_times(times, str(path), numbers),
                 quaternion_order=quaternion_order)
 
 
@@ -396,7 +396,7 @@ def _build(raw: _Raw, rate_hz: float | None, com_offset_base_m: np.ndarray | Non
         columns = {"positions": positions, "quats": quats, "joints": joint_positions}
         if velocities:
             columns.update(linear=velocities[0], angular=velocities[1], rates=velocities[2])
-        times, out = resample(times, period, columns, quaternion="quats")
+        times, out = resample(times, period, columns, quaternion="quats", source=str(path))
         if len(times) < _MIN_ROWS:
             raise DataError(f"{path}: {len(times)} sample(s) at {1 / period:.6g} Hz, a "
                             f"recording needs at least {_MIN_ROWS}")

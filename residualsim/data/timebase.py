@@ -27,6 +27,17 @@ nominal periods are reported (metadata, a warning on the log, ``data info``): ac
 the recording is a straight line between the two samples that frame it, and the grid
 samples farther than half a period from every stamp are listed in
 ``metadata["time_base"]["filled_samples"]`` (the initial-state fit leaves them out).
+
+Refused, with a :class:`~residualsim.errors.DataError` before anything is allocated for the
+grid: a gap of more than :data:`MAX_GAP_MISSING` = 20 missing samples that also lasts more
+than :data:`MAX_GAP_S` = 0.2 s (the message names the lines around it). Across 0.2 s the
+chord of free flight is off by up to g·(0.2 s)²/8 = 49 mm, far above tracking noise: the
+object was lost, not a frame dropped; a 1e7 s step is a corrupt stamp. Both bounds must be
+passed, so a fast capture (1 kHz: 200 samples) or a slow one (30 Hz: 0.7 s) is judged by
+the bound that matters for it, and a file in milliseconds (steps of 10 "s") is judged by
+the sample count, so its short gaps still reach the gravity check that names the unit. Also refused: a grid of more than
+:data:`MAX_SAMPLES` = 2 000 000 samples (33 min at 1 kHz, 5.6 h at 100 Hz; a recording of
+contacts, not a day's log). Split such a recording at the gap, or fix its time stamps.
 """
 
 from __future__ import annotations
@@ -37,8 +48,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TimeBase", "analyse_times", "resample", "common_rate_hz", "filled_samples", "UNIFORM_RELATIVE",
-           "SNAP_RELATIVE", "LONG_GAP_PERIODS"]
+from residualsim.errors import DataError
+
+__all__ = ["TimeBase", "analyse_times", "resample", "common_rate_hz", "filled_samples",
+           "UNIFORM_RELATIVE", "SNAP_RELATIVE", "LONG_GAP_PERIODS", "MAX_GAP_MISSING",
+           "MAX_GAP_S", "MAX_SAMPLES"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +62,12 @@ UNIFORM_RELATIVE = 1e-6
 SNAP_RELATIVE = 2e-3
 #: Gaps spanning more than this many nominal periods are reported.
 LONG_GAP_PERIODS = 3
+#: A gap is refused when it misses more than this many samples...
+MAX_GAP_MISSING = 20
+#: ...and lasts more than this, s.
+MAX_GAP_S = 0.2
+#: A resampled grid may hold at most this many samples.
+MAX_SAMPLES = 2_000_000
 #: The grid's last sample may lie this many periods past the last stamp (a jittered last
 #: stamp a little early still ends the grid where the recording ends; the value there is
 #: the last stamp's).
@@ -98,8 +118,13 @@ def _snap(period: float) -> float:
     return period
 
 
-def analyse_times(times_s: np.ndarray) -> TimeBase:
-    """The nominal grid of strictly increasing time stamps (s); see the module docstring."""
+def analyse_times(times_s: np.ndarray, source: str = "times",
+                  lines: list[int] | None = None) -> TimeBase:
+    """The nominal grid of strictly increasing time stamps (s); see the module docstring.
+
+    ``source`` (a file) and ``lines`` (each stamp's line in it) name a refused gap; a
+    :class:`~residualsim.errors.DataError` for a gap over the bounds of the module docstring.
+    """
     times = np.asarray(times_s, dtype=np.float64)
     steps = np.diff(times)
     mean = float(steps.mean())
@@ -112,11 +137,27 @@ def analyse_times(times_s: np.ndarray) -> TimeBase:
         periods = np.maximum(1, np.round(steps / period))
         period = span / periods.sum()
     period = _snap(period)
-    periods = np.maximum(1, np.round(steps / period)).astype(int)
+    periods = np.maximum(1, np.round(steps / period))
+    _refuse_long_gaps(times, steps, periods, period, source, lines)
+    periods = periods.astype(int)
     jitter = float(np.std(steps - periods * period))
     gaps = [(int(i), int(periods[i]), float(relative[i])) for i in np.flatnonzero(periods >= 2)]
     return TimeBase(period_s=period, uniform=False, jitter_s=jitter, offset_s=float(times[0]),
                     gaps=gaps)
+
+
+def _refuse_long_gaps(times: np.ndarray, steps: np.ndarray, periods: np.ndarray, period: float,
+                      source: str, lines: list[int] | None) -> None:
+    long = np.flatnonzero((periods - 1 > MAX_GAP_MISSING) & (steps > MAX_GAP_S))
+    if not long.size:
+        return
+    i = int(long[0])
+    where = (lambda k: f"line {lines[k]}") if lines is not None else (lambda k: f"sample {k}")
+    raise DataError(
+        f"{source}: {where(i + 1)}: t = {float(times[i + 1])!r} comes {float(steps[i]):.4g} s "
+        f"after {where(i)} (t = {float(times[i])!r}), {float(periods[i] - 1):.4g} samples "
+        f"missing at {1.0 / period:.6g} Hz; a gap of over {MAX_GAP_MISSING} samples and "
+        f"{MAX_GAP_S} s is not interpolated (split the recording there or fix its time stamps)")
 
 
 def common_rate_hz(bases: list[TimeBase]) -> float | None:
@@ -143,7 +184,8 @@ def _slerp(rel_times: np.ndarray, quat_wxyz: np.ndarray, grid: np.ndarray) -> np
 
 
 def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray],
-             quaternion: str | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+             quaternion: str | None = None, source: str = "times"
+             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Resample onto a uniform grid of ``period_s`` from the first time stamp.
 
     Parameters
@@ -155,13 +197,21 @@ def resample(times_s: np.ndarray, period_s: float, columns: dict[str, np.ndarray
     columns : dict of name -> ndarray (T,) or (T, k)
         Values at the time stamps, interpolated linearly (positions m, joints rad or m,
         velocities), except ``columns[quaternion]`` (T, 4) w-x-y-z, by slerp.
+    source : str
+        The file, named when the grid would exceed :data:`MAX_SAMPLES` (a DataError, raised
+        before it is allocated).
 
     Returns
     -------
     (grid times (N,) from 0 s, dict of the resampled columns)
     """
     rel = np.asarray(times_s, dtype=np.float64) - float(times_s[0])
-    n = int(np.floor(rel[-1] / period_s + END_SLACK)) + 1
+    n = np.floor(rel[-1] / period_s + END_SLACK) + 1
+    if not n <= MAX_SAMPLES:
+        raise DataError(f"{source}: the time stamps span {rel[-1]:.4g} s, {n:.4g} samples at "
+                        f"{1.0 / period_s:.6g} Hz; at most {MAX_SAMPLES} are resampled "
+                        "(split the recording or fix its time stamps)")
+    n = int(n)
     grid = np.arange(n) * period_s
     grid[-1] = min(grid[-1], rel[-1])  # never extrapolate past the last stamp by rounding
     out: dict[str, np.ndarray] = {}

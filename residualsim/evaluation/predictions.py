@@ -31,7 +31,11 @@ and :func:`recorded_scene` read them back), so ``residualsim score --pred FILE``
 ``--data`` and works from any directory.
 
 Floating arrays are kept in the precision they are given (float32 or float64); other
-numeric arrays are converted to float64.
+numeric arrays are converted to float64. Values must be finite and physical: a position
+coordinate beyond :data:`MAX_POSITION_M` = 1e3 m, a joint position beyond
+:data:`MAX_JOINT_POSITION` = 1e4 (rad or m) or a post-contact velocity component beyond
+:data:`MAX_POST_VELOCITY` = 1e3 (m/s or rad/s) is refused, naming the file, key and index
+(a diverged rollout, not a prediction to score: its errors would overflow to inf).
 
 The module runs past 600 lines on purpose: it is the whole contract (both kinds of
 prediction, their validation and their I/O) in the one file a writer of predictions reads.
@@ -55,6 +59,9 @@ from residualsim.errors import PredictionError
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "MAX_POSITION_M",
+    "MAX_JOINT_POSITION",
+    "MAX_POST_VELOCITY",
     "TrajectoryPrediction",
     "TrajectoryPredictions",
     "ImpactPredictions",
@@ -68,6 +75,13 @@ __all__ = [
 FORMAT_NAME = "residualsim-prediction"
 #: Version of the file layout; readers refuse files with a larger version.
 FORMAT_VERSION = 1
+
+#: Largest |coordinate| of a predicted position, m (a table-top scene spans metres).
+MAX_POSITION_M = 1e3
+#: Largest |joint position| of a prediction, rad or m.
+MAX_JOINT_POSITION = 1e4
+#: Largest |component| of a predicted post-contact velocity, m/s or rad/s.
+MAX_POST_VELOCITY = 1e3
 
 _META_KEY = "meta"
 _POSITION = "position"
@@ -117,13 +131,17 @@ def _float_array(value: Any, where: str, key: str) -> np.ndarray:
     return array
 
 
-def _check_finite(array: np.ndarray, where: str, key: str) -> None:
-    if np.isfinite(array).all():
-        return
+def _check_finite(array: np.ndarray, where: str, key: str, bound: float | None = None,
+                  unit: str = "") -> None:
+    """Refuse a NaN or infinite value, and (given ``bound``) a value beyond +-bound."""
     bad = ~np.isfinite(array)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         raise PredictionError(f"{where}: key {key!r} has a NaN or infinite value at index {index}")
+    if bound is not None and (np.abs(array) > bound).any():
+        index = tuple(int(i) for i in np.argwhere(np.abs(array) > bound)[0])
+        raise PredictionError(f"{where}: key {key!r} has {float(array[index]):.4g} at index "
+                              f"{index}, beyond the physical bound of {bound:g} {unit}")
 
 
 def _check_shape(array: np.ndarray, width: int, layout: str, where: str, key: str) -> None:
@@ -140,7 +158,7 @@ def _joint_array(value: Any, position_shape: tuple[int, ...], where: str, key: s
     if array.ndim != 3 or array.shape[:2] != position_shape[:2] or array.shape[2] < 1:
         raise PredictionError(f"{where}: key {key!r} has shape {array.shape}, expected "
                               f"(S, T, n) = ({position_shape[0]}, {position_shape[1]}, n >= 1)")
-    _check_finite(array, where, key)
+    _check_finite(array, where, key, MAX_JOINT_POSITION, "rad or m")
     return array
 
 
@@ -173,7 +191,8 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
     Raises
     ------
     PredictionError
-        On an empty set, an empty id, a wrong shape, a NaN or infinite value, a sample count
+        On an empty set, an empty id, a wrong shape, a NaN or infinite value, a position
+        beyond :data:`MAX_POSITION_M` (joint beyond :data:`MAX_JOINT_POSITION`), a sample count
         that differs between position and quaternion or between trajectories, or a
         quaternion whose norm is off 1 by more than 1e-2. The message names the key
         (``"<id>/position"`` or ``"<id>/quaternion"``).
@@ -231,9 +250,9 @@ class TrajectoryPredictions(Mapping[str, TrajectoryPrediction]):
                     f"{where}: key {quaternion_key!r} has shape {quaternion.shape} but "
                     f"{position_key!r} has shape {position.shape}; (S, T) must agree"
                 )
-            _check_finite(position, where, position_key)
+            _check_finite(position, where, position_key, MAX_POSITION_M, "m")
             _check_finite(quaternion, where, quaternion_key)
-            norms = np.sqrt(np.einsum("stk,stk->st", quaternion, quaternion))
+            norms = np.hypot.reduce(quaternion, axis=2)  # no overflow on 1e200
             off = np.abs(norms - 1.0) > QUATERNION_NORM_TOLERANCE
             if off.any():
                 s, t = (int(i) for i in np.argwhere(off)[0])
@@ -428,7 +447,7 @@ class ImpactPredictions:
                 " add a leading axis of length 1 for a deterministic prediction"
             )
         _check_shape(velocity, 3, "(S, N, 3)", where, _POST_VELOCITY)
-        _check_finite(velocity, where, _POST_VELOCITY)
+        _check_finite(velocity, where, _POST_VELOCITY, MAX_POST_VELOCITY, "m/s or rad/s")
         rows = np.asarray(self.rows)
         if rows.ndim != 1:
             raise PredictionError(f"{where}: key {_ROWS!r} has shape {rows.shape}, expected (N,)")

@@ -9,6 +9,15 @@ tool can then be checked on data whose answer is known. Positions get Gaussian n
 ``noise_m`` per axis, orientations a random rotation whose rotation vector has
 ``noise_rad`` per axis, revolute joints ``noise_rad`` and prismatic joints ``noise_m``;
 velocities are kept as simulated (the CSV files leave them out).
+
+Bounds, refused up front with a :class:`~residualsim.errors.ParameterError` (exit 2):
+sampled tosses at :data:`RATE_RANGE_HZ` = 10 to 2000 Hz (a capture system's range, video to
+fast motion capture: at 1e-3 Hz one sample is 1000 s of fall, z reached -1e7 m); at most
+:data:`MAX_TOTAL_SAMPLES` = 1 000 000 samples in a set (tosses x samples per toss: the
+rollout records and arrays in memory stay below a few hundred MB); noise finite and at most
+:data:`MAX_NOISE_M` = 5 mm and :data:`MAX_NOISE_RAD` = 0.05 rad (mocap is 0.1-1 mm; above
+these poses sink more than 20 mm into the table, which the loaders' plausibility check
+refuses, so the set would not be read back).
 """
 
 from __future__ import annotations
@@ -33,7 +42,17 @@ from residualsim.sim.pool import engine_workers
 
 __all__ = ["sample_toss_states", "sample_scene_states", "toss_states", "synthesize_tosses",
            "write_toss_set", "observed_recording", "synthesize_arm_loop", "arm_loop_reference",
-           "ARM_LOOP_WAYPOINTS"]
+           "ARM_LOOP_WAYPOINTS", "RATE_RANGE_HZ", "MAX_TOTAL_SAMPLES", "MAX_NOISE_M",
+           "MAX_NOISE_RAD"]
+
+#: Sample rates of sampled tosses, Hz (lowest, highest).
+RATE_RANGE_HZ = (10.0, 2000.0)
+#: Samples in one synthesized set (tosses x samples per toss).
+MAX_TOTAL_SAMPLES = 1_000_000
+#: Largest position noise (std per axis), m.
+MAX_NOISE_M = 0.005
+#: Largest orientation noise (std per rotation-vector axis), rad.
+MAX_NOISE_RAD = 0.05
 
 
 def _as_rng(rng: int | np.random.Generator | None) -> np.random.Generator:
@@ -144,6 +163,12 @@ def observed_recording(layout, traj_id: str, states: np.ndarray, dt_s: float, no
                       planar=layout.planar, source="synthetic", **joints)
 
 
+def _check_total(n_tosses: int, total: int) -> None:
+    if total > MAX_TOTAL_SAMPLES:
+        raise ParameterError(f"{n_tosses} tosses, {total:g} samples in all (--count x "
+                             f"--samples); at most {MAX_TOTAL_SAMPLES} in a synthesized set")
+
+
 def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
                       n_tosses: int = 8, n_samples: int = 110, noise_m: float = 0.0,
                       noise_rad: float = 0.0, rng: int | np.random.Generator | None = 0,
@@ -161,7 +186,8 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
         Otherwise ``n_tosses`` sampled states of ``n_samples`` samples, ids ``"synthetic-0"``,
         ``"synthetic-1"``... (never mistaken for a real recording).
     noise_m, noise_rad : float
-        Standard deviations of the position (m) and orientation (rad) noise.
+        Standard deviations of the position (m) and orientation (rad) noise, at most
+        :data:`MAX_NOISE_M` and :data:`MAX_NOISE_RAD`.
     rng : int, Generator or None
         Seed of the initial states and the noise.
     substeps : int, optional
@@ -170,21 +196,34 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
     scene : str
         A built-in scene name or a scene file.
     rate_hz : float, optional
-        Sample rate of sampled tosses (default: the cube's 148 Hz, another scene's own).
+        Sample rate of sampled tosses (default: the cube's 148 Hz, another scene's own),
+        within :data:`RATE_RANGE_HZ`; at most :data:`MAX_TOTAL_SAMPLES` samples in all.
+
+    Raises
+    ------
+    ParameterError
+        A value outside the bounds of the module docstring, before anything is simulated.
     """
-    if noise_m < 0 or noise_rad < 0:
-        raise ParameterError(f"noise must be >= 0, got noise_m={noise_m}, noise_rad={noise_rad}")
+    for name, value, bound, unit in (("noise_m (--noise-m)", noise_m, MAX_NOISE_M, "m"),
+                                     ("noise_rad (--noise-rad)", noise_rad, MAX_NOISE_RAD, "rad")):
+        if not 0.0 <= value <= bound:
+            raise ParameterError(f"{name} must be within 0 to {bound:g} {unit} (a pose noise "
+                                 f"the recordings' checks accept), got {value:g}")
     rng = _as_rng(rng)
     params = parse_params(params)
     layout = make_scene(scene)
     if like is not None:
         items = simulation_items(scene, like)
+        _check_total(len(items), sum(n for _, _, n in items))
         settings = recording_settings(scene, like, substeps)
     else:
         if n_tosses < 1 or n_samples < 2:
             raise ParameterError("need n_tosses >= 1 and n_samples >= 2")
-        if rate_hz is not None and not rate_hz > 0:
-            raise ParameterError(f"rate_hz must be positive, got {rate_hz}")
+        low, high = RATE_RANGE_HZ
+        if rate_hz is not None and not low <= rate_hz <= high:
+            raise ParameterError(f"rate_hz (--rate) must be within {low:g} to {high:g} Hz (a "
+                                 f"capture system's rate), got {rate_hz:g}")
+        _check_total(n_tosses, n_tosses * n_samples)
         states = toss_states(scene, n_tosses, rng)
         items = [(f"synthetic-{i}", state, n_samples) for i, state in enumerate(states)]
         dt_s = 1.0 / rate_hz if rate_hz else (SAMPLE_PERIOD_S if scene == "cube" else
