@@ -199,12 +199,12 @@ def test_time_base_estimate_is_robust():
 
 
 @pytest.mark.parametrize("rate, missing, refused", [
-    (100, 20, False), (100, 21, True),  # 0.21 s read, 0.22 s refused
-    (1000, 150, False), (1000, 250, True),  # 1 kHz: 0.15 s is read (the 0.2 s bound)
-    (30, 20, False), (30, 21, True),  # 30 Hz: 0.7 s is read (the 20-sample bound)
+    (100, 450, False), (100, 550, True),  # 4.51 s read (an occlusion), 5.51 s refused
+    (1000, 4500, False), (1000, 5500, True),
+    (3, 19, False), (3, 21, True),  # 3 Hz: 6.7 s with 19 missing is read (the 20 samples)
 ])
-def test_a_gap_over_20_samples_and_0_2_s_is_refused_with_its_lines(tmp_path, rate, missing,
-                                                                     refused):
+def test_a_gap_over_20_samples_and_5_s_is_refused_with_its_lines(tmp_path, rate, missing,
+                                                                   refused):
     t = np.delete(np.arange(60 + missing) / rate, np.arange(20, 20 + missing))
     path = _write(tmp_path / "g.csv", t)
     if not refused:

@@ -68,7 +68,7 @@ def register(commands) -> None:
         "semicolon, tab or whitespace separators, # comments, BOM, CRLF; time stamps need "
         "only increase, files not uniform are resampled onto their nominal grid (a folder "
         "of several rates to --rate-hz or its most common rate); gaps over 3 periods are "
-        "reported, a gap of over 20 missing samples and 0.2 s is refused. With --scene: "
+        "reported, a gap of over 20 missing samples and 5 s is refused. With --scene: "
         "each file's free-flight samples and fitted gravity.")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "

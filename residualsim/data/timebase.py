@@ -30,14 +30,14 @@ samples farther than half a period from every stamp are listed in
 
 Refused, with a :class:`~residualsim.errors.DataError` before anything is allocated for the
 grid: a gap of more than :data:`MAX_GAP_MISSING` = 20 missing samples that also lasts more
-than :data:`MAX_GAP_S` = 0.2 s (the message names the lines around it). Across 0.2 s the
-chord of free flight is off by up to g·(0.2 s)²/8 = 49 mm, far above tracking noise: the
-object was lost, not a frame dropped; a 1e7 s step is a corrupt stamp. Both bounds must be
-passed, so a fast capture (1 kHz: 200 samples) or a slow one (30 Hz: 0.7 s) is judged by
-the bound that matters for it, and a file in milliseconds (steps of 10 "s") is judged by
-the sample count, so its short gaps still reach the gravity check that names the unit. Also refused: a grid of more than
-:data:`MAX_SAMPLES` = 2 000 000 samples (33 min at 1 kHz, 5.6 h at 100 Hz; a recording of
-contacts, not a day's log). Split such a recording at the gap, or fix its time stamps.
+than :data:`MAX_GAP_S` = 5 s (the message names the lines around it): a tracker that lost
+the object for seconds recorded no contact there, and a 1e7 s step is a corrupt stamp.
+Shorter holes (dropped frames, an occlusion of a second) are interpolated and reported as
+above: one such hole must not make a real capture's whole folder unreadable, though a
+straight line across 0.2 s of free flight is already off by up to g·(0.2 s)²/8 = 49 mm
+(``data info`` lists them). Also refused: a grid of more than :data:`MAX_SAMPLES` =
+2 000 000 samples (33 min at 1 kHz, 5.6 h at 100 Hz; a recording of contacts, not a day's
+log). Split such a recording at the gap, or fix its time stamps.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ LONG_GAP_PERIODS = 3
 #: A gap is refused when it misses more than this many samples...
 MAX_GAP_MISSING = 20
 #: ...and lasts more than this, s.
-MAX_GAP_S = 0.2
+MAX_GAP_S = 5.0
 #: A resampled grid may hold at most this many samples.
 MAX_SAMPLES = 2_000_000
 #: The grid's last sample may lie this many periods past the last stamp (a jittered last
