@@ -153,7 +153,12 @@ def test_a_heavy_link_loads_with_allow_implausible_and_a_warning(tmp_path, caplo
         make_scene(str(path))
     assert EngineFactory(str(path)).allow_implausible is False
     with allow_implausible():
-        assert EngineFactory(str(path)).allow_implausible is True  # what workers are told
+        factory = EngineFactory(str(path))  # what a worker process is sent
+    engine = factory()  # as in a fresh worker, outside allow_implausible
+    try:
+        assert engine.scene.mass_kg == pytest.approx(2000)
+    finally:
+        engine.close()
 
 
 def test_limits_may_meet_and_sizes_may_be_absent(tmp_path):
