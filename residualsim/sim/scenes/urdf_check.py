@@ -20,7 +20,7 @@ naming the file and the element:
   refused unless ``--allow-implausible`` (:mod:`residualsim.sim.implausible`). residualsim's
   scenes are tabletop objects tossed by hand or a robot (the examples weigh 0.18-0.37 kg),
   and PyBullet's contact with the table degrades with mass: the hinge example with a
-  1e4 kg base sinks 65 mm into the table, with 1e6 kg it falls 5 m through it;
+  1e4 kg base has its base frame 65 mm below the table top, with 1e6 kg 5 m below;
 * a ``revolute``, ``continuous`` or ``prismatic`` joint whose ``<axis xyz>`` is not three
   finite numbers or has zero length (the joint would have no direction);
 * a ``<limit>`` of a ``revolute`` or ``prismatic`` joint with a non-finite ``lower`` or
