@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from residualsim.errors import SceneError
 from residualsim.sim.scenes import make_scene
+from residualsim.sim.implausible import allow_implausible
+from residualsim.sim.pool import EngineFactory
 from residualsim.sim.scenes.urdf_check import check_urdf, resolve_mesh
 
 from conftest import load_train_script
@@ -23,6 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 _HOSTILE = load_train_script("hostile_inputs")
 INERTIA, _link, _joint, _robot = (_HOSTILE.INERTIA, _HOSTILE._link, _HOSTILE._joint,
                                   _HOSTILE._robot)
+
+DYNAMICS = '<dynamics damping="{}" friction="{}"/>'
+
+
+def _moved(name: str, old: str, new: str, kind: str = "revolute") -> str:
+    """A joint from ``a`` to ``b`` with ``old`` in its text replaced by ``new``."""
+    text = _joint(name, "a", "b", kind)
+    assert old in text
+    return text.replace(old, new)
 
 
 GOOD = _robot(_link("a"), _link("b"), _joint("hinge", "a", "b"))
@@ -66,6 +77,43 @@ HOSTILE = {
                      "mesh file 'meshes/gone.obj' not found"),
     "missing package mesh": (_robot(_link("a", geometry='<mesh filename="package://pkg/x.obj"/>')),
                              "package:// is searched"),
+    "zero axis": (_robot(_link("a"), _link("b"), _moved("hinge", 'xyz="0 0 1"', 'xyz="0 0 0"')),
+                  "joint 'hinge': <axis xyz='0 0 0'> has zero length"),
+    "nan axis": (_robot(_link("a"), _link("b"), _moved("p", 'xyz="0 0 1"', 'xyz="0 nan 1"',
+                                                        "prismatic")),
+                 "joint 'p': <axis xyz='0 nan 1'> must be three finite numbers"),
+    "zero axis continuous": (_robot(_link("a"), _link("b"),
+                                    _moved("c", 'xyz="0 0 1"', 'xyz="0 0 0"', "continuous")),
+                             "the continuous joint has no direction"),
+    "two-number axis": (_robot(_link("a"), _link("b"), _moved("j", 'xyz="0 0 1"', 'xyz="0 1"')),
+                        "must be three finite numbers"),
+    "negative damping": (_robot(_link("a"), _link("b"), _moved("j", "</joint>", DYNAMICS.format(
+        "-0.5", "0") + "</joint>")), "joint 'j': <dynamics damping='-0.5'> must be finite and "
+        "not negative"),
+    "nan friction": (_robot(_link("a"), _link("b"), _moved("j", "</joint>", DYNAMICS.format(
+        "0", "nan") + "</joint>")), "<dynamics friction='nan'> must be finite"),
+    "inverted limits": (_robot(_link("a"), _link("b"), _moved("j", 'lower="-1"', 'lower="2"')),
+                        "joint 'j': <limit> lower 2 rad is above upper 1 rad"),
+    "inverted prismatic limits": (_robot(_link("a"), _link("b"),
+                                         _moved("j", 'lower="-1"', 'lower="2"', "prismatic")),
+                                  "lower 2 m is above upper 1 m"),
+    "infinite limit": (_robot(_link("a"), _link("b"), _moved("j", 'upper="1"', 'upper="inf"')),
+                       "joint 'j': <limit upper='inf'> must be finite"),
+    "zero box": (_robot(_link("a", geometry='<box size="0.1 0 0.1"/>')),
+                 "link 'a': <collision> box: size='0.1 0 0.1' must be three finite positive"),
+    "negative box": (_robot(_link("a", geometry='<box size="0.1 0.1 -0.1"/>')),
+                     "size='0.1 0.1 -0.1' must be three finite positive"),
+    "nan box": (_robot(_link("a", geometry='<box size="0.1 nan 0.1"/>')), "finite positive"),
+    "zero sphere": (_robot(_link("a", geometry='<sphere radius="0"/>')),
+                    "<collision> sphere: radius='0' must be one finite positive number (m)"),
+    "negative cylinder": (_robot(_link("a", geometry='<cylinder radius="0.1" length="-1"/>')),
+                          "cylinder: length='-1'"),
+    "zero capsule": (_robot(_link("a", geometry='<capsule radius="0" length="0.1"/>')),
+                     "capsule: radius='0'"),
+    "zero mesh scale": (_robot(_link("a", geometry='<mesh filename="m.obj" scale="1 0 1"/>')),
+                        "mesh: scale='1 0 1' must be three finite non-zero numbers"),
+    "heavy link": (_robot(_link("a", mass="1e6")),
+                   "link 'a': mass 1e+06 kg is above 1000 kg, not a tabletop object"),
     "not xml": ("<robot", "not valid XML"),
     "not a robot": ("<sdf version='1.6'/>", "root element is <sdf>"),
     "no links": ("<robot name='x'/>", "no <link> element"),
@@ -89,6 +137,66 @@ def test_good_urdf_passes_and_loads(tmp_path):
     check_urdf(path)
     scene = make_scene(str(path))
     assert scene.joint_names == ("hinge",)
+
+
+def test_a_heavy_link_loads_with_allow_implausible_and_a_warning(tmp_path, caplog):
+    path = tmp_path / "heavy.urdf"
+    path.write_text(_robot(_link("a", mass="2000")))
+    with allow_implausible():
+        scene = make_scene(str(path))
+    assert scene.mass_kg == pytest.approx(2000)
+    assert "mass 2000 kg is above 1000 kg" in caplog.text and "accepted" in caplog.text
+    with pytest.raises(SceneError, match="pass --allow-implausible"):  # not cached as allowed
+        make_scene(str(path))
+    assert EngineFactory(str(path)).allow_implausible is False
+    with allow_implausible():
+        factory = EngineFactory(str(path))  # what a worker process is sent
+    engine = factory()  # as in a fresh worker, outside allow_implausible
+    try:
+        assert engine.scene.mass_kg == pytest.approx(2000)
+    finally:
+        engine.close()
+
+
+def test_limits_may_meet_and_sizes_may_be_absent(tmp_path):
+    """Boundaries that are not refused: lower == upper (a locked joint), zero damping, a
+    1000 kg link, a joint without <axis> (URDF's default x axis)."""
+    joint = _joint("j", "a", "b").replace('lower="-1"', 'lower="1"').replace(
+        '<axis xyz="0 0 1"/>', "").replace("</joint>", DYNAMICS.format("0", "0") + "</joint>")
+    path = tmp_path / "edge.urdf"
+    path.write_text(_robot(_link("a", mass="1000"), _link("b"), joint))
+    check_urdf(path)
+
+
+def test_visual_shapes_and_mirrored_meshes_are_not_refused(tmp_path):
+    """A <visual> takes no part in the physics (a placeholder size of 0 is left alone), and
+    a negative mesh scale mirrors a part, as robot descriptions do for left and right."""
+    (tmp_path / "m.obj").write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\n"
+                                    "f 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
+    link = _link("a", geometry='<mesh filename="m.obj" scale="-0.1 0.1 0.1"/>').replace(
+        "</link>", '<visual><geometry><box size="0 0 0"/></geometry></visual></link>')
+    path = tmp_path / "mirrored.urdf"
+    path.write_text(_robot(link))
+    check_urdf(path)
+
+
+def test_every_bundled_urdf_passes_the_joint_and_shape_checks():
+    """The user-object URDFs pass the whole check; the built-ins (fixed-base links of mass 0,
+    which the check is not for) pass the joint and shape checks."""
+    import xml.etree.ElementTree as ElementTree
+
+    from residualsim.sim.scenes import urdf_check
+
+    for path in [ROOT / "assets" / "cube.urdf", *(ROOT / "assets" / "examples").glob("*.urdf")]:
+        check_urdf(path)
+    urdfs = sorted((ROOT / "assets").rglob("*.urdf"))
+    assert len(urdfs) >= 9
+    for path in urdfs:
+        root = ElementTree.parse(path).getroot()
+        for joint in root.findall("joint"):
+            urdf_check._joint_physics(joint, path, joint.get("name"), joint.get("type"))
+        for link in root.findall("link"):
+            urdf_check._geometry(link, path, link.get("name"))
 
 
 def test_two_roots_no_longer_crash_the_interpreter(tmp_path):

@@ -182,6 +182,21 @@ CASES: list[Case] = [
                "package://"),
     _urdf_case("URDF: zero mass", _robot(_link("a", mass="0")), "must be finite and positive"),
     _urdf_case("URDF: not XML", "<robot name='x'", "not valid XML"),
+    _urdf_case("URDF: joint axis 0 0 0 (was a scipy traceback)",
+               _robot(_link("a"), _link("b"), _joint("j", "a", "b").replace(
+                   'xyz="0 0 1"', 'xyz="0 0 0"')), "has zero length"),
+    _urdf_case("URDF: negative joint damping (the object flew off)",
+               _robot(_link("a"), _link("b"), _joint("j", "a", "b").replace(
+                   "</joint>", '<dynamics damping="-1"/></joint>')), "must be finite and not "
+               "negative"),
+    _urdf_case("URDF: joint limits lower > upper",
+               _robot(_link("a"), _link("b"), _joint("j", "a", "b").replace(
+                   'lower="-1"', 'lower="2"')), "lower 2 rad is above upper 1 rad"),
+    _urdf_case("URDF: box size with a zero (the body sank)",
+               _robot(_link("a", geometry='<box size="0.1 0 0.1"/>')),
+               "must be three finite positive numbers"),
+    _urdf_case("URDF: a 1e6 kg link (it fell through the table)",
+               _robot(_link("a", mass="1e6")), "--allow-implausible"),
     Case("scene file: substeps = 1e9", lambda d: [
         "data", "info", str(_csv_set(d)), "--scene",
         str(_cube_scene(d, "substeps = 1000000000\n"))], "more than 1000"),

@@ -74,15 +74,16 @@ def json_line(record: dict) -> None:
 
 
 def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
-    """``--allow-implausible``: accept recordings and states that fail the plausibility
-    checks (:mod:`residualsim.sim.recordings`, :mod:`residualsim.sim.plausibility`) with a
-    warning instead of refusing them; with the options of how recordings are read
+    """``--allow-implausible``: accept recordings, states and URDFs that fail the plausibility
+    checks (:mod:`residualsim.sim.implausible` lists them) with a warning instead of
+    refusing them; with the options of how recordings are read
     (:func:`add_recording_options`), as every command that takes it reads recordings."""
     sub.add_argument("--allow-implausible", action="store_true",
                      help="accept recordings whose free flight does not fall at 9.81 m/s² "
                           "along -z (units, up axis), whose quaternions look like the other "
-                          "order, faster than 20 m/s between samples (or 500 rad/s), and "
-                          "states under the table, with a warning (default: refuse them)")
+                          "order, faster than 20 m/s between samples (or 500 rad/s), "
+                          "states under the table, and URDF links above 1000 kg, with a "
+                          "warning (default: refuse them)")
     add_recording_options(sub)
 
 

@@ -73,6 +73,7 @@ def register(commands) -> None:
                        "records, else $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
     add_recording_options(score)
+    add_allow_implausible(score)  # a scene file's URDF or its recordings may be implausible
     score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
                        "(coverage of the 10 %%..90 %% sample regions; needs S > 1) "
                        "(default: no plot)")

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from residualsim.parallel import Backend, ShardedWorkers
+from residualsim.sim.implausible import allow_implausible, implausible_allowed
 from residualsim.sim.scenes import EngineSettings
 
 __all__ = ["EngineFactory", "engine_workers"]
@@ -21,15 +22,19 @@ __all__ = ["EngineFactory", "engine_workers"]
 
 @dataclasses.dataclass(frozen=True)
 class EngineFactory:
-    """Builds ``Engine(scene, settings)`` in a worker (picklable: a scene name and settings)."""
+    """Builds ``Engine(scene, settings)`` in a worker (picklable: a scene name and settings),
+    under the ``--allow-implausible`` switch as it was where the factory was made (a spawned
+    worker starts with it off, and an implausible URDF would be refused there)."""
 
     scene: str
     settings: EngineSettings | None = None
+    allow_implausible: bool = dataclasses.field(default_factory=implausible_allowed)
 
     def __call__(self):
         from residualsim.sim.engine import Engine  # pybullet loads in the worker, on first use
 
-        return Engine(self.scene, settings=self.settings)
+        with allow_implausible(self.allow_implausible):
+            return Engine(self.scene, settings=self.settings)
 
 
 def engine_workers(scene: str, items: Sequence, n_workers: int = 1,

@@ -39,12 +39,11 @@ faster than those bounds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from residualsim.sim.bullet import pb
@@ -53,6 +52,7 @@ from residualsim.data import Trajectory, load_trajectories
 from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.engine import Engine
+from residualsim.sim.implausible import allow_implausible, implausible_allowed, refuse_implausible
 from residualsim.sim.plausibility import check_gravity, check_quaternion_order
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
@@ -100,31 +100,9 @@ MAX_ANGULAR_SPEED_RADPS = 500.0
 #: below 1 m; from 1e200 m a rollout only falls.
 MAX_START_HEIGHT_M = 10.0
 
-_allowed = False
-
-
-@contextlib.contextmanager
-def allow_implausible(allow: bool = True) -> Iterator[None]:
-    """Inside the ``with`` block, implausible recordings and states are accepted (with a
-    warning) instead of refused (the CLI's ``--allow-implausible``)."""
-    global _allowed
-    previous, _allowed = _allowed, bool(allow)
-    try:
-        yield
-    finally:
-        _allowed = previous
-
-
-def implausible_allowed() -> bool:
-    """True inside :func:`allow_implausible`."""
-    return _allowed
-
 
 def _implausible(message: str) -> None:
-    if _allowed:
-        log.warning("%s (accepted: --allow-implausible)", message)
-        return
-    raise DataError(f"{message}; pass --allow-implausible if it is right")
+    refuse_implausible(message, DataError, log)
 
 
 def check_plausible(trajectory: Trajectory) -> None:

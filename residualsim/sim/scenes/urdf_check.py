@@ -16,6 +16,23 @@ naming the file and the element:
   inertia (kg m², about the centre of mass in the inertial frame) with a non-finite entry,
   that is not positive definite, or whose principal moments break the triangle inequality
   I_a + I_b >= I_c (any rigid body satisfies it; 1e-9 relative slack for rounding);
+* a link mass above ``MAX_LINK_MASS_KG`` (1000 kg): implausible rather than impossible, so
+  refused unless ``--allow-implausible`` (:mod:`residualsim.sim.implausible`). residualsim's
+  scenes are tabletop objects tossed by hand or a robot (the examples weigh 0.18-0.37 kg),
+  and PyBullet's contact with the table degrades with mass: the hinge example with a
+  1e4 kg base has its base frame 65 mm below the table top, with 1e6 kg 5 m below;
+* a ``revolute``, ``continuous`` or ``prismatic`` joint whose ``<axis xyz>`` is not three
+  finite numbers or has zero length (the joint would have no direction);
+* a ``<limit>`` of a ``revolute`` or ``prismatic`` joint with a non-finite ``lower`` or
+  ``upper`` (rad or m), or with ``lower > upper``;
+* a joint ``<dynamics>`` ``damping`` (N m s/rad or N s/m) or ``friction`` (N m or N) that is
+  negative or not finite (negative damping feeds energy in: the object flies off);
+* a ``<collision>`` shape with a size that is not finite and positive: a ``box`` ``size``
+  entry, a ``sphere``, ``cylinder`` or ``capsule`` ``radius`` or ``length`` (m); a ``mesh``
+  ``scale`` entry that is zero or not finite (a negative one mirrors the mesh, as robot
+  descriptions do for left and right parts). An attribute that is absent is left to
+  PyBullet, which names it. ``<visual>`` shapes do not take part in the physics and are
+  not checked;
 * a link without any ``<collision>`` element: it would pass through the table, since
   residualsim's tables collide with collision shapes only;
 * a mesh file that is missing. ``package://NAME/rest`` is resolved as PyBullet does, by
@@ -34,8 +51,9 @@ from pathlib import Path
 import numpy as np
 
 from residualsim.errors import SceneError
+from residualsim.sim.implausible import refuse_implausible
 
-__all__ = ["SUPPORTED_JOINTS", "check_urdf", "resolve_mesh"]
+__all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "check_urdf", "resolve_mesh"]
 
 #: Joint types residualsim simulates (``continuous`` is a revolute joint without limits).
 SUPPORTED_JOINTS = ("revolute", "continuous", "prismatic", "fixed")
@@ -44,6 +62,15 @@ _WHY_NOT = {"floating": "PyBullet would silently make it fixed",
             "spherical": "not supported by residualsim's joint state"}
 #: Relative slack of the triangle inequality and of positive definiteness.
 _SLACK = 1e-9
+#: Heaviest plausible link (kg), refused above unless ``--allow-implausible`` (module
+#: docstring): a tabletop object's link weighs grams to kilograms.
+MAX_LINK_MASS_KG = 1000.0
+#: Joint types with a direction (``<axis>``) and those whose ``<limit>`` bounds the motion.
+_MOVING = ("revolute", "continuous", "prismatic")
+_LIMITED = ("revolute", "prismatic")
+#: Size attributes of each URDF geometry (m; ``scale`` dimensionless), each entry > 0.
+_SIZES = {"box": ("size",), "sphere": ("radius",), "cylinder": ("radius", "length"),
+          "capsule": ("radius", "length"), "mesh": ("scale",)}
 
 
 def _float(element: ElementTree.Element, key: str, where: str) -> float:
@@ -68,6 +95,10 @@ def _inertia(link: ElementTree.Element, path: Path, name: str) -> None:
     if not (math.isfinite(value) and value > 0):
         raise SceneError(f"{where}: mass {mass.get('value')!r} kg must be finite and "
                          "positive")
+    if value > MAX_LINK_MASS_KG:
+        refuse_implausible(f"{where}: mass {value:.4g} kg is above {MAX_LINK_MASS_KG:g} kg, "
+                           "not a tabletop object (PyBullet would let it sink into the table)",
+                           SceneError)
     tensor = inertial.find("inertia")
     if tensor is None:
         raise SceneError(f"{where}: <inertial> has no <inertia> (kg m²)")
@@ -86,6 +117,74 @@ def _inertia(link: ElementTree.Element, path: Path, name: str) -> None:
         raise SceneError(f"{where}: principal moments {', '.join(f'{m:.4g}' for m in moments)}"
                          " kg m² break the triangle inequality (I1 + I2 >= I3): no rigid body "
                          "has this inertia")
+
+
+def _numbers(element: ElementTree.Element, key: str, where: str) -> list[float] | None:
+    """The numbers of attribute ``key`` (None when absent); SceneError if one is not a
+    number."""
+    text = element.get(key)
+    if text is None:
+        return None
+    try:
+        return [float(word) for word in text.split()]
+    except ValueError:
+        raise SceneError(f"{where}: {key}={text!r} is not a list of numbers") from None
+
+
+def _geometry(link: ElementTree.Element, path: Path, name: str) -> None:
+    """SceneError for a collision shape whose size is not finite and positive (a mesh
+    scale: finite and non-zero; negative mirrors)."""
+    for element in link.findall("collision"):
+        for shape in element.findall("geometry/*"):
+            where = f"{path}: link {name!r}: <collision> {shape.tag}"
+            for key in _SIZES.get(shape.tag, ()):
+                values = _numbers(shape, key, where)
+                if values is None:
+                    continue
+                count = 3 if key in ("size", "scale") else 1
+                scale = key == "scale"
+                if len(values) != count or not all(
+                        math.isfinite(v) and (v != 0 if scale else v > 0) for v in values):
+                    raise SceneError(f"{where}: {key}={shape.get(key)!r} must be "
+                                     f"{'three' if count == 3 else 'one'} finite "
+                                     f"{'non-zero' if scale else 'positive'} "
+                                     f"number{'s' if count == 3 else ''}"
+                                     f"{'' if scale else ' (m)'}")
+
+
+def _joint_physics(joint: ElementTree.Element, path: Path, name: str, kind: str) -> None:
+    """SceneError for a joint's axis, limits or dynamics no joint can have (module
+    docstring)."""
+    where = f"{path}: joint {name!r}"
+    axis = joint.find("axis")
+    if kind in _MOVING and axis is not None:
+        values = _numbers(axis, "xyz", where + ": <axis>")
+        if values is not None and (len(values) != 3 or not all(map(math.isfinite, values))):
+            raise SceneError(f"{where}: <axis xyz={axis.get('xyz')!r}> must be three finite "
+                             "numbers")
+        if values is not None and math.hypot(*values) == 0:
+            raise SceneError(f"{where}: <axis xyz={axis.get('xyz')!r}> has zero length: the "
+                             f"{kind} joint has no direction")
+    limit = joint.find("limit")
+    if kind in _LIMITED and limit is not None:
+        bounds = {}
+        for key in ("lower", "upper"):
+            if limit.get(key) is not None:
+                bounds[key] = _float(limit, key, where + ": <limit>")
+                if not math.isfinite(bounds[key]):
+                    raise SceneError(f"{where}: <limit {key}={limit.get(key)!r}> must be "
+                                     "finite")
+        if len(bounds) == 2 and bounds["lower"] > bounds["upper"]:
+            unit = "m" if kind == "prismatic" else "rad"
+            raise SceneError(f"{where}: <limit> lower {bounds['lower']:g} {unit} is above "
+                             f"upper {bounds['upper']:g} {unit}")
+    dynamics = joint.find("dynamics")
+    if dynamics is not None:
+        for key in ("damping", "friction"):
+            value = _float(dynamics, key, where + ": <dynamics>")
+            if not (math.isfinite(value) and value >= 0):
+                raise SceneError(f"{where}: <dynamics {key}={dynamics.get(key)!r}> must be "
+                                 "finite and not negative")
 
 
 def resolve_mesh(filename: str, urdf: Path) -> Path | None:
@@ -134,6 +233,7 @@ def _tree(root: ElementTree.Element, path: Path, links: list[str]) -> None:
             why = _WHY_NOT.get(kind or "", "unknown joint type")
             raise SceneError(f"{path}: joint {name!r} has type {kind!r} ({why}); supported: "
                              f"{', '.join(SUPPORTED_JOINTS)}")
+        _joint_physics(joint, path, name, kind)
         ends = []
         for end in ("parent", "child"):
             element = joint.find(end)
@@ -192,4 +292,5 @@ def check_urdf(path: str | Path) -> None:
         if link.find("collision") is None:
             raise SceneError(f"{path}: link {name!r} has no <collision> shape, so it would "
                              "pass through the table; give it one (a <visual> does not collide)")
+        _geometry(link, path, name)
         _meshes(link, path, name)

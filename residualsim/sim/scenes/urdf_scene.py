@@ -35,6 +35,7 @@ from residualsim.sim.bullet import pb
 
 from residualsim.errors import DataError, SceneError
 from residualsim.sim.contact import skew
+from residualsim.sim.implausible import implausible_allowed
 from residualsim.sim.rotations import as_rotation
 from residualsim.sim.scenes.base import EngineSettings, Scene, load_urdf
 from residualsim.sim.scenes.scene_file import SceneSpec
@@ -69,14 +70,20 @@ class UrdfInfo:
     composite_inertia: np.ndarray
 
 
-@functools.lru_cache(maxsize=32)
 def urdf_info(path: Path) -> UrdfInfo:
     """Load ``path`` once in a private PyBullet client and read what the scene needs.
 
     SceneError naming the file when :func:`~residualsim.sim.scenes.urdf_check.check_urdf`
-    refuses it (not one tree, an unsupported joint type, an unphysical mass or inertia, a
-    link without a collision shape, a missing mesh) or PyBullet does not load it.
+    refuses it (not one tree, an unsupported joint type, an unphysical mass or inertia, an
+    impossible joint axis, limit or dynamics, a non-positive shape size, a link without a
+    collision shape, a missing mesh; a link above 1000 kg unless ``--allow-implausible``)
+    or PyBullet does not load it. Cached per file and state of ``--allow-implausible``.
     """
+    return _urdf_info(path, implausible_allowed())
+
+
+@functools.lru_cache(maxsize=32)
+def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
     check_urdf(path)
     client = _info_client()
     try:
