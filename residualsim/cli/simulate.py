@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import check_output, check_plot_path, make_parent
-from residualsim.cli.options import (add_allow_implausible, add_force, add_recording_options,
-                                     add_scene, add_selection, add_workers, count, json_line,
+from residualsim.cli.options import (add_allow_implausible, add_force, add_scene,
+                                     add_selection, add_workers, count, json_line,
                                      split_options)
 from residualsim.data.datasets import resolve_data
 
@@ -72,7 +72,6 @@ def register(commands) -> None:
     score.add_argument("--data", help="recordings (default: the folder the prediction file "
                        "records, else $RESIDUALSIM_DATA/<scene's set>)")
     score.add_argument("--scene", help="scene (default: the one in the prediction file)")
-    add_recording_options(score)
     add_allow_implausible(score)  # a scene file's URDF or its recordings may be implausible
     score.add_argument("--plot", metavar="FILE.png", help="write the reliability plot "
                        "(coverage of the 10 %%..90 %% sample regions; needs S > 1) "
