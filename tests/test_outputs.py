@@ -202,3 +202,16 @@ def test_fit_spread_in_place_notes_the_change_in_the_model_card(capsys, tmp_path
     assert code == 0, err
     card = (model / "MODEL_CARD.md").read_text()
     assert "fit-spread --in-place" in card and "spread is now 2" in card
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--data", BUNDLED, "--budget", "2", "--optimizer", "Bogus"],
+    ["calibrate", "--data", BUNDLED, "--params", "lateral_friction,restitution", "--method",
+     "mh", "--samples", "2", "--burn-in", "1", "--chains", "1", "--proposal-scale", "nan"],
+])
+def test_a_refused_command_leaves_no_empty_output_folders(capsys, tmp_path, argv):
+    """Refused after it made --out (and its missing parents): the folders it created and
+    left empty are removed; the folder that was there before stays."""
+    code, _, err, _ = _run(capsys, *argv, "--out", tmp_path / "a" / "b" / "c")
+    assert code == 2 and "Traceback" not in err
+    assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []

@@ -413,3 +413,20 @@ def test_unpack_features_of_a_contact_model(planar):
 def test_unpack_features_refuses_other_widths(width):
     with pytest.raises(ValueError, match="9 \\(3D\\) or 5"):
         unpack_features(np.zeros(width))
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"hidden": (100000,)}, "about 2700014 network parameters"),
+    ({"hidden": (64, 64)}, "at most 5000"),
+    ({"hidden": (4, 0)}, "hidden sizes must be integers >= 1"),
+    ({"rotation_weight": float("inf")}, "rotation_weight must be finite"),
+    ({"sigma": float("nan")}, "sigma must be finite and positive"),
+])
+def test_training_config_refuses_networks_the_search_cannot_hold(options, words):
+    """--hidden 100000 asked numpy for 41.9 TiB (CMA's covariance over the weights) and
+    --rotation-weight inf trained on a loss of inf: refused when the config is made."""
+    from residualsim.residual.train import TrainingConfig
+
+    with pytest.raises(ParameterError, match=words):
+        TrainingConfig(**options)
+    TrainingConfig(hidden=(64,))  # 1742 parameters: still allowed

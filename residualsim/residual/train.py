@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -91,10 +92,32 @@ class TrainingConfig:
                 raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
         if int(self.samples) != self.samples or self.samples < 0:
             raise ParameterError(f"samples must be an integer >= 0, got {self.samples!r}")
-        if not self.sigma > 0:
-            raise ParameterError(f"sigma must be positive, got {self.sigma!r}")
-        if not self.rotation_weight >= 0:
-            raise ParameterError(f"rotation_weight must be >= 0, got {self.rotation_weight!r}")
+        if not 0 < self.sigma < math.inf:
+            raise ParameterError(f"sigma must be finite and positive, got {self.sigma!r}")
+        if not 0 <= self.rotation_weight < math.inf:
+            raise ParameterError(f"rotation_weight must be finite and >= 0, got "
+                                 f"{self.rotation_weight!r}")
+        if any(int(h) != h or h < 1 for h in self.hidden):
+            raise ParameterError(f"hidden sizes must be integers >= 1, got {self.hidden!r}")
+        size = _network_size(self.hidden, self.n_components)
+        if size > MAX_NETWORK_PARAMETERS:
+            raise ParameterError(
+                f"hidden {tuple(self.hidden)} with {self.n_components} components makes about "
+                f"{size} network parameters; the search's covariance grows with their square "
+                f"(100000 hidden units asked for 41.9 TiB): at most {MAX_NETWORK_PARAMETERS}")
+
+
+#: Most parameters the residual network may have: CMA adapts a full covariance over them
+#: (5000 parameters: 200 MB); the shipped networks have a few hundred.
+MAX_NETWORK_PARAMETERS = 5000
+
+
+def _network_size(hidden: tuple[int, ...], n_components: int) -> int:
+    """About how many weights a residual network of these layers has: at most 12 inputs (9
+    contact features and the optional ones), 7 outputs per component (weight, 3 means, 3
+    scales), a bias per unit."""
+    sizes = [12, *(int(h) for h in hidden), 7 * int(n_components)]
+    return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
 def params_sha256(policy: ResidualPolicy) -> str:
