@@ -157,6 +157,7 @@ NAN, INF = float("nan"), float("inf")
     ("horizon_s", INF), ("horizon_s", NAN), ("horizon_s", 0.0), ("horizon_s", -1.0),
     ("horizon_s", 1e6), ("horizon_s", "long"), ("horizon_s", 10 ** 400),
     ("release_position_m", (1e200, 0.0, 0.3)), ("release_position_m", (0.0, -101.0, 0.3)),
+    ("release_position_m", (50.0, 0.0, 0.3)), ("release_position_m", (0.0, 0.0, 50.0)),
     ("release_position_m", (NAN, 0.0, 0.3)), ("release_position_m", (0.0, 0.0, 1e6)),
     ("release_position_m", (0.0, 0.0)), ("release_position_m", "up"),
     ("release_position_m", (10 ** 400, 0, 0.3)),
@@ -171,6 +172,7 @@ NAN, INF = float("nan"), float("inf")
     ("n_workers", 0), ("n_workers", -1), ("n_workers", 10 ** 6),
     ("stochastic", "no"), ("belief_method", "magic"), ("render_mode", "human"),
 ])
+@pytest.mark.filterwarnings("ignore:.*render_mode:UserWarning")  # the bad value
 def test_cube_refuses_bad_arguments_at_construction(cube_model, name, value):
     with pytest.raises(ParameterError) as caught:
         gym.make(CUBE_ID, model=cube_model, **{name: value})
@@ -186,13 +188,13 @@ def test_cube_refuses_a_release_under_or_into_the_table(cube_model, position):
 
 def test_cube_accepts_arguments_at_their_bounds(cube_model):
     env = CubeTossEnv(model=cube_model, belief_particles=0, horizon_s=0.1,
-                      release_position_m=(100.0, -100.0, 0.051),  # resting on the table
+                      release_position_m=(9.9, -9.9, 0.051),  # resting, at the table's edge
                       release_quat_wxyz=(1.005, 0.0, 0.0, 0.0),  # normalised
                       target_low=(-100.0, 0.2), target_high=(-100.0, 0.2))
     try:
         np.testing.assert_array_equal(env.release_quat_wxyz, [1.0, 0.0, 0.0, 0.0])
         reward = _toss(env, 0, np.zeros(6))[2]
-        assert -reward == pytest.approx(np.hypot(200.0, 100.2), abs=0.1)  # it stays put
+        assert -reward == pytest.approx(np.hypot(109.9, 10.1), abs=0.1)  # it stays put
     finally:
         env.close()
 
@@ -288,6 +290,7 @@ def test_arm_divergence_terminates_with_reward_minus_one():
     ("action_limit_rad", 0.0), ("action_limit_rad", NAN), ("action_limit_rad", 10.0),
     ("render_mode", "human"),
 ])
+@pytest.mark.filterwarnings("ignore:.*render_mode:UserWarning")  # the bad value
 def test_arm_refuses_bad_arguments_at_construction(name, value):
     with pytest.raises(ParameterError) as caught:
         gym.make(ARM_ID, **{name: value})

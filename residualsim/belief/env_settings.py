@@ -10,9 +10,9 @@ table top at z = 0):
 Cube and object toss (``CubeToss-v0``, ``Toss-v0``)
     * ``horizon_s`` in (0, :data:`MAX_HORIZON_S`] s;
     * ``release_position_m``: finite, |x|, |y| <= :data:`MAX_HORIZONTAL_M` and
-      z <= :data:`MAX_HEIGHT_M`, and not into or under the table (checked on the object
-      with :func:`~residualsim.sim.recordings.check_start_state`, the rule of
-      ``rollout --state``);
+      z <= :data:`MAX_HEIGHT_M`, and then, as ``rollout --state``
+      (:func:`~residualsim.sim.recordings.check_start_state`, on the object), over the
+      table: not beyond its edge (10 m), not more than 10 m above it, not into it;
     * ``release_quat_wxyz``: finite, of norm 1 within
       :data:`~residualsim.data.trajectory.QUATERNION_NORM_TOLERANCE` (normalised);
     * ``target_low``, ``target_high``: finite (x, y), low <= high per axis, within
