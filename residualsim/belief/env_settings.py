@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.errors import ParameterError
+from residualsim.parallel import MAX_WORKERS  # the pools' own bound: one home
 
 __all__ = ["finite_number", "integer", "finite_vector", "unit_quaternion", "check_box",
            "MAX_HORIZON_S", "MAX_HORIZONTAL_M", "MAX_HEIGHT_M", "MAX_BELIEF_PARTICLES",
@@ -58,8 +59,6 @@ MAX_HEIGHT_M = 100.0
 MAX_BELIEF_PARTICLES = 20_000
 #: Most contact events the beliefs follow.
 MAX_BELIEF_EVENTS = 50
-#: Most worker processes of the toss simulator (each holds a PyBullet world).
-MAX_WORKERS = 256
 #: Stiffest loop spring accepted, N m/rad: far beyond what the internal step holds, so a
 #: divergence can be studied, while finite.
 MAX_KAPPA = 1e6

@@ -193,7 +193,7 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
             check_start_state(self.simulator.model.scene, self.toss(np.zeros(6)),
                               what="release_position_m")
         except DataError as exc:  # refused as implausible: an argument error here
-            raise ParameterError(str(exc).split("; pass --allow-implausible")[0]) from None
+            raise ParameterError(getattr(exc, "reason", str(exc))) from None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:

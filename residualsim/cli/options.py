@@ -82,7 +82,8 @@ def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
                      help="accept recordings whose free flight does not fall at 9.81 m/s² "
                           "along -z (units, up axis), whose quaternions look like the other "
                           "order, faster than 20 m/s between samples (or 500 rad/s), "
-                          "states under the table, and URDF links above 1000 kg, with a "
+                          "hand-given states under or off the table, more than 10 m above "
+                          "it or that fast, and URDF links above 1000 kg, with a "
                           "warning (default: refuse them)")
     add_recording_options(sub)
 

@@ -45,9 +45,13 @@ def implausible_allowed() -> bool:
 
 def refuse_implausible(message: str, error: type[ResidualSimError],
                        logger: logging.Logger = log) -> None:
-    """Raise ``error`` with ``message`` and the hint to pass ``--allow-implausible``; inside
-    :func:`allow_implausible`, log ``message`` as a warning on ``logger`` instead."""
+    """Raise ``error`` with ``message`` and the hint to pass ``--allow-implausible`` (the
+    bare ``message`` kept as the exception's ``reason``, for callers that are not the
+    command line); inside :func:`allow_implausible`, log ``message`` as a warning on
+    ``logger`` instead."""
     if _allowed:
         logger.warning("%s (accepted: --allow-implausible)", message)
         return
-    raise error(f"{message}; pass --allow-implausible if it is right")
+    exc = error(f"{message}; pass --allow-implausible if it is right")
+    exc.reason = message
+    raise exc

@@ -172,7 +172,7 @@ def check_state_bounds(scene: str, state: np.ndarray, what: str = "initial state
     if state.shape != (layout.state_size,) or not np.isfinite(state).all():
         raise ParameterError(f"{what}: expected {layout.state_size} finite numbers for scene "
                              f"{layout.name!r}, got shape {state.shape}")
-    position, quat, velocity, spin = layout.rigid_motion(state[None])
+    position, _, velocity, spin = layout.rigid_motion(state[None])
     if not layout.planar:
         norm = float(np.hypot.reduce(state[3:7]))  # the raw quaternion, before any use
         if abs(norm - 1.0) > QUATERNION_NORM_TOLERANCE:

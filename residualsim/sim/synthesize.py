@@ -135,7 +135,7 @@ def _clear_of_the_table(scene: str, states: np.ndarray, clearance_m: float = 0.0
 
 
 def observed_recording(layout, traj_id: str, states: np.ndarray, dt_s: float, noise_m: float,
-              noise_rad: float, rng: np.random.Generator) -> Trajectory:
+                       noise_rad: float, rng: np.random.Generator) -> Trajectory:
     """A noisy recording of simulated ``states`` (T, state size) of scene ``layout`` at
     ``dt_s`` s: Gaussian noise of ``noise_m`` m per position axis (world frame) and
     ``noise_rad`` rad per rotation-vector axis (and per joint, by its kind), from ``rng``;
@@ -233,8 +233,9 @@ def synthesize_tosses(params, like: Mapping[str, Trajectory] | None = None,
             settings = dataclasses.replace(settings, substeps=substeps)
     with engine_workers(scene, items, n_workers, settings) as pool:
         results = pool.map(simulate_one, params)
-    return {result.traj_id: observed_recording(layout, result.traj_id, result.states, settings.dt_s,
-                                      noise_m, noise_rad, rng) for result in results}
+    return {result.traj_id: observed_recording(layout, result.traj_id, result.states,
+                                               settings.dt_s, noise_m, noise_rad, rng)
+            for result in results}
 
 
 def write_toss_set(out_dir: str | Path, tosses: Mapping[str, Trajectory], truth: dict,

@@ -75,7 +75,7 @@ def urdf_info(path: Path) -> UrdfInfo:
 
     SceneError naming the file when :func:`~residualsim.sim.scenes.urdf_check.check_urdf`
     refuses it (not one tree, an unsupported joint type, an unphysical mass or inertia, an
-    impossible joint axis, limit or dynamics, a non-positive shape size, a link without a
+    impossible joint axis, limit or dynamics, a non-positive collision size, a link without a
     collision shape, a missing mesh; a link above 1000 kg unless ``--allow-implausible``)
     or PyBullet does not load it. Cached per file and state of ``--allow-implausible``.
     """
