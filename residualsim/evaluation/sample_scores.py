@@ -50,7 +50,8 @@ from collections.abc import Iterable
 import numpy as np
 
 __all__ = ["COVERAGE_LEVELS", "RELIABILITY_LEVELS", "energy_score", "region_membership",
-           "crps_ensemble", "reliability_curve", "max_deviation"]
+           "crps_ensemble", "reliability_curve", "max_deviation", "pose_points",
+           "trajectory_energy_score"]
 
 #: Probability levels of the sample regions whose coverage is reported.
 COVERAGE_LEVELS = (0.5, 0.9)
@@ -116,6 +117,60 @@ def energy_score(samples: np.ndarray, truth: np.ndarray) -> np.ndarray:
         distance2[:, diagonal, diagonal] = 0.0
         spread[start : start + step] = np.sqrt(distance2).sum(axis=(1, 2))
     return accuracy - spread / (2.0 * n_samples * n_samples)
+
+
+def pose_points(positions_m: np.ndarray, quat_wxyz: np.ndarray, radius_m: float,
+                rotation_weight: float = 1.0) -> np.ndarray:
+    """Poses as points of R^12 whose Euclidean distance is a pose distance in metres.
+
+    A pose (position p in metres, world frame; unit quaternion q, w-x-y-z, body to world)
+    becomes (p, c vec(R(q))) with c = w r_g / sqrt(2), so that the distance between two
+    poses is sqrt(||p - p'||^2 + (2 w r_g sin(theta / 2))^2), theta the geodesic angle
+    between the rotations: w r_g theta for small angles, as in the training loss. Being a
+    Euclidean embedding, the energy score on these points is a proper scoring rule for
+    poses (the geodesic angle itself is not known to be of negative type on SO(3)).
+
+    Parameters
+    ----------
+    positions_m : ndarray (..., 3)
+    quat_wxyz : ndarray (..., 4), normalised here
+    radius_m : float
+        The body's radius of gyration r_g, metres.
+    rotation_weight : float
+        w, the weight of rotation against position.
+
+    Returns
+    -------
+    ndarray (..., 12), metres.
+    """
+    quat = np.asarray(quat_wxyz, dtype=np.float64)
+    quat = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    w, x, y, z = np.moveaxis(quat, -1, 0)
+    matrix = np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+                       2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+                       2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+                      axis=-1)
+    scale = float(rotation_weight) * float(radius_m) / np.sqrt(2.0)
+    return np.concatenate([np.asarray(positions_m, dtype=np.float64), scale * matrix], axis=-1)
+
+
+def trajectory_energy_score(samples: np.ndarray, truth: np.ndarray) -> float:
+    """Energy score along a trajectory: the mean over time of each time's energy score.
+
+    Parameters
+    ----------
+    samples : ndarray (S, T, D)
+        S sampled trajectories of T points (e.g. positions in metres, or :func:`pose_points`).
+    truth : ndarray (T, D)
+        The recorded trajectory on the same time samples.
+
+    Returns
+    -------
+    float, in the units of the points; a deterministic prediction (S = 1) scores its mean
+    error.
+    """
+    samples = np.asarray(samples, dtype=np.float64)
+    return float(energy_score(np.swapaxes(samples, 0, 1), truth).mean())
 
 
 def _mahalanobis_distances(
