@@ -45,6 +45,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     if args.base is not None and (args.scene == "arm-loop" or args.method == "mpec"):
         raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
     if args.scene == "arm-loop":
+        if "table_height_m" in {name.strip() for name in args.params.split(",")}:
+            raise ParameterError("table_height_m has no effect in scene 'arm-loop': the arm "
+                                 "and loop touch no table")
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "

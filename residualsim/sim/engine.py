@@ -135,9 +135,28 @@ class Engine:
         options.update(self.scene.engine_options(self._params))
         pb.setPhysicsEngineParameter(physicsClientId=cid, **options)
         self.scene.build(cid)
+        static = self.scene.static_body
+        self._static_pose = pb.getBasePositionAndOrientation(static, physicsClientId=cid)
+        self._table_m = 0.0  # where the static body is now, m along the up axis
         self.scene.apply_params(self._params)
         self._soft = self._params.soft_contact
         self._flight: FreeFlight | None | bool = False  # built on first use
+        self._place_table()
+
+    def _place_table(self) -> None:
+        """Move the static body to ``table_height_m`` (m along the scene's up axis) from the
+        pose the scene built it at; unset or 0 puts it back there exactly. The closed-form
+        flight reads the table top, so it is rebuilt on next use after a move."""
+        height = self._params.table_offset_m
+        if height == self._table_m:
+            return
+        position, orientation = self._static_pose
+        moved = (np.asarray(position, dtype=np.float64) + height * self.scene.up_axis
+                 if height else position)
+        pb.resetBasePositionAndOrientation(self.scene.static_body, list(moved), orientation,
+                                           physicsClientId=self.client)
+        self._table_m = height
+        self._flight = False
 
     def _use_body(self, body) -> None:
         """Make ``self.scene`` the nominal scene with ``body`` (None: the URDF's own); a
@@ -189,6 +208,7 @@ class Engine:
         else:
             self.scene.apply_params(params)
             self._soft = params.soft_contact
+            self._place_table()
 
     def close(self) -> None:
         """Disconnect the PyBullet client."""

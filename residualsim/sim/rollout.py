@@ -158,7 +158,8 @@ def simulate_impact(engine: Engine, item: tuple, params: EngineParams) -> np.nda
     if engine.params != params:
         engine.set_params(params)
     x, _, theta, dx, dy, dtheta = pre_state
-    height = engine.scene.resting_height(theta) - IMPACT_START_OVERLAP_M
+    height = (engine.scene.resting_height(theta) - IMPACT_START_OVERLAP_M
+              + params.table_offset_m)  # the floor's top is at table_height_m (y up)
     result = engine.rollout(np.array([x, height, theta, dx, dy, dtheta]), IMPACT_MAX_STEPS)
     if not result.events:
         return np.asarray(pre_state[3:6], dtype=np.float64)

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from residualsim.errors import ParameterError
-from residualsim.sim.scenes.params import (ENGINE_PARAMS, SOLVER_PARAMS, SPRING_PARAMS,
-                                           EngineParams, ParamSpec)
+from residualsim.sim.scenes.params import (ENGINE_PARAMS, GROUND_PARAMS, SOLVER_PARAMS,
+                                           SPRING_PARAMS, EngineParams, ParamSpec)
 
 __all__ = ["Uniform", "LogUniform", "Normal", "Prior", "Parameter", "ParamSpace",
            "CALIBRATION_BOUNDS", "parse_prior"]
 
-_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS + SPRING_PARAMS}
-_ENGINE_NAMES = frozenset(spec.name for spec in ENGINE_PARAMS + SOLVER_PARAMS)
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS + GROUND_PARAMS
+          + SPRING_PARAMS}
+_ENGINE_NAMES = frozenset(spec.name for spec in ENGINE_PARAMS + SOLVER_PARAMS + GROUND_PARAMS)
 
 #: Default search bounds where the valid range is unbounded or too wide to search usefully.
 CALIBRATION_BOUNDS: dict[str, tuple[float, float]] = {
@@ -37,6 +38,7 @@ CALIBRATION_BOUNDS: dict[str, tuple[float, float]] = {
     "collision_margin": (0.0, 0.01),
     "contact_processing_threshold": (0.0, 0.02),
     "split_impulse_penetration_threshold": (-0.05, 0.0),
+    "table_height_m": (-0.005, 0.005),  # a capture frame off by millimetres, not 5 cm
     "kappa_theta": (0.1, 30.0),
     "kappa_psi": (0.1, 30.0),
 }

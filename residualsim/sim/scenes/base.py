@@ -197,8 +197,12 @@ class Scene(ABC):
         return [self.link]
 
     def check_params(self, params: EngineParams) -> None:
-        """ParameterError naming a set solver parameter this scene's engine ignores."""
-        for name in params.solver_values():
+        """ParameterError naming a set solver parameter (or table height) this scene's
+        engine ignores."""
+        names = list(params.solver_values())
+        if params.table_height_m is not None:
+            names.append("table_height_m")
+        for name in names:
             if name in self.ignored_params:
                 raise ParameterError(f"{name} has no effect in scene {self.name!r}: "
                                      f"{self.ignored_params[name]}")
@@ -250,6 +254,13 @@ class Scene(ABC):
             # Series stiffness with 1e12 N/m and zero added damping: the body's values rule.
             pb.changeDynamics(self.static_body, -1, contactStiffness=1e12, contactDamping=0.0,
                               physicsClientId=cid)
+
+    @property
+    def up_axis(self) -> np.ndarray:
+        """Unit vector (3,) of the world's up axis (against gravity): z in 3-D scenes, y in
+        the planar arena; ``table_height_m`` moves the static body along it."""
+        gravity = np.asarray(self.settings.gravity_mps2, dtype=np.float64)
+        return -gravity / np.linalg.norm(gravity)
 
     # --- state ----------------------------------------------------------------------------
     @property

@@ -20,7 +20,8 @@ from residualsim.atomic import read_json
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes.body import BodyParams
 
-__all__ = ["ParamSpec", "ENGINE_PARAMS", "SOLVER_PARAMS", "SPRING_PARAMS", "EngineParams",
+__all__ = ["ParamSpec", "ENGINE_PARAMS", "SOLVER_PARAMS", "GROUND_PARAMS", "SPRING_PARAMS",
+           "EngineParams",
            "ObjectParams", "body_of", "parse_params"]
 
 
@@ -88,6 +89,19 @@ SOLVER_PARAMS: tuple[ParamSpec, ...] = (
               "creeping (on from 0.5)"),
 )
 
+#: Where the static body (table, floor) is: ``table_height_m``, metres along the world's up
+#: axis (minus gravity: z in 3-D scenes, y in the planar arena), the height of its contact
+#: surface relative to where the scene puts it (the cube's table top at z = 0). Unset (None)
+#: is the scene's own place, as 0 is. Valid range +-5 cm (a misplaced capture frame, not a
+#: different set-up); calibration searches +-5 mm (:data:`~residualsim.sysid.paramspace.CALIBRATION_BOUNDS`;
+#: the real cube rests 1.1 mm below the simulated one), and
+#: :func:`residualsim.sysid.ground.estimate_table_height` finds it in closed form from the
+#: recordings' rest phases.
+GROUND_PARAMS: tuple[ParamSpec, ...] = (
+    ParamSpec("table_height_m", 0.0, -0.05, 0.05, "m",
+              "height of the table/floor surface along the up axis, relative to the scene's"),
+)
+
 #: Stiffnesses of the arm + loop scene's joint springs, identified by
 #: :mod:`residualsim.sysid.loop_stiffness` through the same :class:`~residualsim.sysid.paramspace.ParamSpace`
 #: (they are not contact parameters, so :class:`EngineParams` does not hold them).
@@ -98,7 +112,8 @@ SPRING_PARAMS: tuple[ParamSpec, ...] = (
               "stiffness of every ψ (bending) joint of the loop", log_scale=True),
 )
 
-_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS}
+_OPTIONAL = SOLVER_PARAMS + GROUND_PARAMS
+_SPECS = {spec.name: spec for spec in ENGINE_PARAMS + _OPTIONAL}
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,8 @@ class EngineParams:
 
     Units: friction and restitution dimensionless, spinning and rolling friction in metres
     (Bullet's convention), stiffness N/m, damping N*s/m. The :data:`SOLVER_PARAMS` are None
-    (the scene's settings) unless set. Combinations the engine would ignore are refused:
+    (the scene's settings) unless set; so is ``table_height_m`` (m along the up axis, None:
+    the scene's own table, :data:`GROUND_PARAMS`). Combinations the engine would ignore are refused:
     contact damping without a finite stiffness, contact ERP with soft contact, a split-impulse
     threshold without split impulse.
     """
@@ -127,11 +143,12 @@ class EngineParams:
     split_impulse_penetration_threshold: float | None = None
     restitution_velocity_threshold: float | None = None
     friction_anchor: float | None = None
+    table_height_m: float | None = None
 
     def __post_init__(self) -> None:
-        for spec in ENGINE_PARAMS + SOLVER_PARAMS:
+        for spec in ENGINE_PARAMS + _OPTIONAL:
             value = getattr(self, spec.name)
-            if value is None and spec in SOLVER_PARAMS:
+            if value is None and spec in _OPTIONAL:
                 continue
             try:
                 value = float(value)
@@ -172,6 +189,11 @@ class EngineParams:
                 if getattr(self, spec.name) is not None}
 
     @property
+    def table_offset_m(self) -> float:
+        """``table_height_m`` as a number: 0.0 when unset (the scene's own table), metres."""
+        return 0.0 if self.table_height_m is None else float(self.table_height_m)
+
+    @property
     def soft_contact(self) -> bool:
         """True when a finite contact stiffness selects Bullet's soft contact."""
         return math.isfinite(self.contact_stiffness)
@@ -198,9 +220,11 @@ class EngineParams:
         return EngineParams(**values)
 
     def as_dict(self) -> dict[str, float]:
-        """Plain dict of parameter name to value (solver parameters only where set)."""
+        """Plain dict of parameter name to value (solver parameters and the table height
+        only where set: an unset one is left out, so older parameter files read the same)."""
+        ground = {} if self.table_height_m is None else {"table_height_m": self.table_height_m}
         return {**{spec.name: getattr(self, spec.name) for spec in ENGINE_PARAMS},
-                **self.solver_values()}
+                **self.solver_values(), **ground}
 
     def as_json(self) -> dict[str, float | str]:
         """Like :meth:`as_dict` but strict-JSON safe: an infinite value becomes ``"inf"``."""
