@@ -109,3 +109,35 @@ def test_recordings_not_at_rest_are_refused_by_name():
     tosses = synthesize_tosses(truth, n_tosses=2, n_samples=12, rng=1)  # still flying
     with pytest.raises(DataError, match="0 of 2 recordings end at rest"):
         estimate_table_height("cube", tosses, truth)
+
+
+@pytest.fixture(scope="module")
+def lowered_set(tmp_path_factory) -> Path:
+    """Noise-free tosses made with the table 1.1 mm low (1 substep, long enough to rest)."""
+    from residualsim.cli import main
+
+    out = tmp_path_factory.mktemp("ground") / "tosses"
+    assert main(["data", "synthesize", "--params", "lateral_friction=0.3,restitution=0.2,"
+                 "table_height_m=-0.0011", "--count", "8", "--samples", "180",
+                 "--substeps", "1", "--seed", "3", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-ground"]])
+def test_calibrate_sets_the_table_height_after_its_search(lowered_set, tmp_path, capsys,
+                                                          extra):
+    from residualsim.cli import main
+
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--data", str(lowered_set), "--method", "lsq", "--budget", "4",
+                 "--substeps", "1", "--split", "all", "--params", "lateral_friction",
+                 "--bounds", "lateral_friction=0.29:0.31", "--base", "restitution=0.2",
+                 "--quiet", "--out", str(out), *extra]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads((out / "summary.json").read_text())
+    if extra:
+        assert "table_height_m" not in summary["params"] and "ground" not in summary
+    else:
+        assert summary["params"]["table_height_m"] == pytest.approx(-0.0011, abs=2e-5)
+        assert record["ground"]["n_used"] >= 5
+        assert record["ground"]["table_height_m"] == summary["params"]["table_height_m"]

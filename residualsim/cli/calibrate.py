@@ -86,7 +86,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
             recorded_start=args.recorded_start, start_points=args.start_points,
-            weighting=args.weighting, base=args.base)
+            weighting=args.weighting, base=args.base, ground=not args.no_ground)
+        ground = summary.get("ground") or {}
+        if "skipped" in ground:
+            _note(args, f"table height: not set ({ground['skipped']})")
+        elif ground:
+            _note(args, f"table height: {1e3 * ground['table_height_m']:+.3f} mm (median "
+                        f"of {ground['n_used']} rest phases, standard error "
+                        f"{1e3 * ground['stderr_m']:.3f} mm); --no-ground skips it")
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -98,7 +105,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
             "validation_count", "backend", "complementarity_violation", "solver_status",
-            "iterations", "warnings", "seconds")
+            "iterations", "warnings", "ground", "seconds")
     if (summary.get("data") or {}).get("kind") == "trajectories":
         from residualsim.cli.report import report_command
 
@@ -211,6 +218,10 @@ def register(commands) -> None:
     cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
                      "(default 50), or evaluations with --method nevergrad (default: each batch)"
                      " between checkpoints")
+    cal.add_argument("--no-ground", action="store_true",
+                     help="trajectories: do not set table_height_m from the rest phases "
+                     "after the search (default: set when >= 5 recordings end at rest in "
+                     "their rollout's attitude; skipped when table_height_m is searched)")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     add_seed(cal)
     cal.add_argument("--no-plots", action="store_true",

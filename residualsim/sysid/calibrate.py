@@ -271,7 +271,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None,
-              base: EngineParams | Mapping[str, float] | str | None = None) -> dict[str, Any]:
+              base: EngineParams | Mapping[str, float] | str | None = None,
+              ground: bool = True) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -320,6 +321,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     engine ignores is refused before any work. ``base``: values of the parameters not
     calibrated (:func:`~residualsim.sim.scenes.parse_params`, e.g. a calibration directory,
     to add parameters to an earlier calibration); default PyBullet's.
+    ``ground``: after the search, on trajectories, set ``table_height_m`` in closed form
+    from the training recordings' rest phases (:func:`residualsim.sysid.ground.estimate_table_height`
+    with the found parameters) when at least :data:`~residualsim.sysid.ground.MIN_REST_RECORDINGS`
+    of them end at rest in the attitude their rollout rests in; skipped when
+    ``table_height_m`` was searched. The summary's ``ground`` says what was found or why
+    not; ``train_rms_error`` and ``noise_estimate`` are of the searched point (before the
+    table height), the held-out figures of the final parameters.
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq", "sandwich"):
@@ -481,6 +489,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         result["train_rms_error"] = float(np.sqrt(np.mean(at_point)))
         result["noise_estimate"] = likelihood.noise_estimate(at_point)
         result["worker_restarts"] = likelihood.restarts
+    if kind == "trajectories" and ground:
+        params, result["ground"] = _ground_stage(scene, train, params, space,
+                                                 settings.substeps, n_workers)
     held_out = None
     n_validation = 0 if validation is None else (
         validation.n_impacts if kind == "impacts" else len(validation))
@@ -530,6 +541,26 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if export_urdf is not None:
         export_calibrated_urdf(scene, params, export_urdf)
     return summary
+
+
+def _ground_stage(scene: str, train: Mapping, params: EngineParams, space: ParamSpace,
+                  substeps: int, n_workers: int) -> tuple[EngineParams, dict[str, Any]]:
+    """The closed-form table height after the search: (params, the summary's ``ground``)."""
+    from residualsim.sysid.ground import MIN_REST_RECORDINGS, estimate_table_height
+
+    if "table_height_m" in space.names:
+        return params, {"skipped": "table_height_m was searched"}
+    try:
+        found = estimate_table_height(scene, train, params, substeps, n_workers)
+    except DataError as exc:
+        return params, {"skipped": str(exc)}
+    if found.n_used < MIN_REST_RECORDINGS:
+        return params, {**found.as_json(), "skipped": (
+            f"{found.n_used} recordings end at rest in their rollout's attitude, fewer "
+            f"than {MIN_REST_RECORDINGS}: table height left unset")}
+    log.info("table height %.3g mm from %d rest phases (median standard error %.2g mm)",
+             1e3 * found.table_height_m, found.n_used, 1e3 * found.stderr_m)
+    return params.replace(table_height_m=found.table_height_m), found.as_json()
 
 
 def export_calibrated_urdf(scene: str, params: EngineParams,
