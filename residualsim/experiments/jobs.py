@@ -454,6 +454,26 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
     return model, {k: trajectories[k] for k in keep}
 
 
+def fit_ground_job(model_dir: PathLike, data: str | None, *, out: PathLike | None = None,
+                   n_workers: int = 1) -> dict:
+    """Estimate a model's table height and the recordings' pose noise from the rest phases
+    of its data set's training split (:func:`residualsim.residual.observation_noise.fit_ground`)
+    and write the model to ``out`` (a new directory, ``info.derived_from`` naming
+    ``model_dir``) or, with ``out=None``, over ``model_dir`` (each file atomically)."""
+    from residualsim.residual.observation_noise import fit_ground
+
+    start = time.perf_counter()
+    model, recordings = model_and_tosses(model_dir, data, "train", None)
+    fitted, found = fit_ground(model, recordings, n_workers)
+    if out is not None:
+        fitted.info["derived_from"] = str(model_dir)
+    target = Path(out if out is not None else model_dir)
+    fitted.save(target)
+    return {"model": str(target), "ground": found.as_json(),
+            "observation_noise": fitted.observation_noise.as_json(),
+            "recordings": len(recordings), "seconds": time.perf_counter() - start}
+
+
 def _training_state_noise(model, data: str | None, n_workers: int = 1):
     """The initial-velocity noise estimated on the whole training split (the tracker's
     noise does not depend on which tosses the policy saw): a cube's in closed form, any

@@ -390,6 +390,11 @@ class ResidualModel:
     #: (:class:`~residualsim.residual.coefficients.CoefficientResidual`): friction
     #: coefficients set at every step that ends in contact; None: events only.
     sustained: Any = None
+    #: The recordings' pose noise (:class:`~residualsim.residual.observation_noise.ObservationNoise`),
+    #: added to each stochastic sample's positions after its rollout; None: none (and
+    #: ``model.json`` then has no entry, as before). Set by ``fit-ground`` or
+    #: :func:`residualsim.residual.train.fit_ground`.
+    observation_noise: Any = None
 
     def sampling_policy(self):
         """The policy as rollouts use it: :class:`NumpyPolicy` with this model's spread,
@@ -430,6 +435,8 @@ class ResidualModel:
                                   else self.state_noise.as_json()),
                   **({"sustained": self.sustained.as_json()}
                      if self.sustained is not None else {}),
+                  **({"observation_noise": self.observation_noise.as_json()}
+                     if self.observation_noise is not None else {}),
                   "info": self.info}
         atomic_write_text(directory / "model.json", json.dumps(header, indent=2))
         return directory
@@ -471,6 +478,11 @@ class ResidualModel:
                 from residualsim.residual.coefficients import CoefficientResidual
 
                 sustained = CoefficientResidual.from_json(sustained)
+            observed = header.get("observation_noise")
+            if observed is not None:
+                from residualsim.residual.observation_noise import ObservationNoise
+
+                observed = ObservationNoise.from_json(observed)
             if not (dt_s > 0 and substeps >= 1):
                 raise ValueError(f"dt_s {dt_s} and substeps {substeps} must be positive")
             if not (math.isfinite(spread) and spread >= 0):
@@ -484,7 +496,7 @@ class ResidualModel:
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
         return cls(scene=scene, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
                    guard=guard, info=info, spread=spread, state_noise=state_noise,
-                   sustained=sustained)
+                   sustained=sustained, observation_noise=observed)
 
 
 def _scene_for_header(scene: str, directory: Path) -> str:

@@ -675,7 +675,10 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     and starts from the recorded state perturbed by the model's ``state_noise``, if any);
     ``residual=False`` the model's engine alone; ``policy`` replaces the model's
     ``sampling_policy()`` (an object with ``mean(features)`` and ``sample(features, rng)``,
-    e.g. one whose samples are its mean: state noise only). Returns (TrajectoryPredictions,
+    e.g. one whose samples are its mean: state noise only). A model with an
+    ``observation_noise`` adds the recordings' pose noise to each stochastic sample's
+    positions, from ``default_rng([seed, k, s, 1])``
+    (:mod:`residualsim.residual.observation_noise`). Returns (TrajectoryPredictions,
     stats) with stats summing the event, clamp and penetration counts of every rollout.
     """
     from residualsim.evaluation.predictions import TrajectoryPredictions
@@ -699,6 +702,14 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     with engine_workers(model.scene, items, n_workers, settings) as workers:
         results = workers.map(residual_trajectories, request)
     stats = np.concatenate([r[2] for r in results])
+    observed = getattr(model, "observation_noise", None)
+    if observed is not None and residual and samples >= 1:
+        # the recordings' pose noise, from its own stream per (recording k, sample s): in
+        # the parent, so the result is the same for any number of workers
+        planar = make_scene(model.scene).planar
+        results = [(np.stack([observed.apply(r[0][s], np.random.default_rng(
+                        [int(seed), k, s, 1]), planar) for s in range(len(r[0]))]), *r[1:])
+                   for k, r in enumerate(results)]
     predictions = TrajectoryPredictions(
         {traj_id: (r[0], r[1]) if r[3] is None else (r[0], r[1], r[3])
          for traj_id, r in zip(trajectories, results)},
