@@ -100,3 +100,28 @@ def test_fit_ground_recovers_the_table_and_the_pose_offsets(setting):
     assert fitted.observation_noise.offset_std_m == pytest.approx(0.0004, rel=0.35)
     assert fitted.observation_noise.jitter_std_m == pytest.approx(0.00005, rel=0.1)
     assert fitted.info["ground"]["n_used"] == found.n_used
+
+
+def test_fit_ground_command_writes_the_model_atomically(tmp_path, capsys):
+    import json
+
+    from residualsim.cli import main
+
+    data = tmp_path / "tosses"
+    assert main(["data", "synthesize", "--params", "lateral_friction=0.3,restitution=0.2,"
+                 "table_height_m=-0.0011", "--count", "16", "--samples", "150",
+                 "--substeps", "1", "--seed", "4", "--out", str(data)]) == 0
+    model = ResidualModel(scene="cube", policy=ResidualPolicy.for_scene(False, hidden=(4,)),
+                          params=TRUTH, dt_s=1.0 / 148.0, substeps=1, guard=ContactGuard())
+    model.save(tmp_path / "model")
+    capsys.readouterr()
+    assert main(["fit-ground", "--model", str(tmp_path / "model"), "--data", str(data),
+                 "--out", str(tmp_path / "model"), "--in-place"]) == 2
+    assert "give --out DIR, or --in-place" in capsys.readouterr().err
+    assert main(["fit-ground", "--model", str(tmp_path / "model"), "--data", str(data),
+                 "--out", str(tmp_path / "fitted")]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    fitted = ResidualModel.load(tmp_path / "fitted")
+    assert fitted.params.table_height_m == pytest.approx(-0.0011, abs=2e-5)
+    assert fitted.observation_noise.n_recordings == record["ground"]["n_used"] >= 5
+    assert ResidualModel.load(tmp_path / "model").observation_noise is None  # untouched

@@ -90,7 +90,8 @@ def cmd_fit_spread(args: argparse.Namespace) -> None:
                              samples=args.samples, grid=args.grid, seed=args.seed,
                              n_workers=args.workers, criterion=args.criterion,
                              state_noise=args.state_noise,
-                             with_validation=args.with_validation)
+                             with_validation=args.with_validation,
+                             observation_noise=args.observation_noise)
     json_line({"command": "fit-spread", **figures})
 
 
@@ -209,6 +210,9 @@ def register(commands) -> None:
                          "the free flight before the first contact (whole training split) "
                          "and draw each sample's initial state from it (times the factor "
                          "train chose on validation, if the model has one)")
+    fs.add_argument("--observation-noise", action="store_true",
+                    help="first set the table height and the recordings' pose noise from "
+                         "the training split's rest phases (as fit-ground does)")
     add_allow_implausible(fs)
     add_workers(fs)
     fs.set_defaults(run=cmd_fit_spread)

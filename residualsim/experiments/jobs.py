@@ -504,7 +504,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
                    unseen: bool = False, samples: int = 32,
                    grid: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0, 4.0), seed: int = 0,
                    n_workers: int = 1, criterion: str = "energy",
-                   state_noise: bool = False, with_validation: bool = False) -> dict:
+                   state_noise: bool = False, with_validation: bool = False,
+                   observation_noise: bool = False) -> dict:
     """Set a model's sampling spread from its training tosses (energy score or coverage),
     optionally after estimating the initial-state noise (keeping the model's chosen
     ``StateNoise.factor``, if any; samples draw the noise times it); writes the model to
@@ -513,7 +514,9 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
     the spread changed after it was written) and returns the figures. Finished grid points are
     checkpointed in ``<out>/spread-fit.checkpoint.json`` and reused by a rerun.
     ``with_validation``: the validation split's tosses join the training tosses, and the
-    criterion is computed over both (the spread is then a choice made on validation too)."""
+    criterion is computed over both (the spread is then a choice made on validation too).
+    ``observation_noise``: first set the table height and the recordings' pose noise from
+    the whole training split's rest phases (:func:`fit_ground_job`'s estimate)."""
     from residualsim.residual.train import fit_spread
 
     model, recordings = model_and_tosses(model_dir, data, "train", tosses, unseen=unseen)
@@ -528,6 +531,11 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
         if model.state_noise is not None:
             noise = dataclasses.replace(noise, factor=model.state_noise.factor)
         model = dataclasses.replace(model, state_noise=noise)
+    if observation_noise:
+        from residualsim.residual.observation_noise import fit_ground
+
+        model = fit_ground(model, model_and_tosses(model_dir, data, "train", None)[1],
+                           n_workers)[0]
     checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)
@@ -537,6 +545,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
                                         "criterion": criterion,
                                         "state_noise_fitted": state_noise,
                                         "samples": samples, "seed": seed, "rows": rows})
+    if observation_noise:
+        info["spread_fit"]["observation_noise_fitted"] = True
     if out is not None:
         info["derived_from"] = str(model_dir)
     dataclasses.replace(model, spread=spread, info=info).save(target)
