@@ -32,7 +32,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                            n_workers=args.workers, resume=args.resume,
                            checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                            command=" ".join(["residualsim", *sys.argv[1:]]),
-                           fit_uncertainty=not args.no_fit_uncertainty, **_split(args))
+                           fit_uncertainty=not args.no_fit_uncertainty,
+                           observation_noise=args.observation_noise, **_split(args))
     if not args.quiet:
         print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, "
               f"engine {figures['engine_validation_rmse_m']:.4g} m "
@@ -147,6 +148,10 @@ def register(commands) -> None:
     tr.add_argument("--checkpoint-every", type=count(1),
                     help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    tr.add_argument("--observation-noise", action="store_true",
+                    help="after training, set the table height and the recordings' pose "
+                         "noise from the training split's rest phases (as fit-ground does; "
+                         "default: off)")
     tr.add_argument("--no-fit-uncertainty", action="store_true",
                     help="skip what train does after training by default: estimate the "
                          "initial-state noise from the training split's free flights (a "

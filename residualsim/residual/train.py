@@ -422,7 +422,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  command: str | None = None,
                  fractions: tuple[float, float, float] | None = None,
                  split_lists: dict | None = None,
-                 fit_uncertainty: bool = True) -> dict[str, Any]:
+                 fit_uncertainty: bool = True,
+                 observation_noise: bool = False) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
     → (``fit_uncertainty``, default) the state noise and the spread
     (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
@@ -432,7 +433,9 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     Trains on the training split (its first ``max_trajectories`` recordings if given) and
     stops early on the validation split (see :mod:`residualsim.data.splits`: the hash split
     with ``fractions``, default 0.7/0.15/0.15, or the explicit ``split_lists``); the test
-    split is never read. An empty validation split trains on all with early stopping off. Without ``calibration`` the engine's default parameters are used at the
+    split is never read. ``observation_noise``: before the uncertainty fit, set the table
+    height and the recordings' pose noise from the training split's rest phases
+    (:func:`residualsim.residual.observation_noise.fit_ground`). An empty validation split trains on all with early stopping off. Without ``calibration`` the engine's default parameters are used at the
     scene's substeps. Returns the figures (also stored in the model's ``model.json``).
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
@@ -484,6 +487,14 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                                     substeps=substeps, config=config, n_workers=n_workers,
                                     resume=resume, checkpoint_every=checkpoint_every,
                                     progress=progress, info=provenance)
+    if observation_noise:
+        from residualsim.residual.observation_noise import fit_ground
+
+        model, found = fit_ground(model, {k: trajectories[k] for k in parts["train"]},
+                                  n_workers)
+        figures.update(table_height_m=found.table_height_m,
+                       observation_noise=model.observation_noise.as_json())
+        model.save(out)
     if fit_uncertainty:
         from residualsim.residual.uncertainty_fit import fit_uncertainty as fit
 

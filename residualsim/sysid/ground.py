@@ -19,7 +19,8 @@ returns a :class:`GroundEstimate`: the median of d_i added to the parameters'
 are), the spread of d_i across recordings (1.4826 x median absolute deviation: the
 per-recording pose offset once the median is removed), the median's standard error
 (1.2533 x spread / sqrt(n)), the within-recording jitter of the recorded rest heights
-(pooled standard deviation about each window's mean) and how many recordings were used.
+(pooled standard deviation about a straight line through each window: a slow creep is not
+jitter) and how many recordings were used.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class GroundEstimate:
     median over the used recordings of recorded minus simulated resting height (m);
     ``spread_m`` their robust standard deviation (1.4826 x MAD, m); ``stderr_m`` the
     median's standard error (m); ``jitter_std_m`` the pooled within-recording standard
-    deviation of the recorded resting heights (m); ``offset_std_m`` the per-recording
+    deviation of the recorded resting heights about a line in time (m); ``offset_std_m`` the per-recording
     offset's standard deviation, ``spread_m`` with the jitter's share of a window mean
     removed (m); ``n_used`` of ``n_recordings`` recordings ended at rest in the same
     attitude in both; ``ids`` and ``differences_m`` those recordings and their d_i (m).
@@ -150,7 +151,7 @@ def estimate_table_height(scene: str, trajectories: Mapping[str, Trajectory],
     ids, differences, jitters = [], [], []
     recorded_rest = simulated_rest = 0
     for traj_id, traj in trajectories.items():
-        window = max(2, int(round(window_s * traj.rate_hz)))
+        window = max(3, int(round(window_s * traj.rate_hz)))
         sim = simulated[traj_id]
         if not at_rest(traj.positions_m, traj.quat_wxyz, window):
             continue
@@ -166,7 +167,9 @@ def estimate_table_height(scene: str, trajectories: Mapping[str, Trajectory],
         ids.append(str(traj_id))
         differences.append(float(heights.mean() - np.asarray(sim.positions_m[-window:]).mean(
             axis=0) @ up))
-        jitters.append((heights - heights.mean(), window))
+        ticks = np.arange(window) - (window - 1) / 2  # about a straight line: creep is no jitter
+        slope = ticks @ heights / (ticks @ ticks)
+        jitters.append((heights - heights.mean() - slope * ticks, window))
     if not differences:
         raise DataError(f"no recording ends at rest in the attitude its rollout rests in "
                         f"({recorded_rest} of {len(trajectories)} recordings end at rest, "
@@ -175,7 +178,7 @@ def estimate_table_height(scene: str, trajectories: Mapping[str, Trajectory],
     offset = float(np.median(d))
     spread = float(1.4826 * np.median(np.abs(d - offset))) if len(d) > 1 else 0.0
     residuals = np.concatenate([r for r, _ in jitters])
-    dof = sum(w - 1 for _, w in jitters)
+    dof = sum(w - 2 for _, w in jitters)
     jitter = float(math.sqrt(np.sum(residuals ** 2) / dof)) if dof > 0 else 0.0
     mean_window = float(np.mean([w for _, w in jitters]))
     offset_std = math.sqrt(max(spread ** 2 - jitter ** 2 / mean_window, 0.0))
