@@ -125,3 +125,9 @@ def test_fit_ground_command_writes_the_model_atomically(tmp_path, capsys):
     assert fitted.params.table_height_m == pytest.approx(-0.0011, abs=2e-5)
     assert fitted.observation_noise.n_recordings == record["ground"]["n_used"] >= 5
     assert ResidualModel.load(tmp_path / "model").observation_noise is None  # untouched
+
+
+def test_too_few_rest_phases_are_refused(setting):
+    model, tosses = setting  # three tosses: fewer than five rest phases at most
+    with pytest.raises(DataError, match="fewer than 5"):
+        fit_ground(model, tosses)

@@ -95,11 +95,16 @@ def estimate_observation_noise(model, trajectories: Mapping, n_workers: int = 1)
     phases (:func:`residualsim.sysid.ground.estimate_table_height` with the model's
     parameters at its substeps). The table height is the absolute one; the noise is the
     per-recording offset's and the jitter's standard deviations, which do not depend on
-    where the table is."""
-    from residualsim.sysid.ground import estimate_table_height
+    where the table is. DataError when fewer than
+    :data:`~residualsim.sysid.ground.MIN_REST_RECORDINGS` recordings qualify."""
+    from residualsim.sysid.ground import MIN_REST_RECORDINGS, estimate_table_height
 
     found = estimate_table_height(model.scene, trajectories, model.params, model.substeps,
                                   n_workers)
+    if found.n_used < MIN_REST_RECORDINGS:
+        raise DataError(f"only {found.n_used} of {found.n_recordings} recordings end at rest "
+                        f"in their rollout's attitude, fewer than {MIN_REST_RECORDINGS}: too "
+                        "few to estimate the pose noise from")
     noise = ObservationNoise(offset_std_m=found.offset_std_m, jitter_std_m=found.jitter_std_m,
                              n_recordings=found.n_used, table_height_m=found.table_height_m)
     return found, noise
