@@ -174,7 +174,8 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     for recording in recordings.values():  # a planar scene's score of 3D tosses, ...
         layout.check_recording(recording)
     side = getattr(layout, "side_m", None)
-    score = score_trajectories(predictions, recordings, side_m=side)
+    score = score_trajectories(predictions, recordings, side_m=side,
+                               radius_of_gyration_m=layout.radius_of_gyration_m)
     return (score, predictions.meta) if with_meta else score
 
 
