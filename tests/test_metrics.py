@@ -51,6 +51,13 @@ TRAJECTORY_KEYS = {
     "reliability_trajectory_xy",
     "reliability_max_deviation",
     "crps_final_m",
+    "trajectory_energy_score_m",
+    "trajectory_energy_score_m_median",
+    "energy_score_pose_m",
+    "energy_score_pose_m_median",
+    "trajectory_energy_score_pose_m",
+    "trajectory_energy_score_pose_m_median",
+    "radius_of_gyration_m",
 }
 
 IMPACT_KEYS = {
@@ -132,12 +139,15 @@ def copy_predictions(
 @pytest.mark.parametrize("n_samples", [1, 3])
 def test_perfect_prediction_scores_zero(n_samples):
     recordings = make_recordings({"a": 20, "b": 7, "c": 2})
-    score = score_trajectories(copy_predictions(recordings, n_samples), recordings, side_m=0.1)
+    score = score_trajectories(copy_predictions(recordings, n_samples), recordings, side_m=0.1,
+                               radius_of_gyration_m=0.04)
     summary = score.aggregate()
     assert set(summary) == TRAJECTORY_KEYS
     assert summary["n_trajectories"] == 3 and summary["n_samples"] == n_samples
     assert summary["n_missing"] == 0
-    for key in ("position_rmse_m", "position_rmse_sides", "final_error_m", "energy_score_m"):
+    for key in ("position_rmse_m", "position_rmse_sides", "final_error_m", "energy_score_m",
+                "trajectory_energy_score_m", "energy_score_pose_m",
+                "trajectory_energy_score_pose_m"):
         assert summary[key] == pytest.approx(0.0, abs=1e-12), key
     assert summary["rotation_error_deg"] == pytest.approx(0.0, abs=1e-9)
     if n_samples == 1:
@@ -759,3 +769,109 @@ def test_impact_reliability_and_crps():
     exact = score_impacts(ImpactPredictions(impacts.post_state[:, 3:][None], impacts.rows),
                           impacts).aggregate()
     assert exact["reliability"] is None and exact["crps_mps"]["dx"] == pytest.approx(0.0)
+
+
+# ------------------------------------------------------------ pose and trajectory energy scores
+
+
+def _pose_distance(p, q, p_ref, q_ref, radius):
+    """sqrt(||p - p'||^2 + (2 r_g sin(theta / 2))^2), theta the geodesic angle, directly."""
+    cos_half = abs(float(np.dot(q / np.linalg.norm(q), q_ref / np.linalg.norm(q_ref))))
+    theta = 2.0 * math.acos(min(cos_half, 1.0))
+    return math.sqrt(float(np.sum((p - p_ref) ** 2)) + (2 * radius * math.sin(theta / 2)) ** 2)
+
+
+def _direct_energy_score(points, truth, distance):
+    """mean_s d(X_s, y) - 1/(2 S^2) sum_{s,s'} d(X_s, X_s') with the given distance."""
+    n = len(points)
+    accuracy = sum(distance(x, truth) for x in points) / n
+    spread = sum(distance(x, z) for x in points for z in points) / (2.0 * n * n)
+    return accuracy - spread
+
+
+def _noisy_pose_predictions(recordings, n_samples, rng, scale_m=0.05, angle_deg=20.0):
+    ids = list(recordings)
+    positions, quaternions = [], []
+    for i in ids:
+        recorded = recordings[i]
+        positions.append(recorded.positions_m[None]
+                         + scale_m * rng.normal(size=(n_samples, *recorded.positions_m.shape)))
+        turns = np.empty((n_samples, recorded.n_samples, 4))
+        for s in range(n_samples):
+            for t in range(recorded.n_samples):
+                turn = axis_angle(rng.normal(size=3), angle_deg * rng.uniform())
+                turns[s, t] = quaternion_multiply(turn, recorded.quat_wxyz[t])
+        quaternions.append(turns * rng.choice([-1.0, 1.0], size=(n_samples, 1, 1)))
+    return TrajectoryPredictions.from_arrays(ids, positions, quaternions)
+
+
+def test_deterministic_trajectory_energy_score_is_the_mean_error():
+    """S = 1: along the trajectory, the energy score is the mean over time of the position
+    error (and of the pose distance); at the end, the final error (final pose distance)."""
+    rng = np.random.default_rng(31)
+    recordings = make_recordings({"a": 9, "b": 4}, seed=31)
+    predictions = _noisy_pose_predictions(recordings, 1, rng)
+    radius = 0.05
+    score = score_trajectories(predictions, recordings, radius_of_gyration_m=radius)
+    for k, traj_id in enumerate(predictions.ids):
+        p, q = predictions[traj_id].position[0], predictions[traj_id].quaternion[0]
+        rec = recordings[traj_id]
+        errors = np.linalg.norm(p - rec.positions_m, axis=1)
+        assert score.trajectory_energy_score_m[k] == pytest.approx(errors.mean(), rel=1e-12)
+        pose = [_pose_distance(p[t], q[t], rec.positions_m[t], rec.quat_wxyz[t], radius)
+                for t in range(rec.n_samples)]
+        assert score.trajectory_energy_score_pose_m[k] == pytest.approx(np.mean(pose), rel=1e-9)
+        assert score.energy_score_pose_m[k] == pytest.approx(pose[-1], rel=1e-9)
+        assert pose[-1] > errors[-1]  # the rotation adds to the distance
+    summary = score.aggregate()
+    assert summary["radius_of_gyration_m"] == radius
+    assert summary["trajectory_energy_score_m"] == pytest.approx(
+        score.trajectory_energy_score_m.mean())
+    assert summary["energy_score_pose_m_median"] == pytest.approx(
+        np.median(score.energy_score_pose_m))
+
+
+def test_sampled_pose_energy_scores_match_the_definition():
+    rng = np.random.default_rng(32)
+    recordings = make_recordings({"a": 5, "b": 3}, seed=32)
+    predictions = _noisy_pose_predictions(recordings, 4, rng)
+    radius = 0.03
+    score = score_trajectories(predictions, recordings, radius_of_gyration_m=radius)
+
+    def position_distance(x, y):
+        return float(np.linalg.norm(x[0] - y[0]))
+
+    def pose_distance(x, y):
+        return _pose_distance(x[0], x[1], y[0], y[1], radius)
+
+    for k, traj_id in enumerate(predictions.ids):
+        p, q = predictions[traj_id].position, predictions[traj_id].quaternion
+        rec = recordings[traj_id]
+        per_time, per_time_pose = [], []
+        for t in range(rec.n_samples):
+            points = [(p[s, t], q[s, t]) for s in range(p.shape[0])]
+            truth = (rec.positions_m[t], rec.quat_wxyz[t])
+            per_time.append(_direct_energy_score(points, truth, position_distance))
+            per_time_pose.append(_direct_energy_score(points, truth, pose_distance))
+        assert score.trajectory_energy_score_m[k] == pytest.approx(np.mean(per_time), rel=1e-9)
+        assert score.trajectory_energy_score_pose_m[k] == pytest.approx(np.mean(per_time_pose),
+                                                                        rel=1e-9)
+        assert score.energy_score_pose_m[k] == pytest.approx(per_time_pose[-1], rel=1e-9)
+        assert score.energy_score_m[k] == pytest.approx(per_time[-1], rel=1e-9)
+
+
+def test_pose_scores_need_a_radius_of_gyration():
+    recordings = make_recordings({"a": 5})
+    score = score_trajectories(copy_predictions(recordings, 2), recordings)
+    summary = score.aggregate()
+    assert summary["energy_score_pose_m"] is None and score.radius_of_gyration_m is None
+    assert summary["trajectory_energy_score_pose_m"] is None
+    assert summary["trajectory_energy_score_m"] == pytest.approx(0.0, abs=1e-12)
+    assert "final pose" not in format_table(score)
+    table = format_table(score_trajectories(copy_predictions(recordings, 2), recordings,
+                                            radius_of_gyration_m=0.1))
+    assert "energy score (final pose)" in table and "pose along the trajectory" in table
+    for radius in (0.0, -1.0, float("nan"), "0.1", True):
+        with pytest.raises(PredictionError, match="radius_of_gyration_m"):
+            score_trajectories(copy_predictions(recordings), recordings,
+                               radius_of_gyration_m=radius)

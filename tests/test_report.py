@@ -42,8 +42,33 @@ def test_report_of_the_shipped_model_on_the_bundled_tosses(tmp_path, capsys):
     for row in ("PyBullet defaults", "calibrated engine", "residual model (mean)",
                 "position RMSE [m]", "rotation error [deg]", "all split"):
         assert row in page
-    assert page.count("Reproduce:") == len(images)
+    assert page.count("Reproduce:") == len(images) + 1  # the figures and the decomposition
     assert "5 more recordings are in the table but not drawn" in page
+    # issue 51: the final x-y coverage is the headline, the 3-D figure beside it
+    headline = re.search(r'<p class="headline">(.*?)</p>', page).group(1)
+    assert headline.index("on the table (x-y)") < headline.index("in 3-D")
+    assert page.index("<p class=\"headline\">") < page.index("<table>")
+    head = re.findall(r"<th>([^<]*)</th>", page[page.index("<table>"):])
+    assert head.index("final x-y in 50 % region") < head.index("3-D: in 50 % region")
+    # the title names the folders, not their absolute paths
+    title = re.search(r"<title>(.*?)</title>", page).group(1)
+    assert title == re.search(r"<h1>(.*?)</h1>", page).group(1)
+    assert "/" not in title and "cube-contactnets" in title and REAL_SAMPLES.name in title
+    # the shipped model's mean residual is zero: every drawn caption says its line hides
+    # the calibrated engine's
+    assert len(record["zero_residual"]) == 3
+    assert page.count("The residual is zero here") == 3
+    # the decomposition (a), (b), (c) with the pose and trajectory energy scores, ratios
+    decomposition = record["decomposition"]
+    rows = {row["row"]: row for row in decomposition["rows"]}
+    assert list(rows) == ["deterministic", "state noise", "state noise + residual"]
+    for key in ("energy_score_m", "trajectory_energy_score_m"):
+        full = rows["state noise + residual"][key]
+        assert decomposition["ratios"]["c_over_b"][key] == pytest.approx(
+            full / rows["state noise"][key])
+        assert f"{decomposition['ratios']['c_over_a'][key]:.3f}" in page
+    assert "energy score, pose along the trajectory (m)" in page
+    assert "state noise + residual: along the trajectory, 3-D" in page
     # Refused before any work when it exists.
     assert main(["report", "--model", str(PRETRAINED_CUBE), "--data", str(REAL_SAMPLES),
                  "--out", str(out)]) == 2
@@ -68,3 +93,20 @@ def test_report_of_an_mh_calibration_shows_the_posterior(tmp_path):
 def test_report_needs_a_model_or_a_calibration(tmp_path, capsys):
     assert main(["report", "--out", str(tmp_path / "r.html")]) == 2
     assert "--model DIR and/or --calibration DIR" in capsys.readouterr().err
+
+
+def test_coinciding_mean_predictions_are_detected():
+    """The zero-residual note rests on this: the same trajectory to 1e-9 m, not nearly."""
+    import numpy as np
+
+    from residualsim.evaluation.predictions import TrajectoryPrediction
+    from residualsim.experiments.report import _coincide
+
+    rng = np.random.default_rng(0)
+    position = rng.normal(size=(1, 5, 3))
+    quaternion = rng.normal(size=(1, 5, 4))
+    first = TrajectoryPrediction(position, quaternion)
+    assert _coincide(first, TrajectoryPrediction(position.copy(), quaternion.copy()))
+    assert not _coincide(first, TrajectoryPrediction(position + 1e-6, quaternion))
+    assert not _coincide(first, TrajectoryPrediction(position, quaternion + 1e-6))
+    assert not _coincide(first, TrajectoryPrediction(position[:, :4], quaternion[:, :4]))

@@ -119,6 +119,65 @@ def test_decomposition_rows_and_table():
         assert set(row["max_deviation"]) == {"final", "final_xy", "trajectory",
                                              "trajectory_xy"}
         assert 0.0 <= row["coverage_xy_50"] <= row["coverage_xy_90"] <= 1.0
+    # the new figures: the deterministic row's trajectory energy score is its mean error
+    # over time, and the sampled rows' pose scores add the rotation to the position's
+    assert first["trajectory_energy_score_m"] <= first["score"]["position_rmse_m"] + 1e-12
+    assert result["radius_of_gyration_m"] == pytest.approx(0.1048 / 6 ** 0.5)
+    for row in result["rows"]:
+        assert row["energy_score_pose_m"] >= row["energy_score_m"]
+        assert row["trajectory_energy_score_pose_m"] >= row["trajectory_energy_score_m"] > 0
+        assert row["score"]["trajectory_energy_score_m"] == row["trajectory_energy_score_m"]
     table = format_decomposition(result)
-    assert table.count("\n| ") == 4  # header and three rows
     assert "| deterministic (" in table and "| — |" in table
+    assert "energy score, final pose (m)" in table and "(c) / (b)" in table
+    assert "state noise + residual: along the trajectory, 3-D" in table
+    # three rows in the scores and coverage tables, two ratios, 4 curves per sampled row
+    assert table.count("\n| deterministic (") == 2
+    assert table.count("\n| state noise + residual: ") == 4
+
+
+def _row(name, samples, **scores):
+    row = {"row": name, "samples": samples, "crps_final_m": None, "max_deviation": None,
+           "coverage_xy_50": None, "coverage_xy_90": None, "coverage_50": None,
+           "coverage_90": None, "score": {}}
+    return {**row, **scores}
+
+
+def test_ratios_are_the_ratios_of_the_reported_scores():
+    from residualsim.experiments.uncertainty import ENERGY_SCORES, decomposition_ratios
+
+    keys = [key for key, _ in ENERGY_SCORES]
+    rows = [_row("deterministic", 1, **dict(zip(keys, (0.03, 0.05, 0.02, 0.04)))),
+            _row("state noise", 8, **dict(zip(keys, (0.025, 0.045, 0.016, 0.03)))),
+            _row("state noise + residual", 8, **dict(zip(keys, (0.024, 0.04, 0.012, 0.0))))]
+    ratios = decomposition_ratios(rows)
+    for key in keys[:3]:
+        assert ratios["c_over_b"][key] == pytest.approx(rows[2][key] / rows[1][key])
+        assert ratios["c_over_a"][key] == pytest.approx(rows[2][key] / rows[0][key])
+    assert ratios["c_over_b"]["trajectory_energy_score_pose_m"] == 0.0
+    # no state noise: no row (b), no (c)/(b); a missing score gives no ratio
+    ratios = decomposition_ratios([rows[0], {**rows[2], "energy_score_pose_m": None}])
+    assert ratios["c_over_b"] is None and ratios["c_over_a"]["energy_score_pose_m"] is None
+    table = format_decomposition({"count": 3, "split": "all", "samples": 8, "seed": 0,
+                                  "spread": 1.0, "rows": rows,
+                                  "ratios": decomposition_ratios(rows)})
+    ratio_line = next(line for line in table.splitlines() if line.startswith("| (c) / (b)"))
+    assert ratio_line.split(" | ")[1:4] == ["0.960", "0.889", "0.750"]
+
+
+def test_decomposition_json_has_the_ratios_of_its_rows(capsys, tmp_path):
+    out = tmp_path / "u.json"
+    code = main(["uncertainty", "--model", str(PRETRAINED_CUBE), "--data", str(REAL_SAMPLES),
+                 "--split", "all", "--limit", "2", "--samples", "2", "--workers", "1",
+                 "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    line = json.loads(captured.out.strip().splitlines()[-1])
+    saved = json.loads(out.read_text())
+    assert line["ratios"] == saved["ratios"]
+    rows = {row["row"]: row for row in saved["rows"]}
+    for key in ("energy_score_m", "trajectory_energy_score_m"):
+        full = rows["state noise + residual"][key]
+        assert line["ratios"]["c_over_b"][key] == pytest.approx(full / rows["state noise"][key])
+        assert line["ratios"]["c_over_a"][key] == pytest.approx(full / rows["deterministic"][key])
+    assert "energy_score_pose_m" in line["rows"][0] and "score" not in line["rows"][0]

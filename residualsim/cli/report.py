@@ -17,6 +17,7 @@ def cmd_report(args: argparse.Namespace) -> None:
                            data=args.data, split=args.split, samples=args.samples,
                            seed=args.seed, max_figures=args.figures, n_workers=args.workers,
                            lists_file=args.split_ids, progress=not args.quiet,
+                           decomposition=not args.no_decomposition,
                            **split_options(args))
     json_line({"command": "report", **figures})
 
@@ -55,6 +56,10 @@ def register(commands) -> None:
                      "bands and the reliability curve (0 or 1: none)")
     rep.add_argument("--figures", type=count(0), default=DEFAULT_FIGURES, metavar="N",
                      help="draw the first N recordings of the split (all are in the table)")
+    rep.add_argument("--no-decomposition", action="store_true",
+                     help="skip row (b) of the uncertainty decomposition (state noise with the "
+                     "mean residual), which costs as many rollouts as --samples (default: run "
+                     "it for a model with state noise)")
     add_seed(rep, "seed of the sampled rollouts")
     rep.add_argument("--out", required=True, metavar="FILE.html", help="the page to write")
     rep.add_argument("--quiet", action="store_true", help="no progress bar")

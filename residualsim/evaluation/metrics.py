@@ -23,7 +23,15 @@ and predicted samples p_{s,t}, q_{s,t}:
   alpha-region of the S points p_{s,t}; the fraction of time samples inside, averaged over
   trajectories (each trajectory weighs the same, whatever its length); 3-D and x-y;
 * CRPS of each coordinate x, y, z of the final position (the energy-form estimator, see
-  :mod:`residualsim.evaluation.sample_scores`; for S = 1 the absolute error).
+  :mod:`residualsim.evaluation.sample_scores`; for S = 1 the absolute error);
+* energy score along the trajectory: the mean over t = 0 .. T-1 of the energy score of the
+  S points p_{s,t} against p_t (for S = 1, the mean position error over time; t = 0, where
+  rollouts start from the recording, adds 0);
+* with the body's radius of gyration r_g given (``radius_of_gyration_m``), the same two
+  energy scores for the pose (final and along the trajectory): poses embedded in R^12 by
+  :func:`~residualsim.evaluation.sample_scores.pose_points` with rotation weight
+  :data:`POSE_ROTATION_WEIGHT` (position and r_g-weighted rotation matrix, metres), where
+  the Euclidean energy score is a proper score for poses.
 
 Aggregates are the mean and the median over trajectories of the per-trajectory values.
 
@@ -62,7 +70,8 @@ from residualsim.errors import DataError, PredictionError
 from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
 from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, RELIABILITY_LEVELS,
                                                  crps_ensemble, energy_score, max_deviation,
-                                                 region_membership, reliability_curve)
+                                                 pose_points, region_membership,
+                                                 reliability_curve, trajectory_energy_score)
 
 __all__ = [
     "TrajectoryScore",
@@ -70,7 +79,12 @@ __all__ = [
     "score_trajectories",
     "score_impacts",
     "format_table",
+    "POSE_ROTATION_WEIGHT",
 ]
+
+#: Weight w of rotation against position in the pose energy scores (the training loss's
+#: default): two poses differing by a small angle theta lie w r_g theta metres apart.
+POSE_ROTATION_WEIGHT = 1.0
 
 def _rotation_angles_deg(predicted: np.ndarray, recorded: np.ndarray) -> np.ndarray:
     """Geodesic angles in degrees between (S, T, 4) and (T, 4) quaternions, shape (S, T).
@@ -158,6 +172,15 @@ class TrajectoryScore:
         (3-D; x-y) lies in the region of each level (NaN for T = 1); None when S == 1.
     crps_final_m : ndarray of shape (n, 3), or None
         CRPS of the final position's x, y, z, metres.
+    trajectory_energy_score_m : ndarray of shape (n,), or None
+        Energy score of the position along the trajectory (mean over the T time samples of
+        each time's energy score), metres; for S = 1 the mean position error over time.
+    radius_of_gyration_m : float or None
+        r_g of the pose scores (None: no pose scores).
+    energy_score_pose_m, trajectory_energy_score_pose_m : ndarray of shape (n,), or None
+        The energy scores of the final pose and of the pose along the trajectory, metres
+        (poses as :func:`~residualsim.evaluation.sample_scores.pose_points` with r_g and
+        :data:`POSE_ROTATION_WEIGHT`); None without ``radius_of_gyration_m``.
     """
 
     ids: tuple[str, ...]
@@ -178,6 +201,10 @@ class TrajectoryScore:
     trajectory_inside: np.ndarray | None = None
     trajectory_inside_xy: np.ndarray | None = None
     crps_final_m: np.ndarray | None = None
+    trajectory_energy_score_m: np.ndarray | None = None
+    radius_of_gyration_m: float | None = None
+    energy_score_pose_m: np.ndarray | None = None
+    trajectory_energy_score_pose_m: np.ndarray | None = None
 
     @property
     def n_trajectories(self) -> int:
@@ -213,7 +240,11 @@ class TrajectoryScore:
             coverage (None when S == 1); ``reliability_max_deviation`` holds each curve's
             max |coverage - level| under the keys ``final``, ``final_xy``, ``trajectory``,
             ``trajectory_xy`` (None when S == 1); ``crps_final_m`` the mean CRPS of the
-            final x, y, z (keys ``x``, ``y``, ``z``).
+            final x, y, z (keys ``x``, ``y``, ``z``). The energy scores along the trajectory
+            ``trajectory_energy_score_m`` (position) and, with a radius of gyration, of the
+            pose ``energy_score_pose_m`` (final) and ``trajectory_energy_score_pose_m`` (each
+            with its ``_median``; None without the radius), metres, and
+            ``radius_of_gyration_m`` (None without it).
         """
         sides = self.position_rmse_sides
         joints = {} if self.joint_rmse is None else {
@@ -242,6 +273,14 @@ class TrajectoryScore:
                 name: max_deviation(curve) for name, curve in self.reliability().items()},
             "crps_final_m": None if self.crps_final_m is None else dict(
                 zip("xyz", (float(v) for v in self.crps_final_m.mean(axis=0)))),
+            "trajectory_energy_score_m": _mean(self.trajectory_energy_score_m),
+            "trajectory_energy_score_m_median": _median(self.trajectory_energy_score_m),
+            "energy_score_pose_m": _mean(self.energy_score_pose_m),
+            "energy_score_pose_m_median": _median(self.energy_score_pose_m),
+            "trajectory_energy_score_pose_m": _mean(self.trajectory_energy_score_pose_m),
+            "trajectory_energy_score_pose_m_median": _median(
+                self.trajectory_energy_score_pose_m),
+            "radius_of_gyration_m": self.radius_of_gyration_m,
         }
 
     def reliability(self) -> dict[str, dict[str, float] | None]:
@@ -272,6 +311,14 @@ class TrajectoryScore:
             ("rotation error", summary["rotation_error_deg"], "deg"),
             ("rotation error, median", summary["rotation_error_deg_median"], "deg"),
             ("energy score (final position)", summary["energy_score_m"], "m"),
+            ("energy score (position along the trajectory)",
+             summary["trajectory_energy_score_m"], "m"),
+        ]
+        if self.radius_of_gyration_m is not None:
+            rows += [("energy score (final pose)", summary["energy_score_pose_m"], "m"),
+                     ("energy score (pose along the trajectory)",
+                      summary["trajectory_energy_score_pose_m"], "m")]
+        rows += [
             ("coverage of 50 % region", summary["coverage_50"], ""),
             ("coverage of 90 % region", summary["coverage_90"], ""),
             ("coverage of 50 % region, x-y", summary["coverage_xy_50"], ""),
@@ -419,10 +466,22 @@ def _time_coverage(position: np.ndarray, recorded: np.ndarray) -> np.ndarray:
     return inside.mean(axis=1)
 
 
+def _positive_length(value: Any, name: str) -> float | None:
+    """``value`` as a float of metres (None stays None); PredictionError unless positive."""
+    if value is None:
+        return None
+    numeric = isinstance(value, (int, float, np.integer, np.floating))
+    if isinstance(value, bool) or not numeric or not (math.isfinite(value) and value > 0):
+        raise PredictionError(f"{name} must be a positive number of metres, got {value!r}")
+    return float(value)
+
+
 def score_trajectories(
     predictions: TrajectoryPredictions,
     recordings: Mapping[str, Trajectory] | Iterable[Trajectory],
     side_m: float | None = None,
+    *,
+    radius_of_gyration_m: float | None = None,
 ) -> TrajectoryScore:
     """Score trajectory predictions against recordings.
 
@@ -436,6 +495,10 @@ def score_trajectories(
         ``missing_ids``.
     side_m : float, optional
         Cube side in metres, to also report the position RMSE in sides.
+    radius_of_gyration_m : float, optional
+        The body's radius of gyration r_g in metres (a scene's ``radius_of_gyration_m``),
+        to also score poses (final and along the trajectory); without it the pose scores
+        are None.
 
     Returns
     -------
@@ -447,8 +510,8 @@ def score_trajectories(
     ------
     PredictionError
         If a predicted id has no recording, or its predicted length T differs from the
-        recorded one (the message names the id and both lengths), or ``side_m`` is not a
-        positive number.
+        recorded one (the message names the id and both lengths), or ``side_m`` or
+        ``radius_of_gyration_m`` is not a positive number.
     """
     if isinstance(predictions, ImpactPredictions):
         raise PredictionError(
@@ -461,11 +524,8 @@ def score_trajectories(
         )
     if not isinstance(recordings, Mapping):
         recordings = {trajectory.traj_id: trajectory for trajectory in recordings}
-    if side_m is not None:
-        numeric = isinstance(side_m, (int, float, np.integer, np.floating))
-        if isinstance(side_m, bool) or not numeric or not (math.isfinite(side_m) and side_m > 0):
-            raise PredictionError(f"side_m must be a positive number of metres, got {side_m!r}")
-        side_m = float(side_m)
+    side_m = _positive_length(side_m, "side_m")
+    radius = _positive_length(radius_of_gyration_m, "radius_of_gyration_m")
     where = predictions.source or "predictions"
 
     ids = predictions.ids
@@ -502,6 +562,10 @@ def score_trajectories(
     joint_rmse = np.full(n, np.nan)
     sampled = n_samples >= 2
     over_time = np.full((2, n, len(RELIABILITY_LEVELS)), np.nan)  # 3-D, x-y
+    along = np.empty(n)
+    along_pose = np.empty(n)
+    final_pose = np.empty((n, n_samples, 12))
+    final_pose_recorded = np.empty((n, 12))
     for index, traj_id in enumerate(ids):
         prediction = predictions[traj_id]
         recording = recordings[traj_id]
@@ -513,6 +577,15 @@ def score_trajectories(
         ).mean()
         final_predicted[index] = prediction.position[:, -1]
         final_recorded[index] = recording.positions_m[-1]
+        along[index] = trajectory_energy_score(prediction.position, recording.positions_m)
+        if radius is not None:
+            poses = pose_points(prediction.position, prediction.quaternion, radius,
+                                POSE_ROTATION_WEIGHT)
+            recorded_poses = pose_points(recording.positions_m, recording.quat_wxyz, radius,
+                                         POSE_ROTATION_WEIGHT)
+            along_pose[index] = trajectory_energy_score(poses, recorded_poses)
+            final_pose[index] = poses[:, -1]
+            final_pose_recorded[index] = recorded_poses[-1]
         if sampled:
             position = np.asarray(prediction.position, dtype=np.float64)
             over_time[0, index] = _time_coverage(position, recording.positions_m)
@@ -549,6 +622,11 @@ def score_trajectories(
         trajectory_inside=_readonly(over_time[0]) if sampled else None,
         trajectory_inside_xy=_readonly(over_time[1]) if sampled else None,
         crps_final_m=_readonly(crps_ensemble(final_predicted, final_recorded)),
+        trajectory_energy_score_m=_readonly(along),
+        radius_of_gyration_m=radius,
+        energy_score_pose_m=None if radius is None else _readonly(
+            energy_score(final_pose, final_pose_recorded)),
+        trajectory_energy_score_pose_m=None if radius is None else _readonly(along_pose),
     )
 
 

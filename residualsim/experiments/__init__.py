@@ -49,6 +49,8 @@ _EXPORTS = {
     'uncertainty_decomposition': 'residualsim.experiments.uncertainty',
     'format_decomposition': 'residualsim.experiments.uncertainty',
     'decomposition_plot': 'residualsim.experiments.uncertainty',
+    'decomposition_ratios': 'residualsim.experiments.uncertainty',
+    'decomposition_tables': 'residualsim.experiments.uncertainty',
 }
 
 __all__ = list(_EXPORTS)

@@ -212,12 +212,16 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
             predictions, _ = predict_trajectories(models[key], tosses, samples=0,
                                                   n_workers=n_workers,
                                                   residual=key == "residual")
-            engines[key] = _figures(score_trajectories(predictions, tosses, side_m=side_m))
+            engines[key] = _figures(score_trajectories(
+                predictions, tosses, side_m=side_m,
+                radius_of_gyration_m=scene.radius_of_gyration_m))
             bar.update()
         bar.set_postfix_str(f"{samples} samples per toss")
         sampled, stats = predict_trajectories(model, tosses, samples=samples, seed=seed,
                                               n_workers=n_workers)
-        stochastic = {**_figures(score_trajectories(sampled, tosses, side_m=side_m)),
+        stochastic = {**_figures(score_trajectories(
+                          sampled, tosses, side_m=side_m,
+                          radius_of_gyration_m=scene.radius_of_gyration_m)),
                       "seed": seed, "events": stats["events"],
                       "max_penetration_m": stats["max_penetration_m"]}
         bar.update()

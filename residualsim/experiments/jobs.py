@@ -174,18 +174,21 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     for recording in recordings.values():  # a planar scene's score of 3D tosses, ...
         layout.check_recording(recording)
     side = getattr(layout, "side_m", None)
-    score = score_trajectories(predictions, recordings, side_m=side)
+    score = score_trajectories(predictions, recordings, side_m=side,
+                               radius_of_gyration_m=layout.radius_of_gyration_m)
     return (score, predictions.meta) if with_meta else score
 
 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
-                    limit: int | None = None, fractions=None, lists=None):
+                    limit: int | None = None, fractions=None, lists=None, policy=None):
     """A trained model (trajectories or single impacts) on ``data``: ``(predictions, figures)``.
 
     ``samples`` = 0 gives the mean prediction; ``residual=False`` the model's calibrated
-    engine alone. ``data`` defaults to ``$RESIDUALSIM_DATA/<the model scene's set>``.
-    DataError when the data and the model are of different kinds.
+    engine alone; ``policy`` (trajectories only) replaces the model's sampling policy (as
+    :func:`~residualsim.sim.rollout.predict_trajectories` takes it). ``data`` defaults to
+    ``$RESIDUALSIM_DATA/<the model scene's set>``. DataError when the data and the model
+    are of different kinds.
     """
     from residualsim.residual.policy import ResidualModel
 
@@ -213,7 +216,8 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                                      split, limit, fractions=fractions or DEFAULT_FRACTIONS,
                                      lists=lists, source=str(data))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
-                                              n_workers=n_workers, residual=residual)
+                                              n_workers=n_workers, residual=residual,
+                                              policy=policy)
     predictions.meta.update(meta)
     return predictions, {"count": len(trajectories), "samples": predictions.n_samples,
                          **stats}

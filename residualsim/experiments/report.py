@@ -2,20 +2,30 @@
 
 The page holds, for the recordings of one split:
 
+* a headline: the final position's coverage on the table plane (x-y) of the sampled 50 % /
+  90 % regions, with the 3-D figure beside it (at rest the samples agree on the height to
+  1e-7 m while recordings rest a millimetre lower, so 3-D regions rarely hold a recording);
 * the error table of PyBullet's default engine, the calibrated engine and the residual model
   (position RMSE m, final position error m, rotation error degrees, coverage of the sampled
-  50 % / 90 % regions);
+  50 % / 90 % regions, x-y then 3-D);
+* for a model, the decomposition of ``residualsim uncertainty``
+  (:mod:`~residualsim.experiments.uncertainty`): the mean prediction (a), state noise with
+  the mean residual (b, when the model has state noise and ``decomposition`` is on; as many
+  samples as (c)) and the sampled model (c), scored alike: energy scores of the final
+  position and pose and along the trajectory, the ratios (c)/(b) and (c)/(a), the CRPS, the
+  coverages and the reliability curves;
 * per recording (the first ``max_figures``), the recorded trajectory against each
   prediction: x, y, z of the base link (m, world frame), the angle turned since the first
   sample (degrees) and the joints (rad or m), with the 50 % and 90 % bands of the sampled
-  residual rollouts;
+  residual rollouts; where the model's mean prediction is the calibrated engine's (a zero
+  mean residual), the caption says that the two lines coincide;
 * where the calibration is a Metropolis-Hastings posterior, its corner and trace plots,
   R-hat, bulk ESS and the convergence warnings;
 * the reliability curve of the sampled rollouts.
 
 Every figure is a PNG inlined as base64 and captioned with the commands that reproduce it;
-the page references nothing outside itself (no network, no server). It is written
-atomically.
+the page references nothing outside itself (no network, no server). Its title names the
+model and data folders by their names only (no absolute path). It is written atomically.
 """
 
 from __future__ import annotations
@@ -158,8 +168,10 @@ def _error_table(scores: Mapping[str, dict], split: str, n: int) -> str:
                ("final_error_m", "final position error [m]", "{:.4f}"),
                ("rotation_error_deg", "rotation error [deg]", "{:.1f}"),
                ("joint_rmse", "joint RMSE [rad or m]", "{:.4f}"),
-               ("coverage_50", "in 50 % region", "{:.0%}"),
-               ("coverage_90", "in 90 % region", "{:.0%}")]
+               ("coverage_xy_50", "final x-y in 50 % region", "{:.0%}"),
+               ("coverage_xy_90", "final x-y in 90 % region", "{:.0%}"),
+               ("coverage_50", "3-D: in 50 % region", "{:.0%}"),
+               ("coverage_90", "3-D: in 90 % region", "{:.0%}")]
     used = [c for c in columns if any(s.get(c[0]) is not None for s in scores.values())]
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in used)
     body = []
@@ -170,7 +182,53 @@ def _error_table(scores: Mapping[str, dict], split: str, n: int) -> str:
         body.append(f"<tr><th>{html.escape(key)}</th>{cells}</tr>")
     return (f"<table><caption>{n} recordings of the {html.escape(split)} split; means over "
             f"recordings (final: the last sample; rotation: the geodesic angle, averaged over "
-            f"time)</caption><tr><th>engine</th>{head}</tr>{''.join(body)}</table>")
+            f"time; regions: of the sampled final positions, on the table plane x-y, then in "
+            f"3-D)</caption><tr><th>engine</th>{head}</tr>{''.join(body)}</table>")
+
+
+def _headline(summary: Mapping[str, Any], samples: int) -> str:
+    """The headline coverage: final x-y first, the 3-D figure beside it."""
+    def percent(value):
+        return "–" if value is None else f"{value:.0%}"
+
+    return (f"<p class=\"headline\"><b>Final position on the table (x-y): "
+            f"{percent(summary['coverage_xy_50'])} / {percent(summary['coverage_xy_90'])} of the "
+            f"recordings inside the 50 % / 90 % regions of {samples} samples</b> (target about "
+            f"50 % / 90 %); in 3-D: {percent(summary['coverage_50'])} / "
+            f"{percent(summary['coverage_90'])}. At rest the samples agree on the height to "
+            "a fraction of a millimetre while recordings rest about a millimetre lower, so the "
+            "thin 3-D regions rarely hold a recording: the x-y figure says where the object "
+            "ends up.</p>")
+
+
+def _decomposition_html(result: Mapping[str, Any]) -> str:
+    """The tables of :func:`~residualsim.experiments.uncertainty.decomposition_tables`."""
+    from residualsim.experiments.uncertainty import decomposition_tables
+
+    parts = []
+    for caption, header, rows in decomposition_tables(result):
+        if not rows:
+            continue
+        head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+        body = "".join("<tr><th>" + html.escape(cells[0]) + "</th>"
+                       + "".join(f"<td>{html.escape(c)}</td>" for c in cells[1:]) + "</tr>"
+                       for cells in rows)
+        parts.append(f"<table><caption>{html.escape(caption)}</caption><tr>{head}</tr>"
+                     f"{body}</table>")
+    return "".join(parts)
+
+
+def _coincide(first, second) -> bool:
+    """Whether two mean predictions of one recording are the same trajectory (positions to
+    1e-9 m, quaternions to 1e-9)."""
+    return (first.position.shape == second.position.shape
+            and np.allclose(first.position, second.position, rtol=0.0, atol=1e-9)
+            and np.allclose(first.quaternion, second.quaternion, rtol=0.0, atol=1e-9))
+
+
+def _name(path: PathLike) -> str:
+    """A folder's name for the title (no absolute path)."""
+    return Path(path).name or str(path)
 
 
 def _page(title: str, sections: Sequence[tuple[str, str]]) -> str:
@@ -247,20 +305,28 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
                  max_figures: int = DEFAULT_FIGURES, n_workers: int = 1,
                  fractions: Sequence[float] | None = None,
                  lists: Mapping[str, Sequence[str]] | None = None,
-                 lists_file: str | None = None, progress: bool = True) -> dict[str, Any]:
+                 lists_file: str | None = None, progress: bool = True,
+                 decomposition: bool = True) -> dict[str, Any]:
     """Write the HTML report of a model and/or a calibration on ``data`` to ``out``.
 
     ``data`` defaults to ``$RESIDUALSIM_DATA/<the scene's set>``; ``split`` is ``"all"`` or
     a split name (``fractions`` / ``lists`` choose the splits); ``samples`` sampled residual
     rollouts per recording give the bands and the reliability curve (needs ``model``);
-    ``max_figures`` bounds the per-recording figures (the first N recordings). Returns the
-    figures of the report (``out``, ``bytes``, ``figures``, ``recordings``, ``split``,
-    ``seconds``). DataError for impact data or a model and calibration of different scenes.
+    ``max_figures`` bounds the per-recording figures (the first N recordings);
+    ``decomposition`` adds row (b) of the uncertainty decomposition (state noise with the
+    mean residual, ``samples`` more rollouts per recording; only for a model with state
+    noise). Returns the figures of the report (``out``, ``bytes``, ``figures``,
+    ``recordings``, ``split``, ``seconds``, ``zero_residual``: the drawn recordings whose
+    model mean equals the calibrated engine's, and ``decomposition``: the decomposition's
+    rows without their full scores, and its ratios, or None). DataError for impact data or
+    a model and calibration of different scenes.
     """
     from tqdm.auto import tqdm
 
     from residualsim.evaluation.metrics import score_trajectories
     from residualsim.experiments.jobs import predict_dataset, simulate_dataset
+    from residualsim.experiments.uncertainty import (ROWS, decomposition_ratios,
+                                                     decomposition_row, state_noise_policy)
     from residualsim.sim.scenes import make_scene, same_scene
     from residualsim.sysid.calibrate import load_calibration
 
@@ -292,7 +358,11 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
                                    source=str(path))
     select = dict(split=split, fractions=fractions, lists=lists)
     where = ["--data", path, *_split_args(split, fractions, lists_file)]
-    stages = 2 + (loaded_model is not None) * 2 + min(max_figures, len(recordings)) + 2
+    noise_only_policy = (state_noise_policy(loaded_model)
+                         if loaded_model is not None and decomposition and samples >= 2
+                         else None)
+    stages = 2 + (loaded_model is not None) * 2 + (noise_only_policy is not None) \
+        + min(max_figures, len(recordings)) + 2
     bar = tqdm(total=stages, disable=not progress, unit="step", desc="report")
     means: dict[str, Any] = {}
     commands: dict[str, list[str]] = {}
@@ -323,19 +393,57 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
             commands["sampled"] = [_cmd("predict", "--model", model, *where, "--samples",
                                         samples, "--seed", seed, "--out", "sampled.npz")]
         bar.update()
-    side = getattr(make_scene(scene), "side_m", None)
-    scores = {_LABELS[k]: score_trajectories(p, recordings, side_m=side).aggregate()
-              for k, p in means.items()}
+    noise_only = None
+    if noise_only_policy is not None:
+        noise_only, _ = predict_dataset(model, str(path), samples=samples, seed=seed,
+                                        n_workers=n_workers, policy=noise_only_policy,
+                                        **select)
+        bar.update()
+    layout = make_scene(scene)
+    scale = dict(side_m=getattr(layout, "side_m", None),
+                 radius_of_gyration_m=layout.radius_of_gyration_m)
+    mean_scores = {k: score_trajectories(p, recordings, **scale) for k, p in means.items()}
+    scores = {_LABELS[k]: score.aggregate() for k, score in mean_scores.items()}
     sampled_score = None
     if sampled is not None:
-        sampled_score = score_trajectories(sampled, recordings, side_m=side)
+        sampled_score = score_trajectories(sampled, recordings, **scale)
         scores[f"residual model, {samples} samples"] = sampled_score.aggregate()
     table = _error_table(scores, split, len(recordings))
+    if sampled_score is not None:
+        table = _headline(scores[f"residual model, {samples} samples"], samples) + table
     score_commands = "".join(
         f"<li><code>{html.escape(c)}</code> then <code>residualsim score --pred "
         f"{html.escape(c.rsplit(' ', 1)[-1])}</code></li>"
         for cs in commands.values() for c in cs)
     sections = [("Errors", table + f"<p>Reproduce the rows:</p><ul>{score_commands}</ul>")]
+    decomposed = None
+    if sampled_score is not None:
+        rows = [decomposition_row(ROWS[0][0], mean_scores["residual"])]
+        if noise_only is not None:
+            rows.append(decomposition_row(ROWS[1][0],
+                                          score_trajectories(noise_only, recordings, **scale)))
+        rows.append(decomposition_row(ROWS[2][0], sampled_score))
+        decomposed = {"count": len(recordings), "split": split, "samples": samples,
+                      "seed": seed, "rows": rows, "ratios": decomposition_ratios(rows)}
+        again = _cmd("uncertainty", "--model", model, *where, "--samples", samples,
+                     "--seed", seed)
+        if noise_only is None:
+            absent = ("the model has no state noise, so there is no row (b)"
+                      if loaded_model.state_noise is None else
+                      "row (b) was not run (report --no-decomposition)")
+        else:
+            absent = (f"(b) starts each of its {samples} samples from the same drawn initial "
+                      "state as the same sample of (c) and applies the mean residual at every "
+                      "contact")
+        sections.append(("Where the spread comes from", (
+            "<p>The recordings predicted three ways and scored alike, as "
+            "<code>residualsim uncertainty</code> does: (a) the mean prediction, (b) "
+            "initial-state noise with the mean residual, (c) the model as sampled (state "
+            "noise and sampled residual). Energy scores in metres, lower is better; the pose "
+            f"scores weigh rotation by the radius of gyration r<sub>g</sub> = "
+            f"{layout.radius_of_gyration_m:.4g} m; along the trajectory: the mean over time. "
+            f"{html.escape(absent)}.</p>" + _decomposition_html(decomposed)
+            + f"<p>Reproduce: <code>{html.escape(again)}</code></p>")))
 
     figures: list[_Figure] = []
     shown = list(recordings)[:max_figures]
@@ -343,11 +451,22 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
                           *(["--calibration", calibration] if calibration else []), *where,
                           "--samples", samples, "--seed", seed, "--figures", max_figures,
                           "--out", out)
+    zero_residual = []
     for traj_id in shown:
         png = _trajectory_figure(recordings[traj_id], {k: p[traj_id] for k, p in means.items()},
                                  sampled[traj_id] if sampled is not None else None)
         bands = (f" Bands: the central 50 % and 90 % of {samples} sampled residual rollouts "
                  f"(seed {seed}) at each time." if sampled is not None else "")
+        if "residual" in means and _coincide(means["residual"][traj_id],
+                                             means["calibrated"][traj_id]):
+            zero_residual.append(traj_id)
+            bands += (" The residual is zero here: the residual model's mean prediction is "
+                      "the calibrated engine's own (the policy's mean residual is zero at "
+                      "every contact), so the calibrated engine's line lies hidden under the "
+                      "model's line." if loaded_cal is None else
+                      " The residual model's mean prediction coincides with the calibrated "
+                      "engine's here, so the calibrated engine's line lies hidden under the "
+                      "model's line.")
         figures.append(_Figure(
             f"Recording {traj_id}", png,
             "Recorded (dashed) against each prediction from the recorded first state: base "
@@ -387,11 +506,18 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
         sections.append(("Reliability", _figure_html(reliability)))
     bar.update()
     bar.close()
-    title = f"residualsim report: {scene}, {split} split of {path}"
+    shown_model = (f"model {_name(model)} on " if model is not None
+                   else f"calibration {_name(calibration)} on ")
+    title = (f"residualsim report: {shown_model}{_name(path)} ({scene}, {split} split)")
     page = _page(title, sections)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, page)
     return {"out": str(out), "bytes": len(page.encode()), "figures": len(figures),
             "recordings": len(recordings), "drawn": len(shown), "split": split,
+            "zero_residual": zero_residual,
+            "decomposition": None if decomposed is None else {
+                "rows": [{k: v for k, v in row.items() if k != "score"}
+                         for row in decomposed["rows"]],
+                "ratios": decomposed["ratios"]},
             "seconds": time.perf_counter() - started}

@@ -246,8 +246,10 @@ def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str
                                             substeps)
             predictions = TrajectoryPredictions(
                 {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()})
+            layout = make_scene(scene)
             score = score_trajectories(predictions, validation,
-                                       side_m=getattr(make_scene(scene), "side_m", None))
+                                       side_m=getattr(layout, "side_m", None),
+                                       radius_of_gyration_m=layout.radius_of_gyration_m)
         figures[label] = {k: v for k, v in score.aggregate().items()
                           if isinstance(v, (int, float)) and v is not None}
     return figures
