@@ -16,7 +16,8 @@ from residualsim.errors import DataError
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Impact table (planar-ellipse) or learning curve (cube) into --out."""
-    from residualsim.experiments.evaluate import evaluate_curve, evaluate_impacts, impact_markdown
+    from residualsim.experiments.evaluate import (evaluate_curve, evaluate_impact_scores,
+                                                  impact_markdown, score_markdown)
     from residualsim.experiments.learning_curve import DEFAULT_METHODS, CurveConfig, curve_table
     from residualsim.residual.policy import ResidualModel
 
@@ -32,10 +33,18 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise DataError(f"{args.model}: a {model.scene!r} model, not {args.scene!r}")
     data = resolve_data(args.data, args.scene)
     if args.scene == "planar-ellipse":
-        table = evaluate_impacts(model, data, args.out, n_workers=args.workers, seed=args.seed)
+        table, scores = evaluate_impact_scores(model, data, args.out, n_workers=args.workers,
+                                               seed=args.seed, samples=args.samples)
         print(impact_markdown(table), end="")
+        if scores is not None:
+            print(f"\nAs distributions (S = {args.samples} samples, seed {args.seed}; m/s, "
+                  "log score in log((m/s)^-3)):\n")
+            print(score_markdown(scores["rows"], scores["info"]["parts"]), end="")
         json_line({"command": "evaluate", "scene": args.scene, "out": str(args.out),
                     "table": {r["model"]: [r["validation"], r["test"]] for r in table},
+                    "scores": None if scores is None else {
+                        r["model"]: {k: v for k, v in r.items() if k != "model"}
+                        for r in scores["rows"]},
                     "seconds": time.perf_counter() - start})
         return
     import dataclasses
@@ -106,6 +115,10 @@ def register(commands) -> None:
                          "engine mdn on another object; 'calibrated' fits the engine's "
                          "parameters on each training subset instead, 'calibrated+mdn' and "
                          "'joint' both, in two stages or at once)")
+    ev.add_argument("--samples", type=count(0), default=64,
+                    help="planar-ellipse: samples per impact for the energy score of the "
+                         "engine, GP baselines and residual MDN as distributions (with the "
+                         "log score; 0: the RMSE table only)")
     ev.add_argument("--budget", type=count(1), default=96,
                     help="cube: nevergrad evaluations per MDN fit")
     ev.add_argument("--heldout", choices=("validation", "test"), default="test",

@@ -5,7 +5,8 @@
 * :mod:`~residualsim.evaluation.metrics`: position RMSE, rotation error, the published
   peers' metric, impact RMSE; :mod:`~residualsim.evaluation.sample_scores`: the energy
   score, the CRPS, the sample regions of an ensemble and the reliability curve;
-  :mod:`~residualsim.evaluation.plots`: the reliability plot.
+  :mod:`~residualsim.evaluation.plots`: the reliability plot;
+  :mod:`~residualsim.evaluation.log_scores`: the log score of a Gaussian mixture.
 
 No physics here: calibration and training score their held-out splits with the same
 functions the ``score`` command uses.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from residualsim.evaluation.metrics import (ImpactScore, TrajectoryScore, format_table,
                                            score_impacts, score_trajectories)
+from residualsim.evaluation.log_scores import gaussian_mixture_log_score
 from residualsim.evaluation.plots import reliability_plot
 from residualsim.evaluation.sample_scores import (COVERAGE_LEVELS, RELIABILITY_LEVELS,
                                                  crps_ensemble, energy_score,
@@ -28,4 +30,5 @@ __all__ = ["TrajectoryPredictions", "ImpactPredictions", "TrajectoryPrediction",
            "load_predictions", "save_predictions", "recorded_data", "FORMAT_NAME", "FORMAT_VERSION",
            "score_trajectories", "score_impacts", "TrajectoryScore", "ImpactScore",
            "format_table", "energy_score", "region_membership", "COVERAGE_LEVELS",
-           "RELIABILITY_LEVELS", "crps_ensemble", "reliability_curve", "reliability_plot"]
+           "RELIABILITY_LEVELS", "crps_ensemble", "reliability_curve", "reliability_plot",
+           "gaussian_mixture_log_score"]

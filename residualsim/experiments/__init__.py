@@ -31,6 +31,7 @@ _EXPORTS = {
     'bench_mpec': 'residualsim.experiments.bench_mpec',
     'format_mpec_report': 'residualsim.experiments.bench_mpec',
     'evaluate_impacts': 'residualsim.experiments.evaluate',
+    'evaluate_impact_scores': 'residualsim.experiments.evaluate',
     'evaluate_curve': 'residualsim.experiments.evaluate',
     'impact_markdown': 'residualsim.experiments.evaluate',
     'CurveConfig': 'residualsim.experiments.learning_curve',

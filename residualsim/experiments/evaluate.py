@@ -2,7 +2,9 @@
 
 * ``--scene planar-ellipse``: the impact table (:func:`residualsim.residual.impact.impact_table`)
   of a planar impact model on the MCube ellipse impacts: every model's RMSE of
-  (dx, dy, k dθ) on the validation and test splits, in the corrected axis convention.
+  (dx, dy, k dθ) on the validation and test splits, in the corrected axis convention; and,
+  with S samples, the calibrated engine, the GP baselines and the residual MDN judged as
+  distributions (energy score, log score: :mod:`residualsim.residual.impact_scores`).
 * ``--scene cube``: the learning curve (:mod:`residualsim.experiments.learning_curve`) on the ContactNets
   tosses, on the engine of a cube model (its calibrated parameters, substeps and guard).
 
@@ -20,7 +22,8 @@ from typing import Any
 from residualsim.atomic import atomic_write_text
 from residualsim.errors import DataError, ParameterError
 
-__all__ = ["evaluate_impacts", "evaluate_curve", "impact_markdown"]
+__all__ = ["evaluate_impacts", "evaluate_impact_scores", "evaluate_curve", "impact_markdown",
+           "score_markdown"]
 
 
 def impact_markdown(table: Sequence[dict[str, Any]]) -> str:
@@ -31,24 +34,69 @@ def impact_markdown(table: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def score_markdown(rows: Sequence[dict[str, Any]], parts: Sequence[str]) -> str:
+    """The distributional impact scores as Markdown: per part, RMSE of the mean and energy
+    score (m/s) and log score (log((m/s)^-3); "–" where undefined)."""
+    head = " | ".join(f"{p} RMSE | {p} energy score | {p} log score" for p in parts)
+    lines = [f"| model | S | {head} |", "|---|---|" + "---|" * (3 * len(parts))]
+    for row in rows:
+        cells = []
+        for p in parts:
+            log_score = row[f"{p}_log_score"]
+            cells += [f"{row[f'{p}_rmse_mps']:.3f}", f"{row[f'{p}_energy_score_mps']:.4f}",
+                      "–" if log_score is None else f"{log_score:.2f}"]
+        lines.append(f"| {row['model']} | {row['samples']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def evaluate_impacts(model, data: str | Path, out: str | Path, n_workers: int = 1,
-                     seed: int = 0) -> list[dict[str, Any]]:
-    """Write ``impact-table.json`` and ``impact-table.md`` for a planar impact model."""
+                     seed: int = 0, samples: int = 64,
+                     parts: Sequence[str] = ("validation", "test")) -> list[dict[str, Any]]:
+    """Write ``impact-table.json`` and ``impact-table.md`` for a planar impact model and,
+    with ``samples`` > 0, ``impact-scores.json`` (``{"rows", "info"}``) and
+    ``impact-scores.md``: the engine, GP baselines and residual MDN judged as distributions
+    on ``parts`` (:func:`residualsim.residual.impact_scores.impact_distribution_table`).
+    Returns the RMSE table (:func:`evaluate_impact_scores` returns the scores too)."""
+    table, _ = evaluate_impact_scores(model, data, out, n_workers, seed, samples, parts)
+    return table
+
+
+def evaluate_impact_scores(model, data: str | Path, out: str | Path, n_workers: int = 1,
+                           seed: int = 0, samples: int = 64,
+                           parts: Sequence[str] = ("validation", "test")
+                           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """:func:`evaluate_impacts`, returning (RMSE table, ``{"rows", "info"}`` of the
+    distributional scores or None when ``samples`` is 0)."""
     from residualsim.data import load_impacts
     from residualsim.data.splits import split_ids
-    from residualsim.residual.impact import impact_table
+    from residualsim.residual.impact import fit_gp_baselines, impact_table, split_index
+    from residualsim.residual.impact_scores import impact_distribution_table
+    from residualsim.sim.rollout import simulate_impacts
 
     if model.info.get("kind") != "impacts":
         raise DataError(f"{model.scene} model is not a planar impact model (train one with "
                         "train/planar_impacts.py)")
+    if int(samples) < 0:
+        raise ParameterError(f"samples must be >= 0, got {samples}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     impacts = load_impacts(data, convention="corrected")
-    table = impact_table(model, impacts, split_ids(impacts.rows.tolist()), n_workers=n_workers,
-                         seed=seed)
+    split = split_ids(impacts.rows.tolist())
+    engine = simulate_impacts(model.scene, impacts, model.params, n_workers, model.substeps)
+    gps = fit_gp_baselines(impacts, engine, split_index(impacts, split)["train"],
+                           model.params.lateral_friction, seed)
+    table = impact_table(model, impacts, split, n_workers=n_workers, seed=seed,
+                         engine_post=engine, gps=gps)
     atomic_write_text(out / "impact-table.json", json.dumps(table, indent=1) + "\n")
     atomic_write_text(out / "impact-table.md", impact_markdown(table))
-    return table
+    if int(samples) == 0:
+        return table, None
+    rows, info = impact_distribution_table(model, impacts, split, engine, gps,
+                                           samples=int(samples), seed=seed, parts=parts)
+    scores = {"rows": rows, "info": info}
+    atomic_write_text(out / "impact-scores.json", json.dumps(scores, indent=1) + "\n")
+    atomic_write_text(out / "impact-scores.md", score_markdown(rows, parts))
+    return table, scores
 
 
 def evaluate_curve(model, data: str | Path, out: str | Path, config, resume: bool = False,

@@ -5,7 +5,8 @@
 * :mod:`~residualsim.residual.train`: Algorithm 2, gradient-free training on full-trajectory
   error.
 * :mod:`~residualsim.residual.state_noise`: initial-state noise of recordings.
-* :mod:`~residualsim.residual.impact`: the single-impact residual (planar impacts).
+* :mod:`~residualsim.residual.impact`: the single-impact residual (planar impacts);
+  :mod:`~residualsim.residual.impact_scores`: its predictive distributions and scores.
 * :mod:`~residualsim.residual.joint`: engine parameters and residual fitted together.
 """
 
@@ -27,6 +28,10 @@ _EXPORTS = {
     'predict_impacts': 'residualsim.residual.impact',
     'impact_table': 'residualsim.residual.impact',
     'handedness_consistent_models': 'residualsim.residual.impact',
+    'fit_gp_baselines': 'residualsim.residual.impact',
+    'ImpulseMixture': 'residualsim.residual.impact_scores',
+    'impact_distribution_table': 'residualsim.residual.impact_scores',
+    'fit_impact_spread': 'residualsim.residual.impact_scores',
     'ResidualPolicy': 'residualsim.residual.policy',
     'ResidualModel': 'residualsim.residual.policy',
     'NumpyPolicy': 'residualsim.residual.policy',

@@ -43,7 +43,8 @@ from residualsim.errors import ParameterError
 __all__ = ["ImpactContacts", "impact_contacts", "best_impulses", "guarded_correction",
            "impact_rmse", "GPImpactResidual", "policy_post_velocity", "train_impact_residual",
            "fit_impact_residual_supervised",
-           "predict_impacts", "impact_table", "handedness_consistent_models"]
+           "predict_impacts", "impact_table", "handedness_consistent_models", "split_index",
+           "GP_BASELINES", "fit_gp_baselines"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,10 @@ class ImpactContacts:
         """M⁻¹ Jᵀ p (N, 3) for contact-frame impulses p (N, 2) N s."""
         generalised = np.einsum("nkv,nk->nv", self.jacobians, impulses)
         return np.linalg.solve(self.mass_matrix, generalised.T).T
+
+    def subset(self, index: np.ndarray) -> ImpactContacts:
+        """The contacts of the impacts at ``index`` (positions or a boolean mask)."""
+        return _subset(self, index)
 
     def impulses_of(self, velocity_change: np.ndarray) -> np.ndarray:
         """The contact-frame impulse (N, 2) whose M⁻¹Jᵀp best explains a velocity change
@@ -188,6 +193,17 @@ class GPImpactResidual:
             raise ParameterError("fit the GP residual before predicting")
         residual = self._model.predict((contacts.features - self._centre) / self._scale)
         return guarded_correction(contacts, engine_post, residual)[0]
+
+    def predict_impulse(self, contacts: ImpactContacts) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's predictive mean and standard deviation of the residual impulse, each
+        (N, 2) N s in the contact frame (normal, tangent): independent normals per output,
+        the standard deviation including the fitted white noise (a new impact's residual,
+        not only the latent mean)."""
+        if self._model is None:
+            raise ParameterError("fit the GP residual before predicting")
+        mean, std = self._model.predict((contacts.features - self._centre) / self._scale,
+                                        return_std=True)
+        return np.asarray(mean).reshape(-1, 2), np.asarray(std).reshape(-1, 2)
 
 
 def _subset(contacts: ImpactContacts, index: np.ndarray) -> ImpactContacts:
@@ -393,21 +409,48 @@ def handedness_consistent_models(impacts: PlanarImpacts) -> dict[str, np.ndarray
     return out
 
 
+def split_index(impacts: PlanarImpacts, split: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    """Positions (into ``impacts``) of each split's impacts, by the impacts' row ids."""
+    return {name: np.array([i for i, r in enumerate(impacts.rows) if str(r) in set(ids)],
+                           dtype=int) for name, ids in split.items()}
+
+
+#: The GP baselines of :func:`impact_table`, by row name: whether each takes the spin feature.
+GP_BASELINES = {"GP residual on the engine": False,
+                "GP residual on the engine, + spin feature": True}
+
+
+def fit_gp_baselines(impacts: PlanarImpacts, engine_post: np.ndarray, train: np.ndarray,
+                     friction: float, seed: int = 0) -> dict[str, GPImpactResidual]:
+    """The GP residuals of :data:`GP_BASELINES` fitted on the ``train`` impacts (positions),
+    by row name."""
+    recorded = impacts.post_state[:, 3:6]
+    out = {}
+    for name, spin in GP_BASELINES.items():
+        contacts = impact_contacts(impacts, spin=spin)
+        out[name] = GPImpactResidual(friction, seed).fit(_subset(contacts, train),
+                                                         engine_post[train], recorded[train])
+    return out
+
+
 def impact_table(model, impacts: PlanarImpacts, split: dict[str, list[str]],
-                 n_workers: int = 1, seed: int = 0) -> list[dict[str, Any]]:
+                 n_workers: int = 1, seed: int = 0, *, engine_post: np.ndarray | None = None,
+                 gps: dict[str, GPImpactResidual] | None = None) -> list[dict[str, Any]]:
     """RMSE (m/s) of (dx, dy, k dθ) on the validation and test impacts of every model: the
     calibrated engine, the six analytic models (as stored, and handedness-consistent), the
     best single impulse (in the calibrated friction cone, and the data set's own
     ``p_data``), the GP residual (fitted on the training impacts) and the residual model's
-    mean. One row per model: ``{"model", "validation", "test"}`` (and components)."""
+    mean. One row per model: ``{"model", "validation", "test"}`` (and components).
+    ``engine_post`` (N, 3) and ``gps`` (:func:`fit_gp_baselines`): reuse ones already
+    computed for the same model, impacts and split."""
     from residualsim.sim.rollout import simulate_impacts
 
-    index = {name: np.array([i for i, r in enumerate(impacts.rows) if str(r) in set(ids)])
-             for name, ids in split.items()}
+    index = split_index(impacts, split)
     k = impacts.radius_of_gyration_m
     recorded = impacts.post_state[:, 3:6]
     contacts = impact_contacts(impacts)
-    engine = simulate_impacts(model.scene, impacts, model.params, n_workers, model.substeps)
+    engine = simulate_impacts(model.scene, impacts, model.params, n_workers, model.substeps) \
+        if engine_post is None else engine_post
     friction = model.params.lateral_friction
     predictions: dict[str, np.ndarray] = {"calibrated engine": engine}
     for name, velocity in impacts.model_post_velocity.items():
@@ -421,14 +464,11 @@ def impact_table(model, impacts: PlanarImpacts, split: dict[str, list[str]],
         p_data[:, 1:]
     predictions["best single impulse, p_data"] = contacts.pre_velocity + np.linalg.solve(
         impacts.mass_matrix, generalised.T).T
-    train = index["train"]
-    gp = GPImpactResidual(friction, seed).fit(_subset(contacts, train), engine[train],
-                                              recorded[train])
-    predictions["GP residual on the engine"] = gp.predict(contacts, engine)
+    if gps is None:
+        gps = fit_gp_baselines(impacts, engine, index["train"], friction, seed)
     spinning = impact_contacts(impacts, spin=True)
-    gp = GPImpactResidual(friction, seed).fit(_subset(spinning, train), engine[train],
-                                              recorded[train])
-    predictions["GP residual on the engine, + spin feature"] = gp.predict(spinning, engine)
+    for name, spin in GP_BASELINES.items():
+        predictions[name] = gps[name].predict(spinning if spin else contacts, engine)
     mdn_contacts = spinning if model.policy.spin else contacts
     predictions["residual MDN (mean)"] = policy_post_velocity(model.sampling_policy(),
                                                               mdn_contacts, engine)[0]
