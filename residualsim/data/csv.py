@@ -2,7 +2,11 @@
 
 Each file has one header row, then one row per sample, comma-separated (cells may be quoted
 and padded with spaces; blank lines are skipped; UTF-8, a byte-order mark is tolerated).
-The header names are the schema:
+The header names are the schema, matched without regard to case (``T,X,...,QW`` reads as
+``t,x,...,qw``; a joint column as the scene's joint it matches case-insensitively when only
+one does). A separator ending every line (``t,...,qz,``, a common export artefact) leaves
+an unnamed last column: dropped when it is empty on every line, refused (naming the line)
+when a row holds a value there.
 
 Free objects (3D, gravity along world -z)
     ``t, x, y, z, qw, qx, qy, qz``: time (s); the base link frame's origin (m, world frame);
