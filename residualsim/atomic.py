@@ -145,8 +145,12 @@ def _check_writable(directory: Path, path: Path, flag: str) -> None:
 
 def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: str = "",
                  flag: str = "--out", force: bool = False, resume: bool = False,
-                 fresh: bool = False) -> Path:
+                 fresh: bool = False,
+                 replace_hint: str = "pass --force to replace it") -> Path:
     """Check an output path before any computation; return it as a :class:`Path`.
+
+    ``replace_hint``: what the refusal of an existing file tells the user to do (a command
+    without ``--force`` says what instead).
 
     The conventions every ``residualsim`` command follows (ParameterError naming the path
     and the problem otherwise):
@@ -189,8 +193,7 @@ def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: s
                 raise ParameterError(f"{flag} {path}: is the output of residualsim {owner}; "
                                      "choose another path")
         if not force:
-            raise ParameterError(f"{flag} {path}: already exists (pass --force to replace "
-                                 "it)")
+            raise ParameterError(f"{flag} {path}: already exists ({replace_hint})")
         _check_writable(path.parent, path, flag)
         return path
     if not path.is_dir():

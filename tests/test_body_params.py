@@ -134,8 +134,9 @@ def test_groups_expand_to_documented_names(hinge_space):
 def test_body_names_on_a_built_in_scene_are_one_clear_error():
     with pytest.raises(ParameterError, match="scene file or URDF"):
         ParamSpace(["body"], scene="cube")
-    with pytest.raises(ParameterError, match="unknown engine parameter 'body.nope.com_x'"):
-        ParamSpace(["body.nope.com_x"], scene=str(HINGE))
+    with pytest.raises(ParameterError, match="^body.nope.com_x: the object has no link "
+                                             "'nope': its links are base, arm$"):
+        ParamSpace(["body.nope.com_x"], scene=str(HINGE))  # issue 51: names what is wrong
 
 
 def test_the_start_is_the_users_urdf(hinge_space):

@@ -150,6 +150,36 @@ def test_cube_rejects_bad_actions(cube, action):
         cube.step(action)
 
 
+@pytest.mark.parametrize("scale", [2.0, 1e6, 1e9, 1e300])
+def test_cube_refuses_actions_beyond_the_bounds_naming_entry_and_bound(cube, scale):
+    cube.reset(seed=0)
+    action = np.zeros(6)
+    action[4] = 10.0 * scale  # the bound is ±10 rad/s: was clipped silently
+    with pytest.raises(ParameterError, match=r"^action\[4\] = .* is beyond the action "
+                                             r"space's bounds \[-10, 10\]; wrap the "
+                                             r"environment in gymnasium.wrappers.ClipAction"):
+        cube.step(action)
+
+
+def test_cube_takes_actions_at_the_bounds_and_clips_through_the_wrapper(cube):
+    import gymnasium
+
+    cube.reset(seed=0)
+    cube.step(cube.action_space.high.astype(np.float64))  # the float32 bound, as float64
+    cube.reset(seed=0)
+    cube.step([2.0, -2.0, 1.0, 10.0, -10.0, 0.1])  # decimal bounds: inside in float32
+    wrapped = gymnasium.wrappers.ClipAction(cube)
+    wrapped.reset(seed=0)
+    wrapped.step(np.full(6, 1e6))
+
+
+def test_arm_refuses_an_action_beyond_its_limit(arm):
+    arm.reset(seed=0)
+    with pytest.raises(ParameterError, match=r"^action\[0\] = 0.4 is beyond the action "
+                                             r"space's bounds \[-0.2, 0.2\]"):
+        arm.step(np.r_[0.4, np.zeros(6)])
+
+
 NAN, INF = float("nan"), float("inf")
 
 

@@ -14,8 +14,9 @@ link) to world. Spaces are float32; rewards are plain floats.
       [``target_low``, ``target_high``] at reset; unchanged by the step;
     * action ``Box((6,))``: the release velocity (3, m/s world, within [-2, -2, -2] ..
       [2, 2, 1]) and angular velocity (3, rad/s world, within ±10). A NaN, infinite or wrongly
-      shaped action raises ParameterError (a ValueError); finite values beyond the bounds
-      are clipped;
+      shaped action raises ParameterError (a ValueError), and so does one beyond the
+      bounds, naming the entry and its bound (wrap the environment in gymnasium's
+      ``ClipAction`` to have such actions clipped instead);
     * reward: minus the horizontal distance (m) from the cube's final position to the target;
     * every episode is one step: ``terminated=True``, ``truncated=False``;
     * info: ``final_position_m`` (3,), ``distance_m``, ``n_events`` (contact events of the
@@ -85,8 +86,12 @@ def _f32(values: Any) -> np.ndarray:
 
 
 def _checked_action(action: Any, space: spaces.Box) -> np.ndarray:
-    """``action`` as float64, clipped into ``space``; ParameterError (a ValueError) for a bad
-    shape, a NaN or an infinity."""
+    """``action`` as float64; ParameterError (a ValueError) for a bad shape, a NaN, an
+    infinity or an entry beyond the space's bounds (compared in the space's float32, as
+    ``space.contains`` does, so a float64 bound written in decimal is inside; such an entry
+    is then moved onto the float64 bound). Silent clipping hid planners' scaling bugs (an
+    action 1e6 times the bound was clipped to it): ``gymnasium.wrappers.ClipAction`` clips
+    for those who want it."""
     try:
         array = np.asarray(action, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -95,6 +100,16 @@ def _checked_action(action: Any, space: spaces.Box) -> np.ndarray:
         raise ParameterError(f"action must have shape {space.shape}, got {array.shape}")
     if not np.isfinite(array).all():
         raise ParameterError(f"action must be finite, got {array.tolist()}")
+    with np.errstate(over="ignore"):  # 1e300 becomes inf in float32: still outside
+        single = array.astype(space.dtype)
+    outside = np.flatnonzero((single < space.low) | (single > space.high))
+    if outside.size:
+        i = int(outside[0])
+        raise ParameterError(
+            f"action[{i}] = {array[i]:.6g} is beyond the action space's bounds "
+            f"[{float(space.low[i]):g}, {float(space.high[i]):g}]"
+            + (f" ({outside.size} entries are)" if outside.size > 1 else "")
+            + "; wrap the environment in gymnasium.wrappers.ClipAction to clip actions")
     return np.clip(array, space.low.astype(np.float64), space.high.astype(np.float64))
 
 

@@ -23,10 +23,53 @@ import numpy as np
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, event_outcome,
                                         slot_particles)
-from residualsim.errors import ParameterError
+from residualsim.errors import DataError, ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
-           "propagate_belief", "PENETRATION_TOLERANCE_M", "METHODS", "slot_particles"]
+           "propagate_belief", "PENETRATION_TOLERANCE_M", "METHODS", "slot_particles",
+           "MAX_HORIZON_S", "check_seed"]
+
+#: Longest horizon (s of simulated time) :func:`propagate_belief` searches for an event and
+#: :meth:`~residualsim.belief.simulator.StochasticSimulator.rollout` simulates: an hour, far
+#: beyond a toss; an infinite horizon is refused, not overflowed.
+MAX_HORIZON_S = 3600.0
+
+
+def check_seed(seed) -> None:
+    """ParameterError unless ``seed`` is an integer >= 0 (numpy's generators take no other)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
+
+
+def _check_count(name: str, value, least: int) -> int:
+    """``value`` as an int, or a ParameterError naming ``name`` (NaN, 2.5, "3", < least)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)) \
+            or not np.isfinite(value) or value != int(value) or value < least:
+        raise ParameterError(f"{name} must be an integer >= {least}, got {value!r}")
+    return int(value)
+
+
+def _check_initial(scene: str, initial: GaussianMixtureBelief) -> None:
+    """Each component's mean state must pass the checks of a hand-given start state
+    (:func:`residualsim.sim.recordings.check_start_state`: finite, unit quaternion, on the
+    table, at most 10 m above it, not into it, at most 20 m/s and 500 rad/s), and the
+    covariances must be finite: else a ParameterError naming ``initial``."""
+    from residualsim.sim.recordings import check_start_state
+
+    if not np.isfinite(initial.covariances).all():
+        raise ParameterError("initial: the belief's covariances are not all finite")
+    states = initial.tangent.from_tangent(np.asarray(initial.means, dtype=float))
+    for k, state in enumerate(states):
+        what = "initial: the belief's mean" if len(states) == 1 else \
+            f"initial: the belief's component {k} mean"
+        if not np.isfinite(initial.means[k]).all():
+            raise ParameterError(f"{what} is not finite: {initial.means[k].tolist()}")
+        try:
+            check_start_state(scene, state, what)
+        except DataError as exc:  # implausible: refused as the argument it is
+            error = ParameterError(str(exc))
+            error.reason = getattr(exc, "reason", str(exc))
+            raise error from None
 
 
 def _to_next_event(engine, state: np.ndarray, max_steps: int, policy, rng, guard,
@@ -118,20 +161,37 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     ``step_options`` go to the step function. ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
-    same steps for any number of workers."""
+    same steps for any number of workers.
+
+    Checked up front, each a ParameterError naming the argument (the checks ``rollout
+    --state`` and :class:`~residualsim.belief.simulator.StochasticSimulator` apply):
+    ``n_events`` an integer >= 1, ``n_particles`` >= 2 (particles), ``horizon_s`` in
+    (0, :data:`MAX_HORIZON_S`], ``seed`` an integer >= 0, and every component mean of
+    ``initial`` a finite, plausible start state (on the table, not into it, at most 10 m
+    above it, 20 m/s, 500 rad/s; :func:`~residualsim.sim.implausible.allow_implausible`
+    lets the implausible through with a warning)."""
     import contextlib
 
     from residualsim.sim.pool import engine_workers
 
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if int(n_events) < 1 or (method == "particles" and int(n_particles) < 2):
-        raise ParameterError(f"need n_events >= 1 and n_particles >= 2, got {n_events} and "
-                             f"{n_particles}")
+    n_events = _check_count("n_events", n_events, 1)
+    if method == "particles":
+        n_particles = _check_count("n_particles", n_particles, 2)
+    if isinstance(horizon_s, bool) or not isinstance(horizon_s, (int, float, np.number)) \
+            or not 0 < horizon_s <= MAX_HORIZON_S:
+        raise ParameterError(f"horizon_s must be in (0, {MAX_HORIZON_S:g}] s, got "
+                             f"{horizon_s!r}")
+    check_seed(seed)
+    if not isinstance(initial, GaussianMixtureBelief):
+        raise ParameterError(f"initial must be a GaussianMixtureBelief, got "
+                             f"{type(initial).__name__}")
     planar = model.policy.n_outputs == 2  # (normal, tangent): a planar contact
     if initial.tangent.planar != planar:
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")
+    _check_initial(model.scene, initial)
     if method == "conjugate":
         from residualsim.belief.conjugate import conjugate_step
 

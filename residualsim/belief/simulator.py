@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from residualsim.belief.propagation import BeliefStep, GaussianMixtureBelief, propagate_belief, slot_particles
+from residualsim.belief.propagation import (MAX_HORIZON_S, BeliefStep, GaussianMixtureBelief,
+                                            propagate_belief, slot_particles)
+from residualsim.belief.propagation import check_seed as _check_seed
 from residualsim.errors import ParameterError
 
 __all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD",
@@ -33,9 +35,6 @@ __all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD"
 
 #: Random stream of the initial states drawn from a belief (no sample index reaches it).
 _INITIAL_STREAM = 2 ** 32 - 1
-#: Longest rollout :meth:`StochasticSimulator.rollout` takes (s of simulated time): an hour,
-#: far beyond a toss; an infinite horizon is refused, not overflowed.
-MAX_HORIZON_S = 3600.0
 
 #: Default initial-state uncertainty (tangent standard deviations, see
 #: :mod:`residualsim.belief.propagation`) used when a planner gives a bare state to :meth:`beliefs`:
@@ -238,12 +237,6 @@ class StochasticSimulator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_seed(seed) -> None:
-    """ParameterError unless ``seed`` is an integer >= 0 (numpy's generators take no other)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
 
 
 def _planar(scene: str) -> bool:

@@ -150,6 +150,13 @@ def _check_outputs_outside_inputs(args: argparse.Namespace) -> None:
     if isinstance(scene, str) and scene.endswith((".toml", ".urdf")) and os.path.isfile(scene):
         inputs["scene file"] = (scene, False)
         inputs["scene file's folder"] = (os.path.dirname(os.path.abspath(scene)), False)
+    if isinstance(scene, str) and scene.endswith(".toml") and os.path.isfile(scene):
+        from residualsim.sim.scenes.scene_file import read_scene_file
+
+        try:  # the URDF the scene file names is read too; a bad scene file is refused later
+            inputs["scene's own URDF"] = (read_scene_file(scene).urdf, False)
+        except ResidualSimError:
+            pass
     for flag in ("out", "plot", "export_urdf"):
         target = getattr(args, flag, None)
         if isinstance(target, (str, os.PathLike)) and inputs:

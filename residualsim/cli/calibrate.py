@@ -54,7 +54,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              f"{args.scene} with mh, sandwich, nevergrad, lsq or mpec")
     if args.export_urdf is not None:
         check_output(args.export_urdf, kind="file", command="calibrate", flag="--export-urdf",
-                     force=args.resume)
+                     force=args.resume, replace_hint="calibrate replaces no file: choose "
+                     "another path or remove this one first")
         if not str(args.export_urdf).endswith(".urdf"):
             raise ParameterError(f"--export-urdf {args.export_urdf}: name a .urdf file")
     data = resolve_data(args.data, args.scene)
@@ -141,7 +142,8 @@ def register(commands) -> None:
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
                      help="also write the scene's URDF with the identified values (inertials, "
                      "joint dynamics, contact coefficients in each link's <contact>; default: "
-                     "none)")
+                     "none). A new file: an existing one is refused (calibrate has no "
+                     "--force; --resume rewrites its own), and so is the scene's own URDF")
     cal.add_argument("--out", required=True, help="output directory (summary.json, "
                      "posterior.npz, corner.png, trace.png)")
     cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",

@@ -65,9 +65,12 @@ def register(commands) -> None:
         "info", help="counts, durations, rates, first contacts, split sizes; per file the "
         "recorded rate, jitter, dropped samples, long gaps and resampled rate",
         description="Summarise a data set. CSV recordings are read as they come: comma, "
-        "semicolon, tab or whitespace separators, # comments, BOM, CRLF; time stamps need "
-        "only increase, files not uniform are resampled onto their nominal grid (a folder "
-        "of several rates to --rate-hz or its most common rate); gaps over 3 periods are "
+        "semicolon, tab or whitespace separators, # comments, BOM, CRLF, header names in any "
+        "case, a separator ending every line (an empty last column); time stamps need "
+        "only increase, files not uniform are resampled onto their nominal grid (period: "
+        "least squares of stamp vs whole-period index; a folder of several rates to "
+        "--rate-hz or its most common rate); jitter over 10 %% of the period (RMS of the "
+        "steps' deviations, column jitter_pct) is warned about; gaps over 3 periods are "
         "reported, a gap of over 20 missing samples and 5 s is refused. With --scene: "
         "each file's free-flight samples and fitted gravity.")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")

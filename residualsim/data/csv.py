@@ -2,7 +2,11 @@
 
 Each file has one header row, then one row per sample, comma-separated (cells may be quoted
 and padded with spaces; blank lines are skipped; UTF-8, a byte-order mark is tolerated).
-The header names are the schema:
+The header names are the schema, matched without regard to case (``T,X,...,QW`` reads as
+``t,x,...,qw``; a joint column as the scene's joint it matches case-insensitively when only
+one does). A separator ending every line (``t,...,qz,``, a common export artefact) leaves
+an unnamed last column: dropped when it is empty on every line, refused (naming the line)
+when a row holds a value there.
 
 Free objects (3D, gravity along world -z)
     ``t, x, y, z, qw, qx, qy, qz``: time (s); the base link frame's origin (m, world frame);
@@ -90,6 +94,8 @@ log = logging.getLogger(__name__)
 
 _SEPARATORS = {"\t": "tab", ";": "semicolon", ",": "comma", None: "whitespace"}
 _DECIMAL_COMMA = re.compile(r"^[-+]?\d*,\d+([eE][-+]?\d+)?$")
+#: The characters of plain decimal numbers, separators and blanks.
+_PLAIN = b"0123456789eE.+-,;\t "
 
 
 def _separator(header_line: str) -> str | None:
@@ -115,21 +121,53 @@ def _read_rows(path: Path) -> tuple[list[str], list[int], list[list[str]], str |
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a readable UTF-8 text file ({exc})") from None
     raw_lines = text.splitlines()
-    kept = [(i + 1, line) for i, line in enumerate(raw_lines)
-            if line.strip() and not line.lstrip().startswith("#")]
-    if not kept:
-        raise DataError(f"{path}: empty file, expected a header row and samples")
-    sep = _separator(kept[0][1])
+    if (raw_lines and "#" not in text and "" not in raw_lines
+            and not any(map(str.isspace, raw_lines))):  # nothing to skip: no list of pairs
+        first, numbers, lines = raw_lines[0], range(2, len(raw_lines) + 1), raw_lines[1:]
+    else:
+        kept = [(i + 1, line) for i, line in enumerate(raw_lines)
+                if line.strip() and not line.lstrip().startswith("#")]
+        if not kept:
+            raise DataError(f"{path}: empty file, expected a header row and samples")
+        first, numbers, lines = kept[0][1], [n for n, _ in kept[1:]], [l for _, l in kept[1:]]
+    sep = _separator(first)
     if '"' in text:
         header, numbers, rows = _read_quoted(path, raw_lines, sep)
     else:
-        header = _split(kept[0][1], sep)
-        numbers = [n for n, _ in kept[1:]]
-        rows = _LazyRows([line for _, line in kept[1:]], sep)
+        header, rows = _split(first, sep), _LazyRows(lines, sep)
+    header, rows = _trailing_separator(path, header, numbers, rows, sep)
     if len(rows) < _MIN_ROWS:
         raise DataError(f"{path}: {len(rows)} sample row(s), a recording needs at least "
                         f"{_MIN_ROWS}")
     return header, numbers, rows, sep
+
+
+def _trailing_separator(path: Path, header: list[str], numbers, rows, sep: str | None
+                        ) -> tuple[list[str], Any]:
+    """Drop an unnamed last column that is empty on every row (an export that ends every
+    line with a separator, ``t,...,qz,``); refuse it, naming the line, when a row holds a
+    value there. Other headers are returned as they are."""
+    if sep is None or len(header) < 2 or header[-1] != "":
+        return header, rows
+    width = len(header)
+    if isinstance(rows, _LazyRows):
+        blank = " " if sep == "\t" else None
+        stripped = [line.rstrip(blank) for line in rows.lines]
+        ends = [line.endswith(sep) for line in stripped]
+        if all(ends):
+            return header[:-1], _LazyRows([line[:-1] for line in stripped], sep)
+        first = ends.index(False)
+        cells = rows[first]
+    else:
+        full = [i for i, r in enumerate(rows) if len(r) != width or r[-1] != ""]
+        if not full:
+            return header[:-1], [r[:-1] for r in rows]
+        first, cells = full[0], rows[full[0]]
+    if len(cells) == width and cells[-1] != "":
+        raise DataError(f"{path}: line {numbers[first]}: column {width} has no name in the "
+                        f"header but holds {cells[-1]!r}; name it, or delete the column (an "
+                        "unnamed last column is accepted only when empty on every line)")
+    return header, rows  # a row of another length: refused, with its line, further on
 
 
 class _LazyRows:
@@ -153,11 +191,23 @@ class _LazyRows:
             counts = (line.count(self.sep) + 1 for line in self.lines)
         return np.fromiter(counts, dtype=np.int64, count=len(self.lines))
 
-    def cells(self) -> list[str]:
-        """Every cell, row by row (the lengths checked first)."""
-        if self.sep is None:
-            return " ".join(self.lines).split()
-        return self.sep.join(self.lines).split(self.sep)
+    def table(self, width: int) -> np.ndarray | None:
+        """Every cell as a (rows, width) float64 table, parsed in C by one
+        :func:`numpy.fromstring` of the joined text (the lengths checked first); None when
+        a cell holds anything but digits, signs, points and exponents (the caller then
+        converts column by column and names a bad cell): ``nan``, ``inf`` and what only
+        Python's ``float`` reads (``1_000``) take that path, so the two agree."""
+        sep = self.sep or " "
+        text = sep.join(self.lines)
+        if text.encode("utf-8").translate(None, _PLAIN):
+            return None
+        try:
+            values = np.fromstring(text, dtype=np.float64, sep=sep)
+        except ValueError:  # an empty or malformed cell
+            return None
+        if values.size != len(self.lines) * width:
+            return None
+        return values.reshape(len(self.lines), width)
 
 
 def _read_quoted(path: Path, raw_lines: list[str], sep: str | None
@@ -209,13 +259,11 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
         raise DataError(f"{path}: line {numbers[i]} has {lengths[i]} cells, the header "
                         f"{width}{hint}")
     if isinstance(rows, _LazyRows):
-        try:
-            table = np.array(rows.cells(), dtype=np.float64).reshape(len(rows), width)
-        except ValueError:  # name the bad cell below
-            rows = [rows[i] for i in range(len(rows))]
-        else:
-            _check_finite(path, header, numbers, rows, table)
-            return table
+        fast = rows.table(width)
+        if fast is not None:
+            _check_finite(path, header, numbers, rows, fast)
+            return fast
+        rows = [rows[i] for i in range(len(rows))]
     table = np.empty((len(rows), width))
     for j, name in enumerate(header):
         cells = [r[j] for r in rows]
@@ -242,6 +290,39 @@ def _check_finite(path: Path, header: list[str], numbers: list[int], rows,
         i, j = (int(k) for k in np.argwhere(~finite)[0])
         raise DataError(f"{path}: line {numbers[i]}, column {header[j]!r}: {rows[i][j]!r} is "
                         "not a finite number")
+
+
+def _canonical_header(path: Path, header: list[str],
+                      joint_names: Sequence[str] | None) -> list[str]:
+    """The header with names matched without regard to case: a reserved column (``T``,
+    ``QW``) in lower case; a joint column (and its ``_vel`` column) spelled as the one scene
+    joint it matches case-insensitively, when no other joint matches it too and it is not
+    already a joint's exact name; the ``_VEL`` suffix of a file's own joint as ``_vel``."""
+    known = list(joint_names or ())
+    out = []
+    for name in header:
+        if name in _RESERVED or name in known:
+            out.append(name)
+            continue
+        if name.lower() in _RESERVED:
+            out.append(name.lower())
+            continue
+        suffix = JOINT_VELOCITY_SUFFIX if name.lower().endswith(JOINT_VELOCITY_SUFFIX) else ""
+        stem = name[: len(name) - len(suffix)]
+        match = [j for j in known if j.lower() == stem.lower()]
+        if suffix and stem in known:
+            out.append(stem + suffix)
+        elif len(match) == 1 and match[0] + suffix not in header:
+            out.append(match[0] + suffix)
+        elif suffix and joint_names is None and stem in header:
+            out.append(stem + suffix)
+        else:
+            out.append(name)
+    repeated = sorted({n for n in out if out.count(n) > 1})
+    if repeated and not set(repeated) & {n for n in header if header.count(n) > 1}:
+        raise DataError(f"{path}: duplicate column(s) {', '.join(repeated)} (column names "
+                        "are matched without regard to case)")
+    return out
 
 
 def _schema(path: Path, header: list[str], planar: bool | None,
@@ -318,6 +399,7 @@ def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
            quaternion_order: str) -> _Raw:
     """Read, check and unwrap one file on its own time stamps."""
     header, numbers, rows, sep = _read_rows(path)
+    header = _canonical_header(path, header, joint_names)
     planar, joints, recorded = _schema(path, header, planar, joint_names)
     table = _to_table(path, header, numbers, rows, sep)
     column = {name: table[:, header.index(name)] for name in header}
@@ -405,6 +487,9 @@ def _build(raw: _Raw, rate_hz: float | None, com_offset_base_m: np.ndarray | Non
             velocities = (out["linear"], out["angular"], out["rates"])
         metadata["time_base"] = base.summary(resampled_hz=1.0 / period)
         metadata["time_base"]["filled_samples"] = filled_samples(raw.times, times)
+        warning = base.jitter_warning(str(path))
+        if warning:
+            log.warning("%s", warning)
         for index, periods, t in base.long_gaps():
             log.warning("%s: %d samples missing after sample %d (t = %.4f s from the start): "
                         "interpolated across the gap", path, periods - 1, index, t)

@@ -286,7 +286,8 @@ READING_RULES = ("CSV: comma/semicolon/tab/whitespace separators, # comments, BO
 
 def file_summary(traj: Trajectory) -> dict[str, Any]:
     """One recording's time base for ``data info``: ``id``, the recorded nominal
-    ``rate_hz``, ``jitter_ms`` (std of the steps' deviations from whole periods),
+    ``rate_hz``, ``jitter_ms`` (std of the steps' deviations from whole periods) and
+    ``jitter_pct`` (that as a share of the period, %; a warning above 10 %),
     ``dropped`` samples, ``long_gaps`` (more than 3 periods: ``"<periods>@<t s>"``),
     ``resampled_hz`` (None: read as recorded) and ``samples`` as loaded."""
     base = traj.metadata.get("time_base")
@@ -295,6 +296,7 @@ def file_summary(traj: Trajectory) -> dict[str, Any]:
                 "long_gaps": [], "resampled_hz": None}
     return {"id": traj.traj_id, "rate_hz": round(float(base["recorded_rate_hz"]), 4),
             "jitter_ms": round(1000 * float(base["jitter_s"]), 4),
+            "jitter_pct": round(100 * float(base.get("jitter_share", 0.0)), 1),
             "dropped": int(base["dropped_samples"]),
             "long_gaps": [f"{g['periods']}@{g['t_s']:.3f}s" for g in base["long_gaps"]],
             "resampled_hz": base["resampled_hz"], "samples": traj.n_samples}

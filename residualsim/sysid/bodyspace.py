@@ -151,6 +151,30 @@ class BodySpace:
                                         f"{label} of joint {joint.name}")
         self.specs = specs
 
+    def unknown_reason(self, name: str) -> str:
+        """Why ``name`` (a ``body.*`` or ``joint.*`` name not in :attr:`specs`) is not a
+        parameter of this object: no such link or joint (listing the object's), the root
+        link's mass ratio, or no such quantity (listing the valid ones)."""
+        links = [link.name for link in self.nominal.links]
+        joints = [joint.name for joint in self.nominal.joints]
+        parts = name.split(".")
+        kind = parts[0]
+        if len(parts) != 3 or kind not in ("body", "joint"):
+            return (f"{name!r} is not of the form body.<link>.<quantity> or "
+                    "joint.<joint>.<quantity>")
+        _, owner, quantity = parts
+        if kind == "body" and owner not in links:
+            return f"the object has no link {owner!r}: its links are {', '.join(links)}"
+        if kind == "joint" and owner not in joints:
+            return (f"the object has no joint {owner!r}: its non-fixed joints are "
+                    f"{', '.join(joints) or 'none'}")
+        if kind == "body" and quantity == "mass_ratio" and owner == self.root:
+            return (f"{owner!r} is the root link: its mass ratio is 1 by definition (the "
+                    "other links' masses are ratios to it, and the total mass is kept from "
+                    "the URDF because poses cannot observe it)")
+        valid = sorted({n.split(".")[2] for n in self.specs if n.startswith(f"{kind}.{owner}.")})
+        return f"{owner!r} has no parameter {quantity!r}: its parameters are {', '.join(valid)}"
+
     def group(self, group: str) -> list[str]:
         """The names of group ``body`` or ``joints``."""
         prefix = {"body": "body.", "joints": "joint."}[group]

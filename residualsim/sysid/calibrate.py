@@ -44,7 +44,7 @@ from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
 from residualsim.sim.scenes.scene_file import same_scene
-from residualsim.sim.scenes.body import BodyParams
+from residualsim.sim.scenes.body import BodyParams, check_body_matches
 from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
 
@@ -349,6 +349,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     base = None if base is None else parse_params(base)
+    if base is not None and body_of(base) is not None:  # made for this object?
+        spec = getattr(make_scene(scene), "spec", None)
+        if spec is not None:
+            check_body_matches(spec.urdf, body_of(base))
     space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=scene)
     make_scene(scene).check_params(space.engine_params(space.from_unit(space.start())))
     kind, train, validation = _load_split(scene, data, split, max_items,

@@ -194,6 +194,9 @@ class ParamSpace:
         parameters = []
         for name in names:
             spec = specs.get(name)
+            if spec is None and self.body_space is not None and name.startswith(
+                    ("body.", "joint.")):
+                raise ParameterError(f"{name}: {self.body_space.unknown_reason(name)}")
             if spec is None:
                 known = ", ".join([*_SPECS, "contact", "soft_contact", "solver", "body",
                                    "joints"])

@@ -38,7 +38,7 @@ from residualsim.errors import ParameterError, SceneError
 
 __all__ = ["LinkInertial", "JointDynamics", "BodyParams", "read_body", "write_urdf",
            "urdf_text", "body_urdf", "inertia_matrix", "inertia_tuple", "check_inertia",
-           "link_aabbs"]
+           "link_aabbs", "check_body_matches"]
 
 
 def inertia_matrix(values) -> np.ndarray:
@@ -224,6 +224,31 @@ def _set_child(parent: ElementTree.Element, tag: str, **attributes: str) -> None
     element.attrib.update(attributes)
 
 
+def _check_same_object(source: Path, root: ElementTree.Element, body: BodyParams) -> None:
+    """ParameterError unless ``body`` has exactly the URDF's links and non-fixed joints: a
+    body identified for another object (a ``--base`` or calibration of another scene) names
+    the mismatch, not one link of the URDF as if it were missing."""
+    links = [link.get("name") for link in root.findall("link")]
+    joints = [joint.get("name") for joint in root.findall("joint")
+              if joint.get("type") != "fixed"]
+    theirs = [link.name for link in body.links]
+    their_joints = [joint.name for joint in body.joints]
+    if sorted(links) == sorted(theirs) and sorted(joints) == sorted(their_joints):
+        return
+    raise ParameterError(
+        f"{source}: the body given (a --base or calibration) was identified for another "
+        f"object: its links are {', '.join(theirs)} and joints {', '.join(their_joints) or 'none'}"
+        f", this URDF's links are {', '.join(links)} and joints {', '.join(joints) or 'none'} "
+        "(use a calibration made for this scene, or name its contact values alone)")
+
+
+def check_body_matches(source: str | os.PathLike[str], body: BodyParams) -> None:
+    """ParameterError unless ``body`` was identified for the URDF ``source`` (the same links
+    and non-fixed joints); checked before any work by ``calibrate --base``."""
+    source = Path(source).resolve()
+    _check_same_object(source, _parse(source).getroot(), body)
+
+
 def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
               contact: "EngineParams | None" = None,
               relative_to: str | os.PathLike[str] | None = None) -> str:
@@ -242,6 +267,7 @@ def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
             mesh.set("filename", str(absolute) if relative_to is None
                      else os.path.relpath(absolute, Path(relative_to).resolve()))
     if body is not None:
+        _check_same_object(source, root, body)
         by_name = {link.name: link for link in body.links}
         for link in root.findall("link"):
             inertial = by_name.get(link.get("name"))

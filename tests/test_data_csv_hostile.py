@@ -1,0 +1,150 @@
+"""Issue 51 ("good data in, a better object out"), CSV cases: header names matched without
+regard to case, a trailing separator on every line, stamp jitter warned about and its rate
+estimated robustly, and a large file read by one vectorised parse."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from residualsim.data import Trajectory, load_csv_trajectory, save_csv_trajectory
+from residualsim.errors import DataError
+
+JOINTS = ("elbow",)
+
+
+def _trajectory(t: np.ndarray) -> Trajectory:
+    """A ballistic base (m, world frame) spinning, a hinge joint moving (rad)."""
+    positions = np.column_stack([0.1 + 0.5 * t, -0.2 * t, 0.5 + 0.1 * t - 4.905 * t ** 2])
+    quats = (Rotation.from_rotvec(np.outer(t, [1.0, -2.0, 4.0]))
+             * Rotation.from_rotvec([0.3, 0.2, 0.1])).as_quat()[:, [3, 0, 1, 2]]
+    zeros = np.zeros((len(t), 3))
+    return Trajectory(traj_id="1", times_s=t, positions_m=positions, quat_wxyz=quats,
+                      linear_velocity_mps=zeros, angular_velocity_world_radps=zeros,
+                      joint_names=JOINTS, joint_positions=(0.5 + 2.0 * t)[:, None],
+                      joint_velocities=np.zeros((len(t), 1)))
+
+
+def _clean(tmp_path, n: int = 30) -> tuple:
+    path = tmp_path / "clean.csv"
+    save_csv_trajectory(path, _trajectory(np.arange(n) * 0.01))
+    return path, path.read_text().splitlines()
+
+
+def _assert_same(a: Trajectory, b: Trajectory) -> None:
+    np.testing.assert_array_equal(a.times_s, b.times_s)
+    np.testing.assert_array_equal(a.positions_m, b.positions_m)
+    np.testing.assert_array_equal(a.quat_wxyz, b.quat_wxyz)
+    np.testing.assert_array_equal(a.joint_positions, b.joint_positions)
+    assert a.joint_names == b.joint_names
+
+
+@pytest.mark.parametrize("joint_names", [None, JOINTS])
+def test_an_upper_case_header_reads_as_the_lower_case_one(tmp_path, joint_names):
+    path, lines = _clean(tmp_path)
+    shouted = tmp_path / "shouted.csv"
+    shouted.write_text("\n".join([lines[0].upper()] + lines[1:]) + "\n")
+    assert lines[0].upper().startswith("T,X,Y,Z,QW,QX,QY,QZ,ELBOW")
+    read = load_csv_trajectory(shouted, joint_names=joint_names)
+    expected = load_csv_trajectory(path, joint_names=joint_names)
+    np.testing.assert_array_equal(read.positions_m, expected.positions_m)
+    # without the scene's joints the file's own spelling names the joint
+    assert read.joint_names == (JOINTS if joint_names else ("ELBOW",))
+
+
+def test_joint_case_is_matched_only_when_unambiguous(tmp_path):
+    path, lines = _clean(tmp_path)
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text("\n".join([lines[0].replace("elbow", "Elbow")] + lines[1:]) + "\n")
+    with pytest.raises(DataError, match=r"unknown column\(s\) \['Elbow'\]"):
+        load_csv_trajectory(mixed, joint_names=("elbow", "ELBOW"))  # which one? refused
+
+
+def test_names_equal_but_for_case_are_duplicates(tmp_path):
+    path, lines = _clean(tmp_path)
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\n".join([lines[0] + ",X"] + [ln + ",1" for ln in lines[1:]]) + "\n")
+    with pytest.raises(DataError, match=r"duplicate column\(s\) x \(column names are matched "
+                                        "without regard to case\\)"):
+        load_csv_trajectory(twice)
+
+
+@pytest.mark.parametrize("sep", [",", ";", "\t"])
+def test_a_trailing_separator_on_every_line_is_accepted(tmp_path, sep):
+    path, lines = _clean(tmp_path)
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("\n".join(ln.replace(",", sep) + sep for ln in lines) + "\n")
+    _assert_same(load_csv_trajectory(trailing), load_csv_trajectory(path))
+
+
+def test_a_trailing_separator_with_quoted_cells_is_accepted(tmp_path):
+    path, lines = _clean(tmp_path)
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text("\n".join('"' + ln.replace(",", '","') + '",' for ln in lines) + "\n")
+    _assert_same(load_csv_trajectory(quoted), load_csv_trajectory(path))
+
+
+def test_an_unnamed_last_column_holding_a_value_is_refused(tmp_path):
+    path, lines = _clean(tmp_path)
+    body = [ln + "," for ln in lines]
+    body[5] += "7.5"  # line 6 of the file
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join(body) + "\n")
+    with pytest.raises(DataError, match=r"bad.csv: line 6: column 10 has no name in the "
+                                        r"header but holds '7.5'"):
+        load_csv_trajectory(bad)
+
+
+def _jittered(tmp_path, jitter_s: float, n: int = 300, seed: int = 0):
+    """n samples at 100 Hz, each stamp moved by U(-jitter_s, jitter_s), written with the
+    poses of the stamped time (the stamps are true, as resampling assumes)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) * 0.01 + rng.uniform(-jitter_s, jitter_s, n)
+    folder = tmp_path / "jitter"
+    folder.mkdir(exist_ok=True)
+    path = folder / "1.csv"
+    save_csv_trajectory(path, _trajectory(t - t[0]))
+    return path
+
+
+def test_three_ms_of_jitter_at_100_hz_is_read_at_100_hz_with_a_warning(tmp_path, caplog):
+    from residualsim.data import describe
+
+    path = _jittered(tmp_path, 0.003)
+    with caplog.at_level(logging.WARNING, logger="residualsim.data.csv"):
+        traj = load_csv_trajectory(path)
+    base = traj.metadata["time_base"]
+    assert base["recorded_rate_hz"] == 100.0  # was 100.204 (jitter counted as drops)
+    assert base["dropped_samples"] == 0
+    assert 0.2 < base["jitter_share"] < 0.3
+    warning = [r.getMessage() for r in caplog.records if "jitter" in r.getMessage()]
+    assert len(warning) == 1 and str(path) in warning[0]
+    assert "% of the 10 ms period" in warning[0] and "first contact" in warning[0]
+    info = describe(path.parent)["files"][0]
+    assert info["rate_hz"] == 100.0 and info["jitter_pct"] > 20
+
+
+def test_small_jitter_reads_without_a_warning(tmp_path, caplog):
+    path = _jittered(tmp_path, 0.0003)
+    with caplog.at_level(logging.WARNING, logger="residualsim.data.csv"):
+        traj = load_csv_trajectory(path)
+    assert traj.metadata["time_base"]["recorded_rate_hz"] == 100.0
+    assert traj.metadata["time_base"]["jitter_share"] < 0.05
+    assert not [r for r in caplog.records if "jitter" in r.getMessage()]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_jitter_and_dropped_frames_are_told_apart(seed):
+    from residualsim.data.timebase import analyse_times
+
+    rng = np.random.default_rng(seed)
+    keep = np.ones(400, bool)
+    keep[[50, 51, 52, 120, 300]] = False
+    t = (np.arange(400) * 0.01)[keep]
+    t = t + rng.uniform(-0.003, 0.003, len(t))
+    base = analyse_times(t)
+    assert base.rate_hz == 100.0
+    assert [(i, k) for i, k, _ in base.gaps] == [(49, 4), (116, 2), (295, 2)]
