@@ -1,12 +1,10 @@
 """residualsim: residual contact learning for PyBullet (calibrate, train, predict, beliefs).
 
-The ``residualsim`` command: thin wrappers over the library, one module per command group.
-Every long command ends by printing one JSON line with its figures, for scripts; standard
-output carries the result only (that line, after the table of the commands that promise
-one), and progress, warnings and whatever PyBullet's C code prints go to standard error.
-Errors that residualsim raises on purpose print ``residualsim: error: ...`` and exit with 2.
-The work itself lives in the library (mostly :mod:`residualsim.experiments.jobs`); the
-modules here parse arguments and print.
+The ``residualsim`` command: thin wrappers over the library (mostly
+:mod:`residualsim.experiments.jobs`), one module per command group, that parse and print.
+Standard output carries the result only (a table where promised, then one JSON line of
+figures); progress, warnings and PyBullet's own prints go to standard error. Errors that
+residualsim raises on purpose print ``residualsim: error: ...`` and exit with 2.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, report,
+from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, ground, report,
                              residual, simulate)
 from residualsim.atomic import check_outside_inputs
 from residualsim.cli.options import Parser
@@ -30,7 +28,7 @@ from residualsim.parallel import parallel_backend
 __all__ = ["main", "build_parser"]
 
 #: The command groups, in the order ``residualsim --help`` lists them.
-GROUPS = (demo, simulate, data, calibrate, residual, belief, evaluate, report, bench)
+GROUPS = (demo, simulate, data, calibrate, residual, ground, belief, evaluate, report, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,11 +150,8 @@ def _check_outputs_outside_inputs(args: argparse.Namespace) -> None:
         inputs["scene file's folder"] = (os.path.dirname(os.path.abspath(scene)), False)
     if isinstance(scene, str) and scene.endswith(".toml") and os.path.isfile(scene):
         from residualsim.sim.scenes.scene_file import read_scene_file
-
-        try:  # the URDF the scene file names is read too; a bad scene file is refused later
+        with contextlib.suppress(ResidualSimError):  # its URDF too; a bad one is refused later
             inputs["scene's own URDF"] = (read_scene_file(scene).urdf, False)
-        except ResidualSimError:
-            pass
     for flag in ("out", "plot", "export_urdf"):
         target = getattr(args, flag, None)
         if isinstance(target, (str, os.PathLike)) and inputs:

@@ -46,8 +46,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
     if args.scene == "arm-loop":
         if "table_height_m" in {name.strip() for name in args.params.split(",")}:
-            raise ParameterError("table_height_m has no effect in scene 'arm-loop': the arm "
-                                 "and loop touch no table")
+            raise ParameterError("table_height_m has no effect in scene 'arm-loop': no table")
         return _identify_loop(args)
     if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
         raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
@@ -88,13 +87,10 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
             recorded_start=args.recorded_start, start_points=args.start_points,
             weighting=args.weighting, base=args.base, ground=not args.no_ground)
-        ground = summary.get("ground") or {}
-        if "skipped" in ground:
-            _note(args, f"table height: not set ({ground['skipped']})")
-        elif ground:
-            _note(args, f"table height: {1e3 * ground['table_height_m']:+.3f} mm (median "
-                        f"of {ground['n_used']} rest phases, standard error "
-                        f"{1e3 * ground['stderr_m']:.3f} mm); --no-ground skips it")
+        if summary.get("ground"):
+            from residualsim.sysid.ground import ground_note
+
+            _note(args, ground_note(summary["ground"]))
     for label, figures in (summary.get("validation") or {}).items():
         if "position_rmse_m" in figures:
             _note(args, f"validation ({summary.get('validation_count')} recordings), "
@@ -181,25 +177,19 @@ def register(commands) -> None:
                      "(default: uniform within the bounds)")
     cal.add_argument("--noise", type=float,
                      help="observation noise scale (m; m/s for impacts); default estimated")
-    cal.add_argument("--substeps", type=count(1), help="engine substeps per sample "
-                     "(default: the scene's, as data synthesize, train and predict use)")
-    cal.add_argument("--initial-draws", type=count(0), help="initial states drawn per "
-                     "pose-only recording from its fit's uncertainty (default 4; 0: the "
-                     "fitted state only)")
+    cal.add_argument("--substeps", type=count(1), help="substeps per sample (default: scene's)")
+    cal.add_argument("--initial-draws", type=count(0), help="initial states per pose-only "
+                     "recording, drawn from its fit's uncertainty (default 4; 0: the fit only)")
     cal.add_argument("--recorded-start", choices=("fit", "recorded"),
                      help="recordings with recorded velocities: fit the first pose to the "
-                     "free flight and average over its uncertainty with --initial-draws "
-                     "(fit; --initial-draws times the rollouts), or roll out from it as "
-                     "recorded (default recorded)")
+                     "free flight, averaging over --initial-draws (fit), or roll out from it "
+                     "as recorded (default recorded)")
     cal.add_argument("--weighting", choices=("effective", "recording"),
-                     help="MH on trajectories, noise estimated: each recording weighs as one "
-                     "observation (recording, the default: too wide a posterior on few "
-                     "short tosses) or as its effective number of independent residuals "
-                     "at a pilot fit, the curvature adjusted to the scatter between "
-                     "recordings, the chains starting at its mode (effective: 32 x --chains "
-                     "Sobol points + ~100 evaluations first; too narrow). Neither passed "
-                     "simulation-based calibration; --method sandwich did (train/README.md "
-                     "section 20)")
+                     help="MH on trajectories, noise estimated: a recording weighs as one "
+                     "observation (recording, default: too wide on few short tosses) or as its "
+                     "effective number of independent residuals at a pilot fit (effective: too "
+                     "narrow). Neither passed simulation-based calibration; --method sandwich "
+                     "did (train/README.md section 20)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
                      help="MH: screen each proposal on this fraction of the recordings "
                      "before the rest (exact; e.g. 0.25) (default: off)")
@@ -207,27 +197,22 @@ def register(commands) -> None:
                      help="trajectories: weight of the squared rotation angle (times r_g^2) "
                      "against the squared position error (default 1)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
-                     help="recordings to calibrate on (default: the training split)")
+                     help="recordings to calibrate on (default train)")
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split (default: all)")
     cal.add_argument("--budget", type=count(1), default=200, help="nevergrad or lsq "
-                     "evaluations (parameter sets, each rolled out on every recording); lsq "
-                     "with body or joint names and contact names: the body on free flight (BUDGET), "
-                     "the k contact coefficients (at most 12 (k + 1)), then the body along "
-                     "what free flight left weak, through the first impact; pose-only "
-                     "recordings have their initial states fitted with the body")
+                     "evaluations (parameter sets, each rolled out on every recording); lsq with "
+                     "body/joint and contact names: body on free flight (BUDGET), contact (at "
+                     "most 12 (k + 1)), then the body's weak directions through the first impact")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
-    cal.add_argument("--checkpoint-every", type=count(1), help="Metropolis-Hastings steps "
-                     "(default 50), or evaluations with --method nevergrad (default: each batch)"
-                     " between checkpoints")
+    cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
+                     "nevergrad evaluations (default: each batch), between checkpoints")
     cal.add_argument("--no-ground", action="store_true",
-                     help="trajectories: do not set table_height_m from the rest phases "
-                     "after the search (default: set when >= 5 recordings end at rest in "
-                     "their rollout's attitude; skipped when table_height_m is searched)")
+                     help="do not set table_height_m from the rest phases after a search on "
+                     "trajectories (set when >= 5 recordings rest as their rollouts do)")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     add_seed(cal)
-    cal.add_argument("--no-plots", action="store_true",
-                     help="skip corner.png and trace.png (default: draw them)")
+    cal.add_argument("--no-plots", action="store_true", help="skip corner.png and trace.png")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(cal)
     add_allow_implausible(cal)

@@ -1,4 +1,6 @@
 """Plain CSV recordings: a directory of ``<id>.csv`` files, one per recording (id = file stem).
+(Past 600 lines on purpose: the whole format, read as one: its schema, the vectorised
+parse, and every check that names a file's line.)
 
 Each file has one header row, then one row per sample, comma-separated (cells may be quoted
 and padded with spaces; blank lines are skipped; UTF-8, a byte-order mark is tolerated).

@@ -41,7 +41,7 @@ from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
 from residualsim.residual.policy import ResidualModel, ResidualPolicy
 from residualsim.sim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
-                      recording_settings, residual_errors, trajectory_items)
+                                     recording_settings, residual_errors, trajectory_items)
 from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.parallel import ShardedWorkers, current_backend
 from residualsim.sim.pool import engine_workers
@@ -350,8 +350,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,
                           seed=config.seed, checkpoint=out / "checkpoint.npz", resume=resume,
-                          checkpoint_every=checkpoint_every, fingerprint=fingerprint, after_batch=after_batch, progress=progress,
-                          desc="train")
+                          checkpoint_every=checkpoint_every, fingerprint=fingerprint,
+                          after_batch=after_batch, progress=progress, desc="train")
         chosen = result.state.get("chosen")
         validated = {check["index"] for check in result.state.get("checks", [])}
         if result.best_index not in validated and not result.stopped_early:
@@ -422,8 +422,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  command: str | None = None,
                  fractions: tuple[float, float, float] | None = None,
                  split_lists: dict | None = None,
-                 fit_uncertainty: bool = True,
-                 observation_noise: bool = False) -> dict[str, Any]:
+                 fit_uncertainty: bool = True, observation_noise: bool = False
+                 ) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
     → (``fit_uncertainty``, default) the state noise and the spread
     (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
@@ -433,17 +433,15 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     Trains on the training split (its first ``max_trajectories`` recordings if given) and
     stops early on the validation split (see :mod:`residualsim.data.splits`: the hash split
     with ``fractions``, default 0.7/0.15/0.15, or the explicit ``split_lists``); the test
-    split is never read. ``observation_noise``: before the uncertainty fit, set the table
-    height and the recordings' pose noise from the training split's rest phases
-    (:func:`residualsim.residual.observation_noise.fit_ground`). An empty validation split trains on all with early stopping off. Without ``calibration`` the engine's default parameters are used at the
-    scene's substeps. Returns the figures (also stored in the model's ``model.json``).
+    split is never read. ``observation_noise``: first set the table height and pose noise
+    from the training split's rest phases (:func:`~residualsim.residual.observation_noise.
+    fit_ground`). An empty validation split trains on all, early stopping off. Without
+    ``calibration``: the default engine at the scene's substeps. Returns the figures.
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
     from residualsim.data import load_trajectories
-    from residualsim.data.splits import (DEFAULT_FRACTIONS, check_split, split_recordings,
-                                         split_rule)
+    from residualsim.data.splits import DEFAULT_FRACTIONS, check_split, split_recordings, split_rule
     from residualsim.sim.recordings import prepare_recordings
-    from residualsim.sim.scenes import EngineParams
 
     data = Path(data)
     trajectories = load_trajectories(data, rate_hz=calibration_rate_hz(calibration))
@@ -490,8 +488,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     if observation_noise:
         from residualsim.residual.observation_noise import fit_ground
 
-        model, found = fit_ground(model, {k: trajectories[k] for k in parts["train"]},
-                                  n_workers)
+        model, found = fit_ground(model, {k: trajectories[k] for k in parts["train"]}, n_workers)
         figures.update(table_height_m=found.table_height_m,
                        observation_noise=model.observation_noise.as_json())
         model.save(out)
@@ -499,12 +496,11 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         from residualsim.residual.uncertainty_fit import fit_uncertainty as fit
 
         checkpoint = Path(out) / "uncertainty-fit.checkpoint.json"
-        model, record = fit(model, {k: trajectories[k] for k in parts["train"]},
-                            validation or train, fit_spread, seed=config.seed,
-                            n_workers=n_workers,
+        model, record = fit(model, {k: trajectories[k] for k in parts["train"]}, validation
+                            or train, fit_spread, seed=config.seed, n_workers=n_workers,
                             checkpoint=checkpoint)
-        figures.update(spread=record["spread"], state_noise_fitted=record["state_noise"]
-                       is not None, state_noise_factor=record["state_noise_factor"],
+        figures.update(spread=record["spread"], state_noise_factor=record["state_noise_factor"],
+                       state_noise_fitted=record["state_noise"] is not None,
                        validation_coverage_xy_50=record["coverage_xy_50"],
                        validation_coverage_xy_90=record["coverage_xy_90"])
         model.save(out)
@@ -548,11 +544,9 @@ def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: i
     same model, recordings, samples and seed reuses the rows it holds (an interrupted fit
     loses at most one factor); one written for anything else is ignored.
     """
-    import dataclasses
     import json
 
     from residualsim.atomic import atomic_write_text, read_json
-
     from residualsim.evaluation.metrics import score_trajectories
     from residualsim.sim.rollout import predict_trajectories
 

@@ -1,6 +1,8 @@
 """Calibration: engine parameters from recorded trajectories or impacts.
 
 The first stage of the data flow (recordings → calibration → residual training → rollouts).
+(Past 600 lines: :func:`calibrate` is one pipeline, read as a whole: load, split, search by
+each method, the ground stage, held-out figures, export.)
 :func:`calibrate` loads a data set, keeps its training split, builds the trajectory
 likelihood (:mod:`residualsim.sysid.likelihood`) over worker processes and either
 
@@ -323,13 +325,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     engine ignores is refused before any work. ``base``: values of the parameters not
     calibrated (:func:`~residualsim.sim.scenes.parse_params`, e.g. a calibration directory,
     to add parameters to an earlier calibration); default PyBullet's.
-    ``ground``: after the search, on trajectories, set ``table_height_m`` in closed form
-    from the training recordings' rest phases (:func:`residualsim.sysid.ground.estimate_table_height`
-    with the found parameters) when at least :data:`~residualsim.sysid.ground.MIN_REST_RECORDINGS`
-    of them end at rest in the attitude their rollout rests in; skipped when
-    ``table_height_m`` was searched. The summary's ``ground`` says what was found or why
-    not; ``train_rms_error`` and ``noise_estimate`` are of the searched point (before the
-    table height), the held-out figures of the final parameters.
+    ``ground``: after a search on trajectories, set ``table_height_m`` from the rest phases
+    (:func:`residualsim.sysid.ground.ground_stage`; the summary's ``ground`` says what or why
+    not). ``train_rms_error`` is the searched point's; held-out figures the final params'.
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq", "sandwich"):
@@ -496,8 +494,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         result["noise_estimate"] = likelihood.noise_estimate(at_point)
         result["worker_restarts"] = likelihood.restarts
     if kind == "trajectories" and ground:
-        params, result["ground"] = _ground_stage(scene, train, params, space,
-                                                 settings.substeps, n_workers)
+        from residualsim.sysid.ground import ground_stage
+
+        params, result["ground"] = ground_stage(scene, train, params, space.names,
+                                                settings.substeps, n_workers)
     held_out = None
     n_validation = 0 if validation is None else (
         validation.n_impacts if kind == "impacts" else len(validation))
@@ -547,26 +547,6 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if export_urdf is not None:
         export_calibrated_urdf(scene, params, export_urdf)
     return summary
-
-
-def _ground_stage(scene: str, train: Mapping, params: EngineParams, space: ParamSpace,
-                  substeps: int, n_workers: int) -> tuple[EngineParams, dict[str, Any]]:
-    """The closed-form table height after the search: (params, the summary's ``ground``)."""
-    from residualsim.sysid.ground import MIN_REST_RECORDINGS, estimate_table_height
-
-    if "table_height_m" in space.names:
-        return params, {"skipped": "table_height_m was searched"}
-    try:
-        found = estimate_table_height(scene, train, params, substeps, n_workers)
-    except DataError as exc:
-        return params, {"skipped": str(exc)}
-    if found.n_used < MIN_REST_RECORDINGS:
-        return params, {**found.as_json(), "skipped": (
-            f"{found.n_used} recordings end at rest in their rollout's attitude, fewer "
-            f"than {MIN_REST_RECORDINGS}: table height left unset")}
-    log.info("table height %.3g mm from %d rest phases (median standard error %.2g mm)",
-             1e3 * found.table_height_m, found.n_used, 1e3 * found.stderr_m)
-    return params.replace(table_height_m=found.table_height_m), found.as_json()
 
 
 def export_calibrated_urdf(scene: str, params: EngineParams,

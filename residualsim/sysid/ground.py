@@ -25,9 +25,11 @@ jitter) and how many recordings were used.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +38,9 @@ from residualsim.errors import DataError
 from residualsim.sim.rotations import geodesic_angle
 from residualsim.sim.scenes import EngineParams, make_scene, parse_params
 
-__all__ = ["GroundEstimate", "estimate_table_height", "at_rest", "MIN_REST_RECORDINGS",
+log = logging.getLogger(__name__)
+
+__all__ = ["GroundEstimate", "ground_stage", "ground_note", "estimate_table_height", "at_rest", "MIN_REST_RECORDINGS",
            "REST_WINDOW_S", "REST_STILL_M", "REST_STILL_DEG", "MAX_TILT_DEG"]
 
 #: The rest window: the last this many seconds of a recording (10 samples at 148 Hz).
@@ -187,3 +191,33 @@ def estimate_table_height(scene: str, trajectories: Mapping[str, Trajectory],
         stderr_m=1.2533 * spread / math.sqrt(len(d)), jitter_std_m=jitter,
         offset_std_m=offset_std, n_used=len(d), n_recordings=len(trajectories),
         ids=tuple(ids), differences_m=tuple(differences))
+
+
+def ground_stage(scene: str, train: Mapping, params: EngineParams, searched: Sequence[str],
+                 substeps: int, n_workers: int = 1) -> tuple[EngineParams, dict[str, Any]]:
+    """Calibration's ground stage, after its search: (``params`` with the closed-form
+    ``table_height_m`` (m) set, the summary's ``ground`` entry); unchanged when the height was
+    among the ``searched`` names or fewer than :data:`MIN_REST_RECORDINGS` recordings rest
+    comparably (the entry says why)."""
+    if "table_height_m" in searched:
+        return params, {"skipped": "table_height_m was searched"}
+    try:
+        found = estimate_table_height(scene, train, params, substeps, n_workers)
+    except DataError as exc:
+        return params, {"skipped": str(exc)}
+    if found.n_used < MIN_REST_RECORDINGS:
+        return params, {**found.as_json(), "skipped": (
+            f"{found.n_used} recordings end at rest in their rollout's attitude, fewer "
+            f"than {MIN_REST_RECORDINGS}: table height left unset")}
+    log.info("table height %.3g mm from %d rest phases (median standard error %.2g mm)",
+             1e3 * found.table_height_m, found.n_used, 1e3 * found.stderr_m)
+    return params.replace(table_height_m=found.table_height_m), found.as_json()
+
+
+def ground_note(ground: Mapping[str, Any]) -> str:
+    """One line for the user about calibration's ground stage (its summary entry)."""
+    if "skipped" in ground:
+        return f"table height: not set ({ground['skipped']})"
+    return (f"table height: {1e3 * ground['table_height_m']:+.3f} mm (median of "
+            f"{ground['n_used']} rest phases, standard error {1e3 * ground['stderr_m']:.3f} "
+            f"mm); --no-ground skips it")
