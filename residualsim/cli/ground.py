@@ -17,7 +17,7 @@ def cmd_fit_ground(args: argparse.Namespace) -> None:
         raise ParameterError("fit-ground writes a model directory: give --out DIR, or "
                              "--in-place to rewrite --model itself (not both)")
     if args.out is not None:
-        check_output(args.out, kind="dir", command="train", resume=True)
+        check_output(args.out, kind="dir", command="fit-ground", resume=True)
     json_line({"command": "fit-ground", **fit_ground_job(args.model, args.data, out=args.out,
                                                          n_workers=args.workers)})
 
