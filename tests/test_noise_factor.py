@@ -19,7 +19,7 @@ from residualsim.data import Trajectory
 from residualsim.errors import DataError
 from residualsim.residual.policy import ResidualModel, ResidualPolicy
 from residualsim.residual.state_noise import StateNoise, estimate_state_noise
-from residualsim.residual.train import fit_spread
+from residualsim.residual.spread import fit_spread
 from residualsim.residual.uncertainty_fit import NOISE_FACTORS, fit_uncertainty
 from residualsim.sim.rollout import ContactGuard, predict_trajectories
 from residualsim.sim.scenes import EngineParams, make_scene

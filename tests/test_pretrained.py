@@ -282,7 +282,7 @@ def test_a_bad_state_noise_in_model_json_is_named(tmp_path):
 
 def test_fit_spread_resumes_from_its_checkpoint_and_ignores_a_foreign_one(tmp_path, monkeypatch):
     import residualsim.residual.train as train_module
-    from residualsim.residual.train import fit_spread
+    from residualsim.residual.spread import fit_spread
 
     model = ResidualModel.load(MODEL)
     tosses = dict(list(load_trajectories(SAMPLES).items())[:2])

@@ -144,7 +144,7 @@ def test_json_round_trips_with_joints_and_old_files_still_load():
 
 def test_fit_uncertainty_uses_the_engine_fit_for_an_articulated_object(exact, tmp_path):
     from residualsim.residual.policy import ResidualModel, ResidualPolicy
-    from residualsim.residual.train import fit_spread
+    from residualsim.residual.spread import fit_spread
     from residualsim.residual.uncertainty_fit import ENGINE_ESTIMATE, fit_uncertainty
     from residualsim.sim.rollout import ContactGuard
 

@@ -22,7 +22,8 @@ from residualsim.evaluation.predictions import load_predictions
 from residualsim.residual.policy import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.scenes import EngineParams
-from residualsim.residual.train import TrajectoryLoss, params_sha256
+from residualsim.residual.policy import params_sha256
+from residualsim.residual.train import TrajectoryLoss
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 TRAIN_ARGS = ["--data", str(BUNDLED), "--budget", "16", "--batch-size", "8",

@@ -28,7 +28,7 @@ def main() -> None:
     from residualsim.data import load_trajectories
     from residualsim.data.splits import split_recordings
     from residualsim.residual.policy import ResidualModel
-    from residualsim.residual.train import fit_spread
+    from residualsim.residual.spread import fit_spread
     from residualsim.residual.uncertainty_fit import fit_uncertainty
     from residualsim.sim.recordings import prepare_recordings
 

@@ -25,7 +25,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         n_components=args.components, sigma=args.sigma, optimizer=args.optimizer,
         batch_size=args.batch_size, rotation_weight=args.rotation_weight,
         validate_every=args.validate_every, patience=args.patience, seed=args.seed,
-        guard=ContactGuard(), contact_mode=args.contact_mode, sustained=args.sustained)
+        guard=ContactGuard(), contact_mode=args.contact_mode, sustained=args.sustained,
+        objective=args.objective)
     figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
                            calibration=args.calibration, substeps=args.substeps,
                            max_trajectories=args.max_tosses, config=config,
@@ -46,6 +47,12 @@ def cmd_train(args: argparse.Namespace) -> None:
             print(f"uncertainty fitted on validation: spread {figures['spread']:g}, state "
                   f"noise {noise}; "
                   f"final x-y in the 50 / 90 % sample regions "
+                  f"{100 * figures['validation_coverage_xy_50']:.0f} / "
+                  f"{100 * figures['validation_coverage_xy_90']:.0f} %", file=sys.stderr)
+        if figures.get("objective") == "energy":
+            print(f"validation energy score {figures['validation_energy_score_m']:.4g} m "
+                  f"(engine with state noise {figures['engine_validation_energy_score_m']:.4g}"
+                  f" m); final x-y in the 50 / 90 % regions "
                   f"{100 * figures['validation_coverage_xy_50']:.0f} / "
                   f"{100 * figures['validation_coverage_xy_90']:.0f} %", file=sys.stderr)
         from residualsim.cli.report import report_command
@@ -107,8 +114,11 @@ def register(commands) -> None:
                     help="nevergrad: training-loss evaluations")
     tr.add_argument("--max-tosses", type=count(1),
                     help="only the first N training recordings (default: all)")
-    tr.add_argument("--samples", type=count(0), default=0, help="policy samples per "
-                    "recording in the loss (default 0: the mean prediction)")
+    tr.add_argument("--objective", choices=("mean", "energy"), default="mean",
+                    help="loss: the mean's pose RMSE, or the energy score of sampled "
+                         "trajectories (train/README §25)")
+    tr.add_argument("--samples", type=count(0), default=0, help="samples per recording "
+                    "in the loss (0: the mean; energy: even >= 4, 0 meaning 8)")
     tr.add_argument("--hidden", type=count(1), nargs="+", default=[16],
                     help="hidden layer widths (default 16)")
     tr.add_argument("--components", type=count(1), default=2,
@@ -136,9 +146,9 @@ def register(commands) -> None:
                     help="evaluations between checkpoints (default: after every batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     tr.add_argument("--observation-noise", action="store_true",
-                    help="after training, set the table height and the recordings' pose "
-                         "noise from the training split's rest phases (as fit-ground does; "
-                         "default: off)")
+                    help="set the table height and the recordings' pose noise from the "
+                         "training split's rest phases (as fit-ground does; after training, "
+                         "or before it with --objective energy; default: off)")
     tr.add_argument("--no-fit-uncertainty", action="store_true",
                     help="skip what train does after training by default: estimate the "
                          "initial-state noise from the training split's free flights (a "

@@ -521,7 +521,7 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
     criterion is computed over both (the spread is then a choice made on validation too).
     ``observation_noise``: first set the table height and the recordings' pose noise from
     the whole training split's rest phases (:func:`fit_ground_job`'s estimate)."""
-    from residualsim.residual.train import fit_spread
+    from residualsim.residual.spread import fit_spread
 
     model, recordings = model_and_tosses(model_dir, data, "train", tosses, unseen=unseen)
     n_validation = 0

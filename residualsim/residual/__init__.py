@@ -41,7 +41,7 @@ _EXPORTS = {
     'TrajectoryLoss': 'residualsim.residual.train',
     'train_residual': 'residualsim.residual.train',
     'run_training': 'residualsim.residual.train',
-    'params_sha256': 'residualsim.residual.train',
+    'params_sha256': 'residualsim.residual.policy',
 }
 
 __all__ = list(_EXPORTS)

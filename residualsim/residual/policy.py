@@ -24,6 +24,7 @@ starts from the calibrated engine.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import zipfile
@@ -40,7 +41,7 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sim.contact import feature_width
 
 __all__ = ["ResidualPolicy", "ResidualModel", "NumpyPolicy", "MixtureDensityNetwork",
-           "LOG_SCALE_BOUNDS"]
+           "LOG_SCALE_BOUNDS", "params_sha256"]
 
 #: Bounds of the log standard deviation of each component, in units of the impulse scale.
 LOG_SCALE_BOUNDS = (-7.0, 1.0)
@@ -378,7 +379,7 @@ class ResidualModel:
     guard: Any  # rollout.ContactGuard
     info: dict[str, Any] = field(default_factory=dict)
     #: Factor on the mixture's scales when sampling: the policy is trained on its mean's
-    #: error, which leaves its scales uncalibrated; :func:`residualsim.residual.train.fit_spread`
+    #: error, which leaves its scales uncalibrated; :func:`residualsim.residual.spread.fit_spread`
     #: sets this from the training tosses' energy score. 1.0 for models without one.
     spread: float = 1.0
     #: Noise of a recording's initial velocities (:class:`~residualsim.residual.state_noise.StateNoise`),
@@ -522,3 +523,9 @@ def _scene_from_header(scene: str, directory: Path) -> str:
         return scene
     beside = (directory / scene).resolve()
     return str(beside) if beside.exists() or not Path(scene).exists() else scene
+
+
+def params_sha256(policy: ResidualPolicy) -> str:
+    """SHA-256 of the flat parameter vector (float64, little-endian): equal hashes mean
+    identical weights."""
+    return hashlib.sha256(policy.get_flat().astype("<f8").tobytes()).hexdigest()

@@ -18,7 +18,7 @@ Stochastic predictions draw each sample's initial velocities from a Gaussian wit
 standard deviations around the recorded ones (:meth:`StateNoise.perturb`), so the sample
 cloud carries the state-estimation uncertainty as well as the residual's. The fitted values
 include the fit's own error (pose noise over about 12 samples), so they are an upper bound
-on the recorded state's noise; :func:`residualsim.residual.train.fit_spread` then scales the
+on the recorded state's noise; :func:`residualsim.residual.spread.fit_spread` then scales the
 residual's spread on top of them.
 
 Any other free object (a URDF or scene file, with joints or without) has no closed-form

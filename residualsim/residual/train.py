@@ -23,12 +23,11 @@ training history is checkpointed after every batch (:func:`residualsim.sysid.opt
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,9 +38,11 @@ import numpy as np
 from residualsim.sim.contact import unpack_features
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
-from residualsim.residual.policy import ResidualModel, ResidualPolicy
+from residualsim.residual.policy import ResidualModel, ResidualPolicy, params_sha256
+from residualsim.residual.spread import fit_spread
+from residualsim.residual.trajectory_loss import TrajectoryLoss, keep_if_better
 from residualsim.sim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
-                                     recording_settings, residual_errors, trajectory_items)
+                                     recording_settings, trajectory_items)
 from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.parallel import ShardedWorkers, current_backend
 from residualsim.sim.pool import engine_workers
@@ -65,7 +66,10 @@ class TrainingConfig:
     (:class:`~residualsim.residual.policy.ResidualPolicy`); ``sustained`` trains, jointly
     with the event policy, a residual through sustained contact of ``sustained_hidden``
     tanh units (:mod:`residualsim.residual.coefficients`: friction coefficients at every
-    step that ends in contact).
+    step that ends in contact). ``objective``: ``"mean"`` the pose RMSE above, or
+    ``"energy"`` the energy score of sampled trajectories
+    (:mod:`residualsim.residual.energy_loss`; ``samples`` then an even number >= 4, 0 taking
+    :data:`~residualsim.residual.energy_loss.ENERGY_SAMPLES`).
     """
 
     budget: int = 800
@@ -83,8 +87,20 @@ class TrainingConfig:
     contact_mode: bool = False
     sustained: bool = False
     sustained_hidden: int = 6
+    objective: str = "mean"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ParameterError(f"unknown objective {self.objective!r}; choose one of "
+                                 f"{', '.join(OBJECTIVES)}")
+        if self.objective == "energy":
+            from residualsim.residual.energy_loss import ENERGY_SAMPLES
+
+            if self.samples == 0:
+                object.__setattr__(self, "samples", ENERGY_SAMPLES)
+            if int(self.samples) != self.samples or self.samples < 4 or self.samples % 2:
+                raise ParameterError(f"the energy objective draws antithetic pairs: samples "
+                                     f"must be an even integer >= 4, got {self.samples!r}")
         for name in ("budget", "batch_size", "validate_every", "patience", "n_components",
                      "sustained_hidden"):
             value = getattr(self, name)
@@ -107,6 +123,9 @@ class TrainingConfig:
                 f"(100000 hidden units asked for 41.9 TiB): at most {MAX_NETWORK_PARAMETERS}")
 
 
+#: Training objectives: the mean's pose RMSE, or the energy score of sampled trajectories.
+OBJECTIVES = ("mean", "energy")
+
 #: Most parameters the residual network may have: CMA adapts a full covariance over them
 #: (5000 parameters: 200 MB); the shipped networks have a few hundred.
 MAX_NETWORK_PARAMETERS = 5000
@@ -118,91 +137,6 @@ def _network_size(hidden: tuple[int, ...], n_components: int) -> int:
     scales), a bias per unit."""
     sizes = [12, *(int(h) for h in hidden), 7 * int(n_components)]
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
-
-
-def params_sha256(policy: ResidualPolicy) -> str:
-    """SHA-256 of the flat parameter vector (float64, little-endian): equal hashes mean
-    identical weights."""
-    return hashlib.sha256(policy.get_flat().astype("<f8").tobytes()).hexdigest()
-
-
-class TrajectoryLoss:
-    """L(θ) (see module docstring) for batches of candidates, evaluated by workers.
-
-    Parameters
-    ----------
-    workers : ShardedWorkers
-        Built over :func:`residualsim.sim.rollout.trajectory_items` of all recordings used
-        (training items tagged ``"train"``, validation items ``"validation"``).
-    policy : ResidualPolicy
-        Architecture and normalisation; candidates are its flat parameter vectors.
-    params : EngineParams
-        The engine parameters of every rollout.
-    radius_m : float
-        The body's radius of gyration r_g.
-    """
-
-    def __init__(self, workers: ShardedWorkers, policy: ResidualPolicy, params: EngineParams,
-                 radius_m: float, config: TrainingConfig, sustained=None) -> None:
-        self.workers, self.policy, self.params = workers, policy, params
-        self.radius_m, self.config, self.sustained = radius_m, config, sustained
-        self.counts = np.zeros(5)  # events, energy clamps, normal clamps, engine gains, rollouts
-        self.deepest_m = 0.0
-
-    def errors(self, thetas: Sequence[np.ndarray] | None, split: str, samples: int | None = None
-               ) -> np.ndarray:
-        """Per-item rollout errors (n_items, C, S, 7) (see :func:`residual_errors`);
-        ``thetas=None`` runs the engine alone."""
-        policies: tuple = (None,) if thetas is None else tuple(
-            self.rollout_policy(theta) for theta in thetas)
-        samples = self.config.samples if samples is None else samples
-        request = RolloutRequest(params=self.params, policies=policies, samples=samples,
-                                 seed=self.config.seed, guard=self.config.guard, split=split)
-        rows = [r for r in self.workers.map(residual_errors, request) if r is not None]
-        table = np.array(rows)
-        self.counts += [table[..., 2].sum(), table[..., 3].sum(), table[..., 4].sum(),
-                        table[..., 5].sum(), table[..., 0].size]
-        self.deepest_m = max(self.deepest_m, float(table[..., 6].max(initial=0.0)))
-        return table
-
-    def rollout_policy(self, theta: np.ndarray):
-        """The policy a candidate θ rolls out: the event policy's weights first, then (with
-        a ``sustained`` part) the sustained-contact network's."""
-        n_event = self.policy.n_parameters
-        event = self.policy.set_flat(theta[:n_event]).numpy()
-        if self.sustained is None:
-            return event
-        from residualsim.residual.coefficients import SustainedPolicy
-
-        return SustainedPolicy(self.sustained.with_flat(theta[n_event:]), event)
-
-    def pose_rmse(self, table: np.ndarray) -> np.ndarray:
-        """Per-item, per-candidate, per-sample pose RMSE (n, C, S), metres."""
-        weight = self.config.rotation_weight * self.radius_m
-        return np.sqrt(table[..., 0] + weight**2 * table[..., 1])
-
-    def __call__(self, thetas: np.ndarray) -> np.ndarray:
-        """L(θ) (C,) for candidates (C, n_parameters), metres; NaN for failed rollouts."""
-        return self.pose_rmse(self.errors(thetas, "train")).mean(axis=(0, 2))
-
-    def validation(self, theta: np.ndarray | None) -> dict[str, float]:
-        """Mean-mode figures on the validation split for one θ (None: engine alone)."""
-        table = self.errors(None if theta is None else [theta], "validation", samples=0)
-        return {"loss": float(self.pose_rmse(table).mean()),
-                "position_rmse_m": float(np.sqrt(table[..., 0]).mean()),
-                "rotation_rms_deg": float(np.degrees(np.sqrt(table[..., 1])).mean())}
-
-
-def keep_if_better(state: dict, figures: dict, patience: int) -> bool:
-    """Early stopping on validation: keep ``figures`` as ``state["chosen"]`` when its
-    ``"loss"`` beats the chosen one's, else count a stale check; True (stop) after
-    ``patience`` stale checks in a row."""
-    chosen = state.get("chosen")
-    if chosen is None or figures["loss"] < chosen["loss"] - 1e-9:
-        state["chosen"], state["stale"] = figures, 0
-    else:
-        state["stale"] = state.get("stale", 0) + 1
-    return state["stale"] >= patience
 
 
 def split_items(scene: str, train: Mapping[str, Trajectory],
@@ -259,7 +193,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                    params: EngineParams, substeps: int, config: TrainingConfig = TrainingConfig(),
                    n_workers: int = 1, resume: bool = False,
                    checkpoint_every: int | None = None, progress: bool = False,
-                   info: Mapping[str, Any] | None = None) -> tuple[ResidualModel, dict]:
+                   info: Mapping[str, Any] | None = None, state_noise: Any = None,
+                   observation_noise: Any = None) -> tuple[ResidualModel, dict]:
     """Train a residual model; write it to ``out`` and return it with its figures.
 
     Parameters
@@ -281,6 +216,10 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         Continue ``out/checkpoint.npz`` (ends with the same weights as an uninterrupted run).
     checkpoint_every : int, optional
         Evaluations between checkpoint writes (default: after every batch).
+    state_noise, observation_noise : StateNoise, ObservationNoise, optional
+        With ``config.objective == "energy"``: the samples' start noise (its factor is
+        trained with the weights) and pose noise; the model keeps both. Ignored by the mean
+        objective.
     """
     from residualsim.sysid.optimize import minimize
 
@@ -311,10 +250,19 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                                         config.seed)
         init = policy.get_flat() if sustained is None else \
             np.concatenate([policy.get_flat(), sustained.get_flat()])
-        loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config,
-                              sustained)
+        if config.objective == "energy":
+            from residualsim.residual.energy_loss import EnergyLoss
+
+            loss = EnergyLoss(workers, policy, params, layout.radius_of_gyration_m, config,
+                              sustained, state_noise=state_noise,
+                              observation_noise=observation_noise, planar=layout.planar)
+        else:
+            loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config,
+                                  sustained)
+        init = loss.start(init)
         engine_figures = loss.validation(None)
         log.info("engine alone on validation: %s", engine_figures)
+        reference = loss.reference(init, engine_figures)
 
         session = {"before": None}
 
@@ -346,7 +294,10 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                                    policy.impulse_scale_ns],
                        **({"sustained_scaling": [sustained.feature_mean.tolist(),
                                                  sustained.feature_std.tolist()]}
-                          if sustained is not None else {})}
+                          if sustained is not None else {}),
+                       **({"noise": [None if n is None else n.as_json()
+                                     for n in (state_noise, observation_noise)]}
+                          if config.objective == "energy" else {})}
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,
                           seed=config.seed, checkpoint=out / "checkpoint.npz", resume=resume,
@@ -360,19 +311,22 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                     "evaluations": result.evaluations, "train_loss": result.best_loss}
             if chosen is None or last["loss"] < chosen["loss"]:
                 chosen = last
-        if chosen is None or chosen["loss"] >= engine_figures["loss"]:
-            # Validation at evaluation 0: no candidate beat the engine alone, so keep the
-            # starting point (no correction) rather than a policy that only fits training.
-            log.info("no candidate beat the engine on validation: keeping no correction")
-            chosen = {**engine_figures, "index": -1, "evaluations": 0,
+        if chosen is None or chosen["loss"] >= reference["loss"]:
+            # Validation at evaluation 0: no candidate beat the starting point (the engine
+            # alone, for the mean objective), so keep it rather than a policy that only
+            # fits training.
+            log.info("no candidate beat the starting point on validation: keeping it")
+            chosen = {**reference, "index": -1, "evaluations": 0,
                       "train_loss": float(loss(init[None])[0])}
             theta = init
         else:
             theta = result.candidates[chosen["index"]]
-        policy.set_flat(theta[:policy.n_parameters])
+        state_noise = loss.trained_state_noise(theta)
+        weights = loss.weights(theta)
+        policy.set_flat(weights[:policy.n_parameters])
         if sustained is not None:  # kept only when a candidate beat the engine
-            sustained = None if theta is init else \
-                sustained.with_flat(theta[policy.n_parameters:])
+            sustained = None if chosen["index"] == -1 else \
+                sustained.with_flat(weights[policy.n_parameters:])
         counts, deepest = loss.counts.copy(), loss.deepest_m
         restarts = workers.restarts
     earlier = session["before"]
@@ -395,9 +349,19 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         "energy_clamped": int(counts[1]), "normal_clamped": int(counts[2]),
         "engine_energy_gains": int(counts[3]), "max_penetration_m": deepest,
         "worker_restarts": restarts, "workers": n_workers, "backend": current_backend().name,
+        "objective": config.objective,
     }
+    if config.objective == "energy":
+        figures.update(validation_energy_score_m=chosen["loss"],
+                       validation_final_energy_score_m=chosen["final_energy_score_m"],
+                       start_validation_energy_score_m=reference["loss"],
+                       engine_validation_energy_score_m=engine_figures["loss"],
+                       state_noise_factor=None if state_noise is None else state_noise.factor)
     model = ResidualModel(scene=scene, policy=policy, params=params, dt_s=settings.dt_s,
                           substeps=settings.substeps, guard=config.guard, sustained=sustained,
+                          state_noise=state_noise if config.objective == "energy" else None,
+                          observation_noise=(observation_noise if config.objective == "energy"
+                                             else None),
                           info={**dict(info or {}), "config": _json_config(config),
                                 "n_train": len(train), "n_validation": len(validation),
                                 "figures": figures,
@@ -411,6 +375,8 @@ def _json_config(config: TrainingConfig) -> dict[str, Any]:
     content["hidden"] = list(config.hidden)
     if not config.sustained:  # as before the sustained part existed (resumable checkpoints)
         del content["sustained"], content["sustained_hidden"]
+    if config.objective == "mean":  # likewise for the objective
+        del content["objective"]
     return content
 
 
@@ -435,7 +401,11 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     with ``fractions``, default 0.7/0.15/0.15, or the explicit ``split_lists``); the test
     split is never read. ``observation_noise``: first set the table height and pose noise
     from the training split's rest phases (:func:`~residualsim.residual.observation_noise.
-    fit_ground`). An empty validation split trains on all, early stopping off. Without
+    fit_ground`). With ``config.objective == "energy"`` the state noise (and, with
+    ``observation_noise``, the table and pose noise) are estimated before training, the
+    start's width is trained with the weights and no spread is fitted afterwards; the
+    figures then give the validation coverage at 32 samples. An empty validation split
+    trains on all, early stopping off. Without
     ``calibration``: the default engine at the scene's substeps. Returns the figures.
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
@@ -481,10 +451,28 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     else:
         params = EngineParams()
         substeps = substeps or layout.settings.substeps
+    noises: dict[str, Any] = {}
+    if config.objective == "energy":  # the noises are part of what is trained
+        from residualsim.residual.energy_loss import energy_start
+
+        params, noises, provenance["energy_start"] = energy_start(
+            scene, params, substeps, {k: trajectories[k] for k in parts["train"]},
+            config.guard, observation_noise, n_workers)
     model, figures = train_residual(scene, train, validation, out, params=params,
                                     substeps=substeps, config=config, n_workers=n_workers,
                                     resume=resume, checkpoint_every=checkpoint_every,
-                                    progress=progress, info=provenance)
+                                    progress=progress, info=provenance, **noises)
+    if config.objective == "energy":
+        # spread and start width were trained: only record how the regions cover
+        _, rows = fit_spread(model, validation or train, samples=32, grid=(1.0,),
+                             seed=config.seed, n_workers=n_workers, criterion="reliability")
+        figures.update(validation_coverage_xy_50=rows[0]["coverage_xy_50"],
+                       validation_coverage_xy_90=rows[0]["coverage_xy_90"],
+                       validation_coverage_50=rows[0]["coverage_50"],
+                       validation_coverage_90=rows[0]["coverage_90"])
+        model = dataclasses.replace(model, info={**model.info, "figures": figures})
+        model.save(out)
+        return figures
     if observation_noise:
         from residualsim.residual.observation_noise import fit_ground
 
@@ -506,95 +494,3 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         model.save(out)
         checkpoint.unlink(missing_ok=True)
     return figures
-
-
-#: Spreads tried by :func:`fit_spread` (factors on the mixture's scales).
-SPREAD_GRID = (1.0, 2.0, 4.0, 8.0, 16.0)
-#: How :func:`fit_spread` picks a spread from the grid.
-SPREAD_CRITERIA = ("energy", "coverage", "reliability")
-
-
-def fit_spread(model: ResidualModel, train: Mapping[str, Trajectory], samples: int = 32,
-               grid: Sequence[float] = SPREAD_GRID, seed: int = 0, n_workers: int = 1,
-               criterion: str = "energy", checkpoint: str | os.PathLike[str] | None = None
-               ) -> tuple[float, list[dict[str, Any]]]:
-    """Choose the model's sampling spread on training recordings.
-
-    Training (Algorithm 2) scores the policy's *mean*, which leaves the mixture's scales
-    uncalibrated (the shipped cube model's samples covered the recorded final position of
-    no validation toss). For every factor in ``grid`` this rolls out ``samples`` stochastic
-    predictions of each training recording and scores their final positions, then picks a
-    factor by ``criterion``:
-
-    * ``"energy"``: the lowest mean energy score (a proper scoring rule: lowest for the
-      calibrated spread, penalising both over- and under-confidence, but weighing sharpness
-      as well as calibration);
-    * ``"coverage"``: the smallest miscalibration of the sample regions on the table plane,
-      |c50 - 0.5| + |c90 - 0.9| with c50, c90 the fractions of recorded final x-y positions
-      inside the 50 % and 90 % sample regions (what a planner relying on the regions needs;
-      ties go to the lower energy score);
-    * ``"reliability"``: the smallest largest distance of the final x-y reliability curve
-      (coverage of the 10 %, ..., 90 % regions) from the diagonal, the check of every level
-      rather than two (ties go to the lower energy score).
-
-    Returns (spread, one row per factor: spread, energy score m, coverages, miscalibration,
-    RMSE m).
-
-    ``checkpoint``: a JSON file rewritten atomically after each factor. A rerun with the
-    same model, recordings, samples and seed reuses the rows it holds (an interrupted fit
-    loses at most one factor); one written for anything else is ignored.
-    """
-    import json
-
-    from residualsim.atomic import atomic_write_text, read_json
-    from residualsim.evaluation.metrics import score_trajectories
-    from residualsim.sim.rollout import predict_trajectories
-
-    if int(samples) != samples or samples < 2:
-        raise ParameterError(f"fit_spread needs samples >= 2, got {samples!r}")
-    if not grid or any(not (g >= 0 and np.isfinite(g)) for g in grid):
-        raise ParameterError(f"spreads must be finite and >= 0, got {list(grid)}")
-    if criterion not in SPREAD_CRITERIA:
-        raise ParameterError(f"unknown spread criterion {criterion!r}; choose one of "
-                             f"{', '.join(SPREAD_CRITERIA)}")
-    fingerprint = hashlib.sha256(json.dumps({
-        "weights": params_sha256(model.policy), "params": model.params.as_json(),
-        "guard": asdict(model.guard), "substeps": model.substeps,
-        "state_noise": None if model.state_noise is None else model.state_noise.as_json(),
-        "ids": sorted(train), "samples": int(samples), "seed": int(seed)},
-        sort_keys=True, default=str).encode()).hexdigest()
-    done: dict[float, dict[str, Any]] = {}
-    if checkpoint is not None and Path(checkpoint).is_file():
-        saved = read_json(Path(checkpoint))
-        if isinstance(saved, dict) and saved.get("fingerprint") == fingerprint:
-            done = {float(row["spread"]): row for row in saved.get("rows", [])}
-            log.info("%s: reusing %d finished spreads", checkpoint, len(done))
-    rows = []
-    for spread in grid:
-        if float(spread) in done:
-            rows.append(done[float(spread)])
-            continue
-        candidate = dataclasses.replace(model, spread=float(spread))
-        predictions, _ = predict_trajectories(candidate, train, samples=int(samples),
-                                              seed=seed, n_workers=n_workers)
-        score = score_trajectories(predictions, train).aggregate()
-        rows.append({"spread": float(spread), "energy_score_m": score["energy_score_m"],
-                     "coverage_50": score["coverage_50"], "coverage_90": score["coverage_90"],
-                     "coverage_xy_50": score["coverage_xy_50"],
-                     "coverage_xy_90": score["coverage_xy_90"],
-                     "miscalibration_xy": abs(score["coverage_xy_50"] - 0.5)
-                     + abs(score["coverage_xy_90"] - 0.9),
-                     "reliability_xy": score["reliability_final_xy"],
-                     "reliability_xy_max_deviation":
-                         score["reliability_max_deviation"]["final_xy"],
-                     "position_rmse_m": score["position_rmse_m"]})
-        log.info("spread %g: energy score %.4f m, x-y coverage %.3f / %.3f", spread,
-                 score["energy_score_m"], score["coverage_xy_50"], score["coverage_xy_90"])
-        if checkpoint is not None:
-            done[float(spread)] = rows[-1]
-            atomic_write_text(Path(checkpoint), json.dumps(
-                {"fingerprint": fingerprint, "rows": list(done.values())}))
-    from residualsim.residual.uncertainty_fit import rank_key
-
-    best = min(rows, key=rank_key(criterion))
-    return best["spread"], rows

@@ -25,7 +25,7 @@ training, on the model it produced:
 Steps 2 and 3 are one pass of a coordinate search (4 + 6 - 1 = 9 validation evaluations,
 not the 24 of the full grid; the row at factor 1 and spread 1 is shared), both by the
 reliability criterion of ``fit-spread --criterion reliability``
-(:func:`~residualsim.residual.train.fit_spread`): the final x-y reliability curve
+(:func:`~residualsim.residual.spread.fit_spread`): the final x-y reliability curve
 (10 %-90 % sample regions) closest to the diagonal at its worst level, ties to the lower
 energy score (then, for the start's factor, to the factor nearest 1: a zero estimate
 gives the same samples at every factor). Every evaluation draws the same seeded samples
@@ -78,7 +78,7 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     ``train``: the recordings the state noise is estimated on (the whole training split);
     ``validation``: those the noise's factor (from ``noise_factors``, at spread 1) and then
     the spread (from ``grid``) are chosen on, ``samples`` seeded samples each, by
-    ``fit_spread`` (:func:`residualsim.residual.train.fit_spread`, passed in so that this
+    ``fit_spread`` (:func:`residualsim.residual.spread.fit_spread`, passed in so that this
     module and ``train`` do not import each other). ``checkpoint``: the spread pass's
     checkpoint file; the factor pass uses one per factor beside it (``<stem>.noise-<f>.json``,
     removed when the fit is done). The record (also stored in ``info["uncertainty_fit"]``)
@@ -155,18 +155,7 @@ def fit_uncertainty(model: ResidualModel, train: Mapping[str, Trajectory],
     return dataclasses.replace(candidate, spread=spread, info=info), record
 
 
-def rank_key(criterion: str) -> Callable[[Mapping[str, Any]], tuple[float, ...]]:
-    """How a spread or start-width row ranks under ``criterion`` (lowest first), the one
-    ranking ``fit_spread`` and this module share: ``"coverage"`` the x-y miscalibration,
-    ``"reliability"`` the worst deviation of the final x-y reliability curve from the
-    diagonal (both rounded to 9 digits, ties to the lower energy score, m), ``"energy"``
-    the energy score alone."""
-    column = {"coverage": "miscalibration_xy",
-              "reliability": "reliability_xy_max_deviation"}.get(criterion)
-    if column is None:
-        return lambda row: (row["energy_score_m"],)
-    return lambda row: (round(row[column], 9), row["energy_score_m"])
-
+from residualsim.residual.spread import rank_key  # noqa: E402
 
 _reliability_key = rank_key("reliability")
 
