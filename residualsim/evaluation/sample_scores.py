@@ -131,7 +131,8 @@ def antithetic_energy_score(samples: np.ndarray, truth: np.ndarray) -> np.ndarra
     draw's and would reward width). Both terms are unbiased, so the expectation is the
     energy score of the distribution the samples come from (the "fair" form), which a
     training loss needs: the ensemble form of :func:`energy_score` (1/(2 S^2) over all
-    pairs) is lowest for a distribution wider than the truth by about S / (S - 1).
+    pairs, the zero diagonal included) scores the empirical ensemble, not the
+    distribution, and is biased by the shrunken spread term (tested).
 
     Parameters
     ----------
