@@ -198,3 +198,32 @@ def test_an_object_with_a_body_keeps_its_solver_parameters():
     assert carried == params and body_of(carried) is None
     assert ObjectParams(**params.as_dict()).replace(solver_iterations=9).solver_values() == {
         "friction_anchor": 1.0, "solver_iterations": 9.0}
+
+
+@pytest.mark.parametrize("name, given, held", [
+    ("solver_iterations", 35.556, 36.0), ("solver_iterations", 12.4, 12.0),
+    ("friction_anchor", 0.422, 0.0), ("friction_anchor", 0.5, 1.0),
+    ("split_impulse", 0.93, 1.0),
+])
+def test_settings_hold_the_value_the_engine_uses(name, given, held):
+    """Iterations are rounded and switches read as on from 0.5 by the engine, so a searched
+    35.556 iterations is reported as the 36 the engine ran."""
+    params = EngineParams(**{name: given})
+    assert getattr(params, name) == held
+    assert EngineParams(**params.as_dict()) == params
+
+
+def test_collision_margin_is_refused_for_an_object_of_boxes_only(tmp_path):
+    from residualsim.sim.scenes import make_scene
+
+    box = ('<?xml version="1.0"?><robot name="box"><link name="box"><inertial>'
+           '<mass value="0.1"/><inertia ixx="1e-4" iyy="1e-4" izz="1e-4" ixy="0" ixz="0" '
+           'iyz="0"/></inertial><collision><geometry>{}</geometry></collision></link></robot>')
+    (tmp_path / "box.urdf").write_text(box.format('<box size="0.04 0.04 0.04"/>'))
+    (tmp_path / "ball.urdf").write_text(box.format('<sphere radius="0.02"/>'))
+    for name in ("box", "ball"):
+        (tmp_path / f"{name}.toml").write_text(f"urdf = '{name}.urdf'\n")
+    boxes = make_scene(str(tmp_path / "box.toml"))
+    with pytest.raises(ParameterError, match="collision_margin has no effect.*box"):
+        boxes.check_params(EngineParams(collision_margin=0.002))
+    make_scene(str(tmp_path / "ball.toml")).check_params(EngineParams(collision_margin=0.002))

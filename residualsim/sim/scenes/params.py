@@ -89,6 +89,13 @@ SOLVER_PARAMS: tuple[ParamSpec, ...] = (
               "creeping (on from 0.5)"),
 )
 
+#: Solver parameters that are settings, not quantities: the engine rounds iterations and
+#: reads the flags as on from 0.5, so EngineParams holds the value the engine uses (a search
+#: that proposes 35.556 iterations or a friction anchor of 0.422 reports 36 and 0).
+_SETTINGS_SNAP = {"solver_iterations": lambda v: float(round(v)),
+                  "split_impulse": lambda v: 1.0 if v >= 0.5 else 0.0,
+                  "friction_anchor": lambda v: 1.0 if v >= 0.5 else 0.0}
+
 #: Where the static body (table, floor) is: ``table_height_m``, metres along the world's up
 #: axis (minus gravity: z in 3-D scenes, y in the planar arena), the height of its contact
 #: surface relative to where the scene puts it (the cube's table top at z = 0). Unset (None)
@@ -160,6 +167,8 @@ class EngineParams:
                 raise ParameterError(
                     f"{spec.name} must lie in [{spec.low}, {spec.high}] {spec.unit}, got {value}"
                 )
+            if spec.name in _SETTINGS_SNAP:  # the value the engine uses, not the search's
+                value = _SETTINGS_SNAP[spec.name](value)
             object.__setattr__(self, spec.name, value)
         self._check_mode()
 

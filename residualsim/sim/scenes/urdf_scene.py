@@ -55,7 +55,9 @@ class UrdfInfo:
     indices, types, friction N or N m), the number of links, the base's inertial offset in
     its link frame (position m, quaternion x-y-z-w as PyBullet gives it), the base inertia
     about its centre of mass in the base link frame (3, 3), and the composite inertia of the
-    whole object at zero joint angles about its centre of mass (3, 3), kg m²."""
+    whole object at zero joint angles about its centre of mass (3, 3), kg m²; ``all_boxes``
+    whether every collision shape is a box (Bullet's box contact ignores the collision
+    margin)."""
 
     path: Path
     mass_kg: float
@@ -68,6 +70,7 @@ class UrdfInfo:
     base_com_orn_xyzw: tuple[float, float, float, float]
     base_inertia: np.ndarray
     composite_inertia: np.ndarray
+    all_boxes: bool = False
 
 
 def urdf_info(path: Path) -> UrdfInfo:
@@ -107,6 +110,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
         masses = [base[0]] + [pb.getDynamicsInfo(body, k, physicsClientId=client)[0]
                               for k in range(n_links)]
         composite = _composite_inertia(client, body, n_links)
+        shapes = [shape[2] for link in range(-1, n_links)
+                  for shape in pb.getCollisionShapeData(body, link, physicsClientId=client)]
         orn = base[4]
         rot = np.array(pb.getMatrixFromQuaternion(orn)).reshape(3, 3)
         return UrdfInfo(path=path, mass_kg=float(sum(masses)), joint_names=tuple(names),
@@ -114,7 +119,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                         joint_friction=tuple(friction), n_links=n_links,
                         base_com_offset_m=tuple(base[3]), base_com_orn_xyzw=tuple(orn),
                         base_inertia=rot @ np.diag(base[2]) @ rot.T,
-                        composite_inertia=composite)
+                        composite_inertia=composite,
+                        all_boxes=bool(shapes) and all(k == pb.GEOM_BOX for k in shapes))
     finally:
         pb.resetSimulation(physicsClientId=client)
 
@@ -172,8 +178,14 @@ class FreeUrdfScene(Scene):
         self._offset = None if not offset.any() and np.allclose(orn, [0, 0, 0, 1]) else \
             (offset, np.array([orn[3], *orn[:3]]))
         self.settings = dataclasses.replace(FreeUrdfScene.settings, substeps=spec.substeps)
+        ignored = dict(Scene.ignored_params)
         if self.n_joints:  # joint limits are constraints that ERP corrects
-            self.ignored_params = {k: v for k, v in Scene.ignored_params.items() if k != "erp"}
+            del ignored["erp"]
+        if info.all_boxes:
+            ignored["collision_margin"] = ("every collision shape of this object is a box, and "
+                                           "Bullet's box contact ignores the margin (measured "
+                                           "on the cube: identical trajectories)")
+        self.ignored_params = ignored
         super().__init__(settings)
         self._kinematics_cache: tuple | None = None
 
