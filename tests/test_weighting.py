@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,41 @@ def test_calibrate_sandwich_gives_intervals_around_the_truth(tmp_path):
     with pytest.raises(ParameterError, match="noise scale estimated"):
         calibrate("cube", tmp_path / "data", names, tmp_path / "cal2", method="sandwich",
                   split="all", substeps=5, noise=0.002, plots=False)
+
+
+def test_an_interrupted_sandwich_calibration_resumes_from_its_finished_stages(tmp_path,
+                                                                             monkeypatch):
+    """Ctrl-C after the pilot fit and the mode keeps them in sandwich-checkpoint.json;
+    --resume reuses both (no pilot fit runs again) and ends where an uninterrupted run
+    does; the file of another run is refused."""
+    import residualsim.sysid.weighting as weighting
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses(TRUTH, n_tosses=4, n_samples=30, noise_m=0.002, rng=3,
+                               substeps=5)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    names = ["lateral_friction", "restitution"]
+    options = dict(method="sandwich", split="all", substeps=5, chains=1, plots=False)
+    whole = calibrate("cube", tmp_path / "data", names, tmp_path / "whole", **options)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(weighting, "sandwich_posterior", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            calibrate("cube", tmp_path / "data", names, tmp_path / "cut", **options)
+    saved = json.loads((tmp_path / "cut" / "sandwich-checkpoint.json").read_text())
+    assert set(saved["stages"]) == {"reference", "mode"}
+    pilots = []
+    original = weighting.pilot_reference
+    monkeypatch.setattr(weighting, "pilot_reference",
+                        lambda *a, **k: pilots.append(1) or original(*a, **k))
+    resumed = calibrate("cube", tmp_path / "data", names, tmp_path / "cut", resume=True,
+                        **options)
+    assert pilots == []
+    assert resumed["median"] == whole["median"] and resumed["q95"] == whole["q95"]
+    with pytest.raises(ParameterError, match="other settings"):
+        calibrate("cube", tmp_path / "data", ["lateral_friction"], tmp_path / "cut",
+                  resume=True, **options)

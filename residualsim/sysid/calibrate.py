@@ -455,8 +455,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 raise ParameterError("method 'sandwich' is for trajectories with the noise "
                                      "scale estimated (no --noise)")
             start = None if initial is None else [float(initial[n]) for n in space.names]
-            result.update(sandwich_calibration(likelihood, log_like, space, seed,
-                                               start_points * chains, start))
+            result.update(sandwich_calibration(
+                likelihood, log_like, space, seed, start_points * chains, start,
+                checkpoint=out / "sandwich-checkpoint.json", resume=resume,
+                fingerprint={**fingerprint, "space": space.as_json(), "start": start}))
             point = result["median"]
         elif method == "lsq":
             if kind != "trajectories":

@@ -54,6 +54,8 @@ from residualsim.errors import ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.recordings import rollout_residuals
 
+log = logging.getLogger(__name__)
+
 __all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
            "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
            "adjusted_point", "sandwich_posterior", "effective_weights",
@@ -378,16 +380,35 @@ def effective_weights(likelihood, log_like, space, seed: int,
 
 
 def sandwich_calibration(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
-                         seed: int, sobol_points: int, start) -> dict[str, Any]:
+                         seed: int, sobol_points: int, start, *,
+                         checkpoint: Any = None, fingerprint: Any = None,
+                         resume: bool = False) -> dict[str, Any]:
     """``calibrate --method sandwich``: a pilot fit (ν = 1; ``start`` natural values or the
     best of ``sobol_points`` Sobol points, refined by 40 Nelder-Mead evaluations), each
     recording's ν_i measured there, the ν-weighted mode (30 evaluations) and
     :func:`sandwich_posterior` there. Returns the summary's entries (``median``, ``q05``,
-    ``q95``, ``sandwich``, ``evaluations``, ``warnings``)."""
-    reference = pilot_reference(log_like, space, seed=seed, sobol_points=sobol_points,
-                                start=start)
+    ``q95``, ``sandwich``, ``evaluations``, ``warnings``).
+
+    ``checkpoint``: a JSON file (path) rewritten atomically after the pilot fit and after
+    the mode, holding ``fingerprint`` (any JSON value) and the finished stages; with
+    ``resume`` a file of the same fingerprint skips them (an interrupted run loses at most
+    the stage it was in), and one of another fingerprint is refused (ParameterError)."""
+    stages = _sandwich_stages(checkpoint, fingerprint, resume)
+    if "reference" in stages:
+        reference = np.asarray(stages["reference"], dtype=np.float64)
+        log.info("%s: reusing the pilot fit", checkpoint)
+    else:
+        reference = pilot_reference(log_like, space, seed=seed, sobol_points=sobol_points,
+                                    start=start)
+        _save_stage(checkpoint, fingerprint, stages, reference=reference.tolist())
     nu = likelihood.set_reference(space.engine_params(reference))
-    mode = pilot_reference(log_like, space, start=reference, evaluations=30, simplex=0.01)
+    if "mode" in stages:
+        mode = np.asarray(stages["mode"], dtype=np.float64)
+        log.info("%s: reusing the weighted mode", checkpoint)
+    else:
+        mode = pilot_reference(log_like, space, start=reference, evaluations=30,
+                               simplex=0.01)
+        _save_stage(checkpoint, fingerprint, stages, mode=np.asarray(mode).tolist())
     found = sandwich_posterior(likelihood, space, mode)
     result: dict[str, Any] = {key: found[key] for key in ("median", "q05", "q95")}
     result["sandwich"] = {
@@ -402,3 +423,35 @@ def sandwich_calibration(likelihood, log_like: Callable[[np.ndarray], np.ndarray
         "no positive-definite envelope of the likelihood around its mode: the intervals "
         "are the prior's (the data do not pin these parameters here)"]
     return result
+
+
+def _sandwich_stages(checkpoint: Any, fingerprint: Any, resume: bool) -> dict[str, Any]:
+    """The finished stages in ``checkpoint`` (empty without ``resume`` or a file)."""
+    import json
+    from pathlib import Path
+
+    from residualsim.atomic import read_json
+
+    if checkpoint is None or not resume or not Path(checkpoint).is_file():
+        return {}
+    saved = read_json(Path(checkpoint))
+    expected = json.loads(json.dumps(fingerprint))
+    if not isinstance(saved, dict) or saved.get("fingerprint") != expected:
+        raise ParameterError(f"{checkpoint}: written by a sandwich calibration with other "
+                             "settings or data; --resume continues only the same run (remove "
+                             "the file, or choose a new --out)")
+    return dict(saved.get("stages", {}))
+
+
+def _save_stage(checkpoint: Any, fingerprint: Any, stages: dict[str, Any],
+                **finished: Any) -> None:
+    """Add ``finished`` to ``stages`` and rewrite ``checkpoint`` (if any) atomically."""
+    import json
+    from pathlib import Path
+
+    from residualsim.atomic import atomic_write_text
+
+    stages.update(finished)
+    if checkpoint is not None:
+        atomic_write_text(Path(checkpoint), json.dumps(
+            {"fingerprint": fingerprint, "stages": stages}, default=str))
