@@ -100,3 +100,31 @@ def test_xyzw_under_a_wxyz_header_is_detected_and_the_option_reads_it(tosses, tm
     with reading_options(quaternion_order="xyzw"), pytest.raises(
             DataError, match=r"look like w-x-y-z order: .*drop --quaternion-order xyzw"):
         prepare_recordings(scene, load_trajectories(tmp_path / "plain"))
+
+
+def _sliding_cube(deceleration_mps2: float, height_m: float = 0.0524) -> dict:
+    """A cube pushed along the table at 1 m/s, decelerating at ``deceleration_mps2``
+    (friction), 0.4 s at 100 Hz, level the whole time."""
+    from residualsim.data.trajectory import Trajectory
+
+    t = np.arange(40) / 100.0
+    x = 1.0 * t - 0.5 * deceleration_mps2 * t ** 2
+    positions = np.column_stack([x, np.zeros_like(t), np.full_like(t, height_m)])
+    velocity = np.column_stack([1.0 - deceleration_mps2 * t, np.zeros((len(t), 2))])
+    quat = np.tile([1.0, 0.0, 0.0, 0.0], (len(t), 1))
+    return {"slide": Trajectory(traj_id="slide", times_s=t, positions_m=positions,
+                                quat_wxyz=quat, linear_velocity_mps=velocity,
+                                angular_velocity_world_radps=np.zeros((len(t), 3)))}
+
+
+@pytest.mark.parametrize("deceleration", [2.45, 5.0])
+def test_a_box_pushed_along_the_table_is_not_taken_for_free_flight(deceleration):
+    """Issue 51: a slide decelerating at mu g was refused as gravity along x."""
+    prepare_recordings("cube", _sliding_cube(deceleration))
+
+
+def test_a_level_object_off_the_table_is_still_refused():
+    """Level, but hovering 5 cm above the table at its first sample: not on the table, so
+    the fitted 'gravity' along x is refused as before."""
+    with pytest.raises(DataError, match="falls with"):
+        prepare_recordings("cube", _sliding_cube(5.0, height_m=0.10))

@@ -59,6 +59,12 @@ FIT_SHARE = 0.05
 #: than a third of it under the other names the other order.
 ORDER_GAP_M = 0.005
 
+#: A recording in contact at its first sample is "on the table" (sliding or resting, not in
+#: free flight: gravity is not checked) when its centre of mass stays within this height
+#: band (m) and its fitted vertical acceleration is under the next value (m/s²).
+LEVEL_M = 0.003
+LEVEL_ACCELERATION_MPS2 = 1.0
+
 #: (ratio of the fitted g to 9.81, cause) for magnitudes out of the band.
 _CAUSES = ((1000.0, "positions look like millimetres (divide them by 1000)"),
            (100.0, "positions look like centimetres (divide them by 100)"),
@@ -167,6 +173,10 @@ def check_gravity(engine: Engine, trajectory: Trajectory, n_free: int, refuse
     down = np.array([0.0, -1.0, 0.0]) if planar else np.array([0.0, 0.0, -1.0])
     if G_LOW_MPS2 <= fit.magnitude_mps2 <= G_HIGH_MPS2 and fit.tilt_deg(down) <= MAX_TILT_DEG:
         return fit
+    if not n_free and _on_the_table(engine, trajectory, fit, down):
+        log.info("%s: on the table from its first sample and level (sliding or at rest): "
+                 "no free flight, gravity not checked", trajectory.traj_id)
+        return None
     name = trajectory.source or trajectory.traj_id
     g = fit.gravity_mps2
     refuse(f"{name}: the free flight (samples 0 to {fit.samples - 1}) falls with "
@@ -175,6 +185,19 @@ def check_gravity(engine: Engine, trajectory: Trajectory, n_free: int, refuse
            f"{'-y' if planar else '-z'}; expected 9.81 m/s² along {'-y' if planar else '-z'} "
            f"(metres, seconds): {_cause(fit, down, planar)}")
     return fit
+
+
+def _on_the_table(engine: Engine, trajectory: Trajectory, fit: GravityFit,
+                  down: np.ndarray) -> bool:
+    """A recording in contact at its first sample whose centre of mass keeps its height
+    (within :data:`LEVEL_M`) over the fitted window and whose fitted acceleration has no
+    vertical part to speak of (under :data:`LEVEL_ACCELERATION_MPS2`): a body pushed along
+    or resting on the table, whose deceleration is friction's, not gravity's. (An export
+    with another up axis shows gravity's 9.81 m/s² along a level axis, with the height
+    moving: still refused.)"""
+    heights = _centres_of_mass(engine, trajectory, fit.samples) @ -down
+    vertical = abs(float(fit.gravity_mps2 @ down))
+    return float(np.ptp(heights)) <= LEVEL_M and vertical <= LEVEL_ACCELERATION_MPS2
 
 
 def _other_order(trajectory: Trajectory) -> tuple[Trajectory, str]:
