@@ -128,3 +128,22 @@ def test_a_level_object_off_the_table_is_still_refused():
     the fitted 'gravity' along x is refused as before."""
     with pytest.raises(DataError, match="falls with"):
         prepare_recordings("cube", _sliding_cube(5.0, height_m=0.10))
+
+
+def test_a_gap_across_a_contact_is_named_not_refused(caplog):
+    """Issue 51: an occlusion across a bounce, filled in by interpolation, put the object
+    43 mm into the table and the recording was refused as another object's. Samples filled
+    across a gap (``time_base.filled_samples``) are now named in a warning and not held
+    against the recording; the same poses measured are still refused."""
+    slide = _sliding_cube(2.45)["slide"]
+    positions = slide.positions_m.copy()
+    positions[20:25, 2] = 0.01  # 42 mm into the table
+    measured = dataclasses.replace(slide, positions_m=positions)
+    with pytest.raises(DataError, match="into the table"):
+        prepare_recordings("cube", {"slide": measured})
+    gapped = dataclasses.replace(measured, metadata={
+        "time_base": {"filled_samples": [19, 20, 21, 22, 23, 24, 25]}})
+    with caplog.at_level("WARNING"):
+        assert len(prepare_recordings("cube", {"slide": gapped})) == 1
+    assert "samples 19 to 25 were filled in across a gap" in caplog.text
+    assert "42 mm into the table" in caplog.text

@@ -276,6 +276,17 @@ def _check_object_fits(engine: Engine, trajectory: Trajectory, key: str) -> None
     name = trajectory.source or key
     distances = np.array([_distance(engine, trajectory, i, 2 * WRONG_OBJECT_DEPTH_M)
                           for i in range(trajectory.n_samples)])
+    filled = [i for i in (trajectory.metadata.get("time_base") or {}).get("filled_samples", [])
+              if 0 <= i < trajectory.n_samples]
+    if filled and -distances[filled].min() > WRONG_OBJECT_DEPTH_M:
+        # a bounce inside a gap: the straight line across it passes through the table
+        worst = filled[int(np.argmin(distances[filled]))]
+        log.warning("%s: samples %d to %d were filled in across a gap in the time stamps "
+                    "(%.3f to %.3f s, interpolated, not measured) and pass %.0f mm into the "
+                    "table at sample %d (a contact inside the gap); they are not used as "
+                    "measurements", name, filled[0], filled[-1], trajectory.times_s[filled[0]],
+                    trajectory.times_s[filled[-1]], -1000 * distances[worst], worst)
+        distances[filled] = np.maximum(distances[filled], 0.0)
     deepest = int(np.argmin(distances))
     if -distances[deepest] > WRONG_OBJECT_DEPTH_M:
         raise DataError(
