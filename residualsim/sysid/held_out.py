@@ -177,8 +177,9 @@ def held_out_note(summary: Mapping[str, Any], export: str | None = None) -> str 
         return None
     trajectories = all("position_rmse_m" in f for f in figures.values())
     key = "position_rmse_m" if trajectories else "velocity_rmse_mps"
-    what = (f"validation ({summary.get('validation_count')} recordings), position RMSE"
-            if trajectories else "validation, RMSE of (dx, dy, k dtheta)")
+    count = summary.get("validation_count")
+    what = "validation" + (f" ({count} recordings)" if trajectories and count else "") + (
+        ", position RMSE" if trajectories else ", RMSE of (dx, dy, k dtheta)")
     scores = ", ".join(f"{label} {f[key]:.4g} {'m' if trajectories else 'm/s'}"
                        for label, f in figures.items() if key in f)
     choice = summary.get("held_out_choice")
