@@ -10,8 +10,8 @@ from pathlib import Path
 
 from residualsim.atomic import check_output
 from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_seed,
-                                     add_split_options, add_workers, bounds_option, count, json_line, kappa_option,
-                                     mapping_option, split_options)
+                                     add_split_options, add_workers, bounds_option, count,
+                                     json_line, kappa_option, mapping_option, split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -37,6 +37,7 @@ def _note(args: argparse.Namespace, text: str) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.held_out import held_out_note
 
     check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
     if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
@@ -86,23 +87,18 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
             recorded_start=args.recorded_start, start_points=args.start_points,
-            weighting=args.weighting, base=args.base, ground=not args.no_ground)
+            weighting=args.weighting, base=args.base, ground=not args.no_ground,
+            keep_calibrated=args.keep_calibrated)
         if summary.get("ground"):
             from residualsim.sysid.ground import ground_note
 
             _note(args, ground_note(summary["ground"]))
-    for label, figures in (summary.get("validation") or {}).items():
-        if "position_rmse_m" in figures:
-            _note(args, f"validation ({summary.get('validation_count')} recordings), "
-                        f"{label} parameters: position RMSE "
-                        f"{figures['position_rmse_m']:.4g} m")
-        else:
-            _note(args, f"validation, {label} parameters: RMSE of (dx, dy, k dtheta) "
-                        f"{figures['velocity_rmse_mps']:.4g} m/s")
+    if note := held_out_note(summary, args.export_urdf):
+        _note(args, note)
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
-            "loss", "params", "settings", "evaluations", "validation", "worker_restarts",
-            "validation_count", "backend", "complementarity_violation", "solver_status",
-            "iterations", "warnings", "ground", "seconds")
+            "loss", "params", "held_out_choice", "settings", "evaluations", "validation",
+            "worker_restarts", "validation_count", "backend", "complementarity_violation",
+            "solver_status", "iterations", "warnings", "ground", "seconds")
     if (summary.get("data") or {}).get("kind") == "trajectories":
         from residualsim.cli.report import report_command
 
@@ -136,10 +132,12 @@ def register(commands) -> None:
     cal.add_argument("--base", help="values of the parameters not calibrated: name=value,..., "
                      "a JSON file or a calibration directory (default PyBullet's)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
-                     help="also write the scene's URDF with the identified values (inertials, "
+                     help="also write the scene's URDF with the kept values (inertials, "
                      "joint dynamics, contact coefficients in each link's <contact>; default: "
-                     "none). A new file: an existing one is refused (calibrate has no "
-                     "--force; --resume rewrites its own), and so is the scene's own URDF")
+                     "none): the best on validation of the calibrated ones, the URDF's own "
+                     "body with the calibrated contact and PyBullet's defaults. A new file: an "
+                     "existing one is refused (calibrate has no --force; --resume rewrites "
+                     "its own), and so is the scene's own URDF")
     cal.add_argument("--out", required=True, help="output directory (summary.json, "
                      "posterior.npz, corner.png, trace.png)")
     cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",
@@ -210,6 +208,8 @@ def register(commands) -> None:
     cal.add_argument("--no-ground", action="store_true",
                      help="do not set table_height_m from the rest phases after a search on "
                      "trajectories (set when >= 5 recordings rest as their rollouts do)")
+    cal.add_argument("--keep-calibrated", action="store_true", help="keep and export the "
+                     "calibrated values even when another set predicts validation better")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     add_seed(cal)
     cal.add_argument("--no-plots", action="store_true", help="skip corner.png and trace.png")

@@ -1,8 +1,6 @@
 """Calibration: engine parameters from recorded trajectories or impacts.
 
 The first stage of the data flow (recordings → calibration → residual training → rollouts).
-(Past 600 lines: :func:`calibrate` is one pipeline, read as a whole: load, split, search by
-each method, the ground stage, held-out figures, export.)
 :func:`calibrate` loads a data set, keeps its training split, builds the trajectory
 likelihood (:mod:`residualsim.sysid.likelihood`) over worker processes and either
 
@@ -12,8 +10,10 @@ likelihood (:mod:`residualsim.sysid.likelihood`) over worker processes and eithe
 - maximises the same likelihood with a pinned nevergrad optimiser (``method="nevergrad"``,
   a maximum-likelihood point estimate for comparison; the loss is −log L per recording).
 
-It writes one output directory: ``summary.json`` (the point value as full engine parameters,
-the engine settings it was calibrated at, intervals and diagnostics, held-out figures),
+It writes one output directory: ``summary.json`` (the point value, or the held-out guard's
+better choice, as full engine parameters; the engine settings it was calibrated at,
+intervals and diagnostics, held-out figures and the guard's choice,
+:mod:`residualsim.sysid.held_out`),
 ``posterior.npz`` with corner and trace plots (MH) or ``history.json`` (nevergrad), and a
 checkpoint from which an interrupted run resumes. :func:`load_calibration` reads such a
 directory back; ``simulate``/``predict``/``train`` accept it directly, and use the substep
@@ -38,6 +38,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
+from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings
@@ -228,35 +229,6 @@ def _data_fingerprint(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
 
-def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str, EngineParams],
-                     substeps: int | None, n_workers: int) -> dict[str, dict[str, float]]:
-    """Scores of the engine on held-out data for each named parameter set."""
-    from residualsim.evaluation.metrics import score_impacts, score_trajectories
-    from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
-    from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
-
-    figures = {}
-    for label, engine_params in params.items():
-        if kind == "impacts":
-            velocity = simulate_impacts(scene, validation, engine_params, n_workers, substeps)
-            score = score_impacts(ImpactPredictions(post_velocity=velocity[None],
-                                                    rows=validation.rows,
-                                                    meta={"convention": "corrected"}),
-                                  validation)
-        else:
-            results = simulate_trajectories(scene, validation, engine_params, n_workers,
-                                            substeps)
-            predictions = TrajectoryPredictions(
-                {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()})
-            layout = make_scene(scene)
-            score = score_trajectories(predictions, validation,
-                                       side_m=getattr(layout, "side_m", None),
-                                       radius_of_gyration_m=layout.radius_of_gyration_m)
-        figures[label] = {k: v for k, v in score.aggregate().items()
-                          if isinstance(v, (int, float)) and v is not None}
-    return figures
-
-
 def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               out: str | os.PathLike[str], *, method: str = "mh", samples: int = 3000,
               burn_in: int = 1000, chains: int = 2, proposal_scale: float = 0.05,
@@ -276,7 +248,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None,
               base: EngineParams | Mapping[str, float] | str | None = None,
-              ground: bool = True) -> dict[str, Any]:
+              ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -328,6 +300,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ``ground``: after a search on trajectories, set ``table_height_m`` from the rest phases
     (:func:`residualsim.sysid.ground.ground_stage`; the summary's ``ground`` says what or why
     not). ``train_rms_error`` is the searched point's; held-out figures the final params'.
+    With a validation split (``split="train"``), the held-out guard
+    (:func:`~residualsim.sysid.held_out.held_out_guard`) keeps the best on validation of the
+    calibrated set, the object's own URDF body with the calibrated contact (when body or
+    joint names were calibrated) and PyBullet's defaults: the summary's ``params``/``body``
+    and ``export_urdf`` are the kept set, ``calibrated_params``/``calibrated_body`` the
+    search's, ``held_out_choice`` says which; ``keep_calibrated`` keeps the calibrated set
+    (with a warning when it is worse).
     Returns the summary written to ``out/summary.json``.
     """
     if method not in ("mh", "nevergrad", "lsq", "sandwich"):
@@ -500,21 +479,17 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
         params, result["ground"] = ground_stage(scene, train, params, space.names,
                                                 settings.substeps, n_workers)
-    held_out = None
+    held_out, guard, calibrated_params = None, {}, params
     n_validation = 0 if validation is None else (
         validation.n_impacts if kind == "impacts" else len(validation))
     if validation is not None and split != "all":  # with "all" nothing is held out
-        held_out = held_out_figures(scene, kind, validation,
-                                    {"calibrated": params, "default": EngineParams()},
-                                    settings.substeps, n_workers)
-        key = "position_rmse_m" if kind == "trajectories" else "velocity_rmse_mps"
-        if held_out["calibrated"][key] > held_out["default"][key]:
-            result.setdefault("warnings", []).append(
-                f"the calibrated parameters predict the validation split worse than the "
-                f"engine's defaults ({key} {held_out['calibrated'][key]:.4g} against "
-                f"{held_out['default'][key]:.4g}): more budget, --method lsq, or fewer "
-                "parameters")
-            log.warning("%s: %s", out, result["warnings"][-1])
+        params, guard, warnings = held_out_guard(
+            scene, kind, validation, params, space.names, settings.substeps, n_workers,
+            method=method, keep_calibrated=keep_calibrated)
+        held_out = guard.pop("validation")
+        for warning in warnings:
+            result.setdefault("warnings", []).append(warning)
+            log.warning("%s: %s", out, warning)
     if split != "all" and n_validation < 2:
         warning = ("the validation split holds one recording only: its figures say little"
                    if n_validation else "the validation split is empty: no held-out figures")
@@ -541,13 +516,20 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "weighting": ({"method": "effective", **result.pop("weighting")}
                       if "weighting" in result else {"method": "recording"}),
         "backend": current_backend().name,
-        "validation": held_out,
+        "validation": held_out, **guard,
+        "calibrated_params": calibrated_params.as_json(),
+        **({"calibrated_body": body_of(calibrated_params).as_json()}
+           if body_of(calibrated_params) else {}),
         "validation_count": n_validation if split != "all" else 0,
         "seconds": time.perf_counter() - started,
     }
     atomic_write_text(out / "summary.json", json.dumps(_json_safe(summary), indent=2))
     if export_urdf is not None:
         export_calibrated_urdf(scene, params, export_urdf)
+        if guard.get("held_out_choice", "calibrated") != "calibrated":
+            log.warning("%s: --export-urdf %s holds the %s set, not the calibrated one "
+                        "(worse on validation; --keep-calibrated writes it)", out, export_urdf,
+                        guard["held_out_choice"])
     return summary
 
 

@@ -32,8 +32,8 @@ from residualsim.atomic import atomic_write_text
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes import EngineParams
 from residualsim.sysid.calibrate import (DEFAULT_TRAJECTORY_SUBSTEPS, SUMMARY_FORMAT,
-                                         _data_fingerprint, _json_safe, _load_split,
-                                         held_out_figures)
+                                         _data_fingerprint, _json_safe, _load_split)
+from residualsim.sysid.held_out import held_out_figures
 from residualsim.sysid.paramspace import ParamSpace
 
 __all__ = ["calibrate_mpec", "MPEC_FITTED", "MPEC_KEPT", "MPEC_SCENES"]
