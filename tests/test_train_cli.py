@@ -139,6 +139,22 @@ def test_resume_needs_the_flag_and_gives_the_same_weights(trained, tmp_path):
     assert params_sha256(ResidualModel.load(copy).policy) == first["params_sha256"]
 
 
+def test_resume_may_extend_a_cma_run_but_not_cut_it_below_what_it_holds(trained, tmp_path):
+    """CMA's proposals do not depend on the budget: a finished 16-evaluation run resumed
+    with --budget 24 ends where a 24-evaluation run does; --budget 8 is refused, naming
+    the 16 evaluations the checkpoint holds."""
+    out, _ = trained
+    copy = Path(shutil.copytree(out, tmp_path / "copy"))
+    code, _, err = _quiet_main(["train", *TRAIN_ARGS, "--out", copy, "--resume",
+                                "--budget", "8"])
+    assert code == 2 and "holds 16 evaluations" in err and "at least 16" in err
+    extended = _train(copy, "--resume", "--budget", "24")
+    fresh = _train(tmp_path / "fresh", "--budget", "24")
+    assert extended["evaluations"] == 24
+    assert extended["params_sha256"] == fresh["params_sha256"]
+    assert extended["best_loss"] == fresh["best_loss"]
+
+
 def test_interrupted_training_resumes_to_the_same_weights(trained, tmp_path, monkeypatch):
     _, first = trained
     out = tmp_path / "interrupted"

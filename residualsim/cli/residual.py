@@ -142,9 +142,9 @@ def register(commands) -> None:
     tr.add_argument("--substeps", type=count(1),
                     help="engine substeps (default: the calibration's, else the scene's)")
     add_seed(tr)
-    tr.add_argument("--checkpoint-every", type=count(1),
-                    help="evaluations between checkpoints (default: after every batch)")
-    tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    tr.add_argument("--checkpoint-every", type=count(1), help="evaluations per checkpoint")
+    tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out "
+                    "(CMA: --budget may grow, or equal what it holds to end there)")
     tr.add_argument("--observation-noise", action="store_true",
                     help="set the table height and the recordings' pose noise from the "
                          "training split's rest phases (as fit-ground does; after training, "

@@ -69,6 +69,22 @@ class OptimizationResult:
         return float(self.losses[self.best_index])
 
 
+#: Optimisers whose proposals do not depend on the budget (tested for CMA: the same
+#: candidates for budgets 64 and 320), so that ``--resume`` may change the budget: a larger
+#: one continues the run, one equal to the evaluations recorded ends it there, with the
+#: result a run with that budget from the start would give.
+BUDGET_FREE_OPTIMIZERS = ("CMA",)
+
+
+def _without_budget(fingerprint: Mapping[str, Any]) -> dict:
+    """``fingerprint`` without the budget (top level, or in a ``config`` mapping)."""
+    plain = json.loads(json.dumps(dict(fingerprint)))
+    plain.pop("budget", None)
+    if isinstance(plain.get("config"), dict):
+        plain["config"].pop("budget", None)
+    return plain
+
+
 def _load(path: Path, fingerprint: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, dict]:
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -79,7 +95,10 @@ def _load(path: Path, fingerprint: Mapping[str, Any]) -> tuple[np.ndarray, np.nd
                         f"({type(exc).__name__}: {exc})") from None
     if not isinstance(header, dict):
         raise DataError(f"{path}: not a readable optimisation checkpoint (bad header)")
-    check_fingerprint(path, header.get("fingerprint", {}), fingerprint)
+    saved = header.get("fingerprint", {})
+    if isinstance(saved, dict) and fingerprint.get("optimizer") in BUDGET_FREE_OPTIMIZERS:
+        saved, fingerprint = _without_budget(saved), _without_budget(fingerprint)
+    check_fingerprint(path, saved, fingerprint)
     if candidates.ndim != 2 or len(candidates) != len(losses):
         raise DataError(f"{path}: damaged checkpoint (history shapes disagree)")
     return candidates, losses, dict(header.get("state", {}))
@@ -163,6 +182,10 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
             raise DataError(f"{path}: a checkpoint of an earlier run exists; resume it or "
                             "choose another output")
         recorded_z, recorded_loss, state = _load(path, fingerprint)
+        if len(recorded_loss) > budget:
+            raise DataError(f"{path}: the checkpoint holds {len(recorded_loss)} evaluations, "
+                            f"more than the budget of {budget}: resume with a budget of at "
+                            f"least {len(recorded_loss)} (that many ends the run there)")
     saved = len(recorded_loss)  # evaluations in the checkpoint on disk
     candidates: list[np.ndarray] = []
     losses: list[float] = []
