@@ -281,7 +281,7 @@ def test_a_bad_state_noise_in_model_json_is_named(tmp_path):
 
 
 def test_fit_spread_resumes_from_its_checkpoint_and_ignores_a_foreign_one(tmp_path, monkeypatch):
-    import residualsim.residual.train as train_module
+    import residualsim.residual.spread as spread_module
     from residualsim.residual.spread import fit_spread
 
     model = ResidualModel.load(MODEL)
@@ -290,8 +290,8 @@ def test_fit_spread_resumes_from_its_checkpoint_and_ignores_a_foreign_one(tmp_pa
     first, rows = fit_spread(model, tosses, samples=2, grid=(0.5, 2.0), checkpoint=checkpoint)
     assert [r["spread"] for r in json.loads(checkpoint.read_text())["rows"]] == [0.5, 2.0]
     calls = []
-    real = train_module.log.info
-    monkeypatch.setattr(train_module.log, "info", lambda *a: (calls.append(a[0]), real(*a)))
+    real = spread_module.log.info
+    monkeypatch.setattr(spread_module.log, "info", lambda *a: (calls.append(a[0]), real(*a)))
     again, rows_again = fit_spread(model, tosses, samples=2, grid=(0.5, 2.0, 4.0),
                                    checkpoint=checkpoint)
     assert rows_again[:2] == rows  # reused, not recomputed

@@ -132,9 +132,8 @@ def register(commands) -> None:
                     help="weight of the rotation error (x radius of gyration) in the loss")
     tr.add_argument("--contact-mode", action="store_true",
                     help="the policy also reads the number of points touching at each event")
-    tr.add_argument("--sustained", action="store_true",
-                    help="also learn friction coefficients at every contact step "
-                         "(train/README §19.2)")
+    tr.add_argument("--sustained", action="store_true", help="also learn friction "
+                    "coefficients at every contact step (train/README §19.2)")
     tr.add_argument("--validate-every", type=count(1), default=48,
                     help="evaluations between validation checks")
     tr.add_argument("--patience", type=count(1), default=6,
@@ -142,7 +141,8 @@ def register(commands) -> None:
     tr.add_argument("--substeps", type=count(1),
                     help="engine substeps (default: the calibration's, else the scene's)")
     add_seed(tr)
-    tr.add_argument("--checkpoint-every", type=count(1), help="evaluations per checkpoint")
+    tr.add_argument("--checkpoint-every", type=count(1), help="evaluations per checkpoint "
+                    "(default: each batch)")
     tr.add_argument("--resume", action="store_true", help="continue the checkpoint in --out "
                     "(CMA: --budget may grow, or equal what it holds to end there)")
     tr.add_argument("--observation-noise", action="store_true",
