@@ -36,10 +36,14 @@ def _note(args: argparse.Namespace, text: str) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
+    from residualsim.sysid.bodyspace import resolve_method
     from residualsim.sysid.calibrate import calibrate
     from residualsim.sysid.held_out import held_out_note
 
     check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
+    args.method, warning = resolve_method(args.method, args.params.split(","))
+    if warning:
+        _note(args, warning)
     if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
         raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
                              "trajectories of a free body")
@@ -138,26 +142,23 @@ def register(commands) -> None:
                      "body with the calibrated contact and PyBullet's defaults. A new file: an "
                      "existing one is refused (calibrate has no --force; --resume rewrites "
                      "its own), and so is the scene's own URDF")
-    cal.add_argument("--out", required=True, help="output directory (summary.json, "
-                     "posterior.npz, corner.png, trace.png)")
+    cal.add_argument("--out", required=True, help="output directory (summary.json, plots)")
     cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",
                                           "gradient", "homotopy"),
-                     default="mh", help="mh, sandwich (trajectories, noise estimated: a "
-                     "Gaussian posterior around the likelihood's envelope with the sandwich "
-                     "covariance, ~200 evaluations; its ranks passed simulation-based "
-                     "calibration, MH's did not: train/README.md section 20), "
-                     "nevergrad, lsq (least squares on trajectory "
-                     "error, finite differences; fast for many parameters, --budget parameter "
-                     "sets) or mpec (complementarity-constrained, no simulator; fits "
+                     help="mh, sandwich (trajectories, noise estimated: a Gaussian "
+                     "posterior around the likelihood's envelope with the sandwich covariance, "
+                     "~200 evaluations; its ranks passed simulation-based calibration, MH's did "
+                     "not: train/README.md section 20), nevergrad, lsq (least squares on "
+                     "trajectory error, finite differences, --budget parameter sets; body and "
+                     "joints in stages) or mpec (complementarity-constrained, no simulator; fits "
                      "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
-                     "homotopy or mh")
+                     "homotopy or mh (default: lsq with body or joint names, else mh)")
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
                      help="mh: start the chains at the best Sobol points (default) or at the "
                      "MPEC estimate (written to OUT/mpec-init)")
-    cal.add_argument("--start-points", type=count(1), default=32,
-                     help="mh --init sobol: Sobol points per chain the chains start from, each "
-                     "one likelihood evaluation before the first step (default 32: 64 with 2 "
-                     "chains, most of a short run's time; lower it for quick looks)")
+    cal.add_argument("--start-points", type=count(1), default=32, help="mh --init sobol: "
+                     "Sobol points per chain, each one evaluation before the first step "
+                     "(default 32; lower it for quick looks)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
     cal.add_argument("--estimate-offsets", action="store_true",
@@ -173,8 +174,8 @@ def register(commands) -> None:
                      "unit (default: each parameter's valid range)")
     cal.add_argument("--prior", help="name=uniform|loguniform|normal:MEAN:STD,... "
                      "(default: uniform within the bounds)")
-    cal.add_argument("--noise", type=float,
-                     help="observation noise scale (m; m/s for impacts); default estimated")
+    cal.add_argument("--noise", type=float, help="observation noise (m; m/s for impacts); "
+                     "default estimated")
     cal.add_argument("--substeps", type=count(1), help="substeps per sample (default: scene's)")
     cal.add_argument("--initial-draws", type=count(0), help="initial states per pose-only "
                      "recording, drawn from its fit's uncertainty (default 4; 0: the fit only)")
@@ -188,12 +189,10 @@ def register(commands) -> None:
                      "effective number of independent residuals at a pilot fit (effective: too "
                      "narrow). Neither passed simulation-based calibration; --method sandwich "
                      "did (train/README.md section 20)")
-    cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION",
-                     help="MH: screen each proposal on this fraction of the recordings "
-                     "before the rest (exact; e.g. 0.25) (default: off)")
-    cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W",
-                     help="trajectories: weight of the squared rotation angle (times r_g^2) "
-                     "against the squared position error (default 1)")
+    cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION", help="MH: screen "
+                     "each proposal on this share of the recordings first (default: off)")
+    cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W", help="weight "
+                     "of the squared rotation angle (x r_g^2) against position (default 1)")
     cal.add_argument("--split", choices=("train", "all"), default="train",
                      help="recordings to calibrate on (default train)")
     cal.add_argument("--max-trajectories", type=count(1),
@@ -208,11 +207,11 @@ def register(commands) -> None:
     cal.add_argument("--no-ground", action="store_true",
                      help="do not set table_height_m from the rest phases after a search on "
                      "trajectories (set when >= 5 recordings rest as their rollouts do)")
-    cal.add_argument("--keep-calibrated", action="store_true", help="keep and export the "
-                     "calibrated values even when another set predicts validation better")
+    cal.add_argument("--keep-calibrated", action="store_true", help="export the calibrated "
+                     "values even when another set predicts validation better")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
     add_seed(cal)
-    cal.add_argument("--no-plots", action="store_true", help="skip corner.png and trace.png")
+    cal.add_argument("--no-plots", action="store_true", help="skip corner.png, trace.png")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_split_options(cal)
     add_allow_implausible(cal)

@@ -62,7 +62,7 @@ from residualsim.sim.scenes.body import (BodyParams, JointDynamics, LinkInertial
                                          link_aabbs, read_body)
 
 __all__ = ["BodySpace", "body_space", "GROUPS", "CONTACT_GROUP", "SOFT_CONTACT_GROUP",
-           "expand_names", "is_body_name", "solver_group"]
+           "resolve_method", "expand_names", "is_body_name", "solver_group"]
 
 CONTACT_GROUP = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction")
 SOFT_CONTACT_GROUP = ("contact_stiffness", "contact_damping")
@@ -74,6 +74,27 @@ _DAMPING_RATE, _FRICTION_RATE = 20.0, 50.0
 def is_body_name(name: str) -> bool:
     """Whether a parameter name is a body or joint parameter (``body.*``, ``joint.*``)."""
     return name.startswith(("body.", "joint."))
+
+
+def resolve_method(method: str | None, names: Sequence[str]) -> tuple[str, str | None]:
+    """``calibrate``'s method and a warning for the user, or None.
+
+    With no method named: ``lsq`` when ``names`` hold body or joint parameters (or their
+    groups ``body``, ``joints``), else ``mh``. Only ``lsq`` fits the body in stages (free
+    flight, then contact, then the weak directions) with each pose-only recording's initial
+    state solved beside the body; on pose-only real recordings nevergrad over body, joints
+    and contact together returned a body predicting held-out recordings 1.745x worse than
+    PyBullet's defaults, lsq 0.887x (issue 48; train/README.md §22). ``mh`` or
+    ``nevergrad`` named with body names runs, with a warning saying so.
+    """
+    body = any(n.strip() in ("body", "joints") or is_body_name(n.strip()) for n in names)
+    if method is None:
+        return ("lsq" if body else "mh"), None
+    if body and method in ("mh", "nevergrad"):
+        return method, (f"warning: --method {method} searches the body, joints and contact "
+                        "together; lsq (the default with body or joint names) fits them in "
+                        "stages and did better on pose-only recordings (train/README.md §22)")
+    return method, None
 
 
 @dataclasses.dataclass(frozen=True)

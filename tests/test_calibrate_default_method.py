@@ -1,0 +1,50 @@
+"""calibrate's method when none is named: lsq for body or joint names (issue 48)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from residualsim.sysid.bodyspace import resolve_method
+
+ROOT = Path(__file__).resolve().parents[1]
+HINGE = ROOT / "assets" / "examples" / "hinge.toml"
+
+
+@pytest.mark.parametrize("names, method", [
+    (["lateral_friction", "restitution"], "mh"),
+    (["contact"], "mh"),
+    (["contact", "body", "joints"], "lsq"),
+    (["joints"], "lsq"),
+    (["lateral_friction", " body.base.com_x"], "lsq"),
+    (["joint.hinge.damping"], "lsq"),
+])
+def test_no_method_named_is_lsq_exactly_when_body_or_joint_names_are(names, method):
+    assert resolve_method(None, names) == (method, None)
+
+
+def test_a_named_method_is_kept_and_mh_or_nevergrad_on_the_body_is_warned():
+    assert resolve_method("sandwich", ["contact"]) == ("sandwich", None)
+    assert resolve_method("nevergrad", ["contact"]) == ("nevergrad", None)
+    assert resolve_method("lsq", ["body"]) == ("lsq", None)
+    for method in ("mh", "nevergrad"):
+        kept, warning = resolve_method(method, ["contact", "body"])
+        assert kept == method and "lsq" in warning and method in warning
+
+
+def test_the_command_line_runs_lsq_on_joints_when_no_method_is_named(tmp_path, capsys):
+    from residualsim.cli import main
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+
+    save_csv_trajectories(tmp_path / "data", synthesize_tosses(
+        {"lateral_friction": 0.3}, n_tosses=2, n_samples=20, rng=2, scene=str(HINGE),
+        rate_hz=100.0), with_velocities=True)
+    assert main(["calibrate", "--scene", str(HINGE), "--data", str(tmp_path / "data"),
+                 "--params", "joints", "--budget", "4", "--split", "all", "--no-plots",
+                 "--out", str(tmp_path / "cal")]) == 0
+    summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
+    assert summary["method"] == "lsq"
+    assert "warning: --method" not in capsys.readouterr().err
