@@ -75,6 +75,8 @@ class UrdfInfo:
     #: The file PyBullet loads: ``path``, or a copy of it whose meshes PyBullet finds
     #: (:func:`~residualsim.sim.scenes.body.loadable_urdf`).
     load_path: Path | None = None
+    #: Per non-fixed joint, its ``<limit>`` (lower, upper), rad or m, or None (continuous).
+    joint_limits: tuple[tuple[float, float] | None, ...] = ()
 
 
 def urdf_info(path: Path) -> UrdfInfo:
@@ -99,7 +101,7 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
         body = load_urdf(client, str(load_path), basePosition=[0, 0, 1],
                          flags=pb.URDF_USE_INERTIA_FROM_FILE)
         base = pb.getDynamicsInfo(body, -1, physicsClientId=client)
-        names, indices, types, friction = [], [], [], []
+        names, indices, types, friction, limits = [], [], [], [], []
         n_links = pb.getNumJoints(body, physicsClientId=client)
         for index in range(n_links):
             info = pb.getJointInfo(body, index, physicsClientId=client)
@@ -112,6 +114,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                 indices.append(index)
                 types.append(kind)
                 friction.append(float(info[7]))
+                limits.append((float(info[8]), float(info[9])) if info[8] <= info[9]
+                              else None)  # PyBullet: lower 0, upper -1 without limits
         masses = [base[0]] + [pb.getDynamicsInfo(body, k, physicsClientId=client)[0]
                               for k in range(n_links)]
         composite = _composite_inertia(client, body, n_links)
@@ -126,7 +130,7 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                         base_inertia=rot @ np.diag(base[2]) @ rot.T,
                         composite_inertia=composite,
                         all_boxes=bool(shapes) and all(k == pb.GEOM_BOX for k in shapes),
-                        load_path=load_path)
+                        load_path=load_path, joint_limits=tuple(limits))
     finally:
         pb.resetSimulation(physicsClientId=client)
 
