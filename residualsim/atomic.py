@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,8 +29,11 @@ __all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png", "check_o
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Open ``path`` for binary writing, atomically (missing parent directories are made)."""
+def atomic_open(path: str | os.PathLike[str],
+                check: Callable[[Path], None] | None = None) -> Iterator[BinaryIO]:
+    """Open ``path`` for binary writing, atomically (missing parent directories are made);
+    ``check(temporary)``, when given, is called with the complete file, beside ``path``,
+    before it replaces ``path``: an exception from it removes the file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
@@ -40,6 +43,8 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        if check is not None:
+            check(temporary)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

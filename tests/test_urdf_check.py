@@ -16,7 +16,8 @@ from residualsim.errors import SceneError
 from residualsim.sim.scenes import make_scene
 from residualsim.sim.implausible import allow_implausible
 from residualsim.sim.pool import EngineFactory
-from residualsim.sim.scenes.urdf_check import check_urdf, resolve_mesh
+from residualsim.sim.scenes.meshes import resolve_mesh
+from residualsim.sim.scenes.urdf_check import check_urdf
 
 from conftest import load_train_script
 

@@ -28,6 +28,15 @@ both refused by default and allowed by ``--allow-implausible``
    permuted quaternion that happens to put the object on another face flat on the table is
    not detected (nor, by any dynamics, a permuted quaternion of an isotropic body spinning
    steadily).
+3. **Joint angles in degrees** (:func:`check_joint_units`, recordings of an articulated
+   object, checked first: a joint in degrees swings the links, which the other two checks
+   would blame on the base's frame or units). When a revolute joint's recorded angles leave
+   its URDF ``<limit>`` by more than :data:`DEGREE_EXCESS_RAD` while the same values read
+   as degrees stay within it (:data:`DEGREE_MARGIN_RAD` of slack), the recording is
+   refused naming the joint and saying the angles look like degrees (residualsim reads
+   radians). Values beyond the limits that are not degrees either are left to the other
+   checks. A continuous joint (no limits) is not checked: in radians it may wind any
+   number of turns, so no range tells degrees apart.
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ import pybullet as pb
 from residualsim.data import Trajectory
 from residualsim.sim.engine import Engine
 
-__all__ = ["gravity_fit", "check_gravity", "check_quaternion_order", "GravityFit",
+__all__ = ["gravity_fit", "check_gravity", "check_quaternion_order", "check_joint_units",
+           "DEGREE_EXCESS_RAD", "DEGREE_MARGIN_RAD", "GravityFit",
            "G_LOW_MPS2", "G_HIGH_MPS2", "MAX_TILT_DEG", "MIN_GRAVITY_SAMPLES", "ORDER_GAP_M"]
 
 log = logging.getLogger(__name__)
@@ -64,6 +74,12 @@ ORDER_GAP_M = 0.005
 #: band (m) and its fitted vertical acceleration is under the next value (m/s²).
 LEVEL_M = 0.003
 LEVEL_ACCELERATION_MPS2 = 1.0
+
+#: A joint angle this far (rad) beyond the joint's limits is far outside them; read as
+#: degrees (divided by 180/pi) it must be within this slack (rad) of them to be taken for
+#: degrees.
+DEGREE_EXCESS_RAD = 1.0
+DEGREE_MARGIN_RAD = 0.1
 
 #: (ratio of the fitted g to 9.81, cause) for magnitudes out of the band.
 _CAUSES = ((1000.0, "positions look like millimetres (divide them by 1000)"),
@@ -247,3 +263,35 @@ def check_quaternion_order(engine: Engine, trajectory: Trajectory, distance, ref
                 else "drop --quaternion-order xyzw (the values are w-x-y-z)")
         refuse(f"{name}: the quaternions look like {'-'.join(order)} order: {reason}; "
                f"{flag}")
+
+
+def _looks_like_degrees(angles: np.ndarray, limits: tuple[float, float]) -> bool:
+    """Whether joint angles (T,) recorded as radians are degrees (module docstring, 3)."""
+    low, high = limits
+    excess = max(low - float(angles.min()), float(angles.max()) - high)
+    as_radians = np.radians(angles)
+    return excess > DEGREE_EXCESS_RAD and bool(np.all(
+        (as_radians >= low - DEGREE_MARGIN_RAD) & (as_radians <= high + DEGREE_MARGIN_RAD)))
+
+
+def check_joint_units(scene, trajectory: Trajectory, refuse) -> None:
+    """Call ``refuse(message)`` when a revolute joint's recorded angles look like degrees
+    (module docstring, 3); scenes without URDF joints are not checked."""
+    info = getattr(scene, "info", None)
+    positions = trajectory.joint_positions
+    if info is None or positions is None or not len(positions) or \
+            tuple(trajectory.joint_names) != tuple(info.joint_names):
+        return
+    for joint, kind, limits, angles in zip(info.joint_names, info.joint_types,
+                                           info.joint_limits, np.asarray(positions).T):
+        if kind != "revolute" or limits is None or not _looks_like_degrees(angles, limits):
+            continue
+        name = trajectory.source or trajectory.traj_id
+        unwrapped = joint in trajectory.metadata.get("unwrapped_joints", ())
+        refuse(f"{name}: joint {joint!r} reads {angles.min():.4g} to {angles.max():.4g}"
+               f"{' (unwrapped: steps over pi taken for wraps)' if unwrapped else ''}, far "
+               f"beyond its limits [{limits[0]:g}, {limits[1]:g}] rad in {info.path.name}, and "
+               f"within them read as degrees ({np.radians(angles.min()):.3g} to "
+               f"{np.radians(angles.max()):.3g} rad): the joint angles look like degrees; "
+               "residualsim reads radians (multiply them by pi/180)")
+        return

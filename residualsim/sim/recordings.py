@@ -53,7 +53,8 @@ from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.implausible import allow_implausible, implausible_allowed, refuse_implausible
-from residualsim.sim.plausibility import check_gravity, check_quaternion_order
+from residualsim.sim.plausibility import (check_gravity, check_joint_units,
+                                          check_quaternion_order)
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
@@ -222,6 +223,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
+        check_joint_units(layout, traj, _implausible)
     if not trajectories:
         return {}
     with Engine(scene) as engine:  # units and conventions first: they explain the rest

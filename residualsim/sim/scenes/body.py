@@ -21,7 +21,9 @@ parameters, so every place that hands parameters to an engine carries the body t
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -33,12 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from residualsim.atomic import atomic_write_text
+from residualsim.atomic import atomic_open, atomic_write_text
 from residualsim.errors import ParameterError, SceneError
+from residualsim.sim.scenes.meshes import meshes_load_as_written, point_meshes
 
 __all__ = ["LinkInertial", "JointDynamics", "BodyParams", "read_body", "write_urdf",
-           "urdf_text", "body_urdf", "inertia_matrix", "inertia_tuple", "check_inertia",
-           "link_aabbs", "check_body_matches"]
+           "urdf_text", "body_urdf", "loadable_urdf", "inertia_matrix", "inertia_tuple",
+           "check_inertia", "link_aabbs", "check_body_matches"]
 
 
 def inertia_matrix(values) -> np.ndarray:
@@ -251,21 +254,17 @@ def check_body_matches(source: str | os.PathLike[str], body: BodyParams) -> None
 
 def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
               contact: "EngineParams | None" = None,
-              relative_to: str | os.PathLike[str] | None = None) -> str:
+              written: str | os.PathLike[str] | None = None) -> str:
     """The URDF ``source`` with ``body``'s inertials and joint dynamics and, with
     ``contact``, each link's ``<contact>`` coefficients (the effective pair values against a
     rigid table of friction 1, restitution 1). Links, joints, collision and visual shapes are
-    unchanged; relative mesh paths are rewritten relative to ``relative_to`` (a directory;
-    default absolute)."""
+    unchanged; mesh names are rewritten to resolve from the file ``written`` (None: absolute
+    paths; :func:`~residualsim.sim.scenes.meshes.point_meshes`), SceneError naming
+    ``source`` and a mesh that cannot be found."""
     source = Path(source).resolve()
     tree = _parse(source)
     root = tree.getroot()
-    for mesh in root.iter("mesh"):
-        name = mesh.get("filename", "")
-        if name and "://" not in name and not os.path.isabs(name):
-            absolute = (source.parent / name).resolve()
-            mesh.set("filename", str(absolute) if relative_to is None
-                     else os.path.relpath(absolute, Path(relative_to).resolve()))
+    point_meshes(root, source, None if written is None else Path(written))
     if body is not None:
         _check_same_object(source, root, body)
         by_name = {link.name: link for link in body.links}
@@ -311,11 +310,43 @@ def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
 
 def write_urdf(source: str | os.PathLike[str], out: str | os.PathLike[str],
                body: BodyParams | None = None, contact: "EngineParams | None" = None) -> Path:
-    """Write :func:`urdf_text` to ``out`` atomically (mesh paths relative to it)."""
+    """Write :func:`urdf_text` to ``out`` (mesh names resolving from there), kept only once
+    PyBullet has loaded it from there: SceneError naming ``out`` and PyBullet's reason
+    otherwise, and nothing written (not even a missing parent folder)."""
     out = Path(out)
-    text = urdf_text(source, body, contact, relative_to=out.parent)
-    atomic_write_text(out, text)
+    text = urdf_text(source, body, contact, written=out)
+    made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]
+    try:
+        with atomic_open(out, check=functools.partial(_check_loads, out)) as handle:
+            handle.write(text.encode("utf-8"))
+    except BaseException:
+        for folder in made:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     return out
+
+
+def _check_loads(out: Path, written: Path) -> None:
+    """SceneError unless PyBullet loads the URDF file ``written`` (``out``'s temporary),
+    with PyBullet's reason (its C output)."""
+    from residualsim.sim.bullet import captured_c_output, pb
+
+    client = pb.connect(pb.DIRECT)
+    try:
+        with captured_c_output() as output:
+            try:
+                pb.loadURDF(str(written.resolve()), flags=pb.URDF_USE_INERTIA_FROM_FILE,
+                            physicsClientId=client)
+                return
+            except pb.error as exc:
+                failure = str(exc)
+    finally:
+        pb.disconnect(client)
+    reason = ("; ".join(list(dict.fromkeys(output.lines()))[:3]) or failure).replace(
+        str(written.resolve()), str(out))
+    raise SceneError(f"{out}: the URDF written does not load back in PyBullet ({reason}); "
+                     "not written")
 
 
 _TEMP: list[Path] = []
@@ -328,14 +359,25 @@ def _temp_dir() -> Path:
     return _TEMP[0]
 
 
-def body_urdf(source: str | os.PathLike[str], body: BodyParams) -> Path:
-    """A URDF file with ``body`` applied to ``source``, in a per-process temporary folder,
-    named by its content's hash (one file per body; removed at exit)."""
+def body_urdf(source: str | os.PathLike[str], body: BodyParams | None) -> Path:
+    """A URDF file with ``body`` applied to ``source`` (None: its own), in a per-process
+    temporary folder, named by its content's hash (one file per body; removed at exit); its
+    meshes are ``source``'s, by absolute path."""
     text = urdf_text(source, body)
-    path = _temp_dir() / f"{Path(source).stem}-{hashlib.sha256(text.encode()).hexdigest()[:20]}.urdf"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    path = _temp_dir() / f"{Path(source).stem}-{digest}.urdf"
     if not path.is_file():
         atomic_write_text(path, text)
     return path
+
+
+def loadable_urdf(source: str | os.PathLike[str]) -> Path:
+    """``source`` itself when PyBullet finds its meshes, else :func:`body_urdf` of it
+    (a ``package://`` mesh found only through a ``package.xml`` or ``ROS_PACKAGE_PATH``)."""
+    source = Path(source)
+    if meshes_load_as_written(source, _parse(source).getroot()):
+        return source
+    return body_urdf(source, None)
 
 
 def link_aabbs(path: str | os.PathLike[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -35,9 +35,9 @@ naming the file and the element:
   not checked;
 * a link without any ``<collision>`` element: it would pass through the table, since
   residualsim's tables collide with collision shapes only;
-* a mesh file that is missing. ``package://NAME/rest`` is resolved as PyBullet does, by
-  searching ``rest`` and ``NAME/rest`` under the URDF's folder and its parents; a relative
-  mesh path is relative to the URDF's folder.
+* a mesh file that is missing (:func:`~residualsim.sim.scenes.meshes.resolve_mesh`: a
+  relative path is relative to the URDF's folder; ``package://NAME/rest`` is searched as
+  PyBullet does, then in a ROS package ``NAME`` above the URDF or in ``ROS_PACKAGE_PATH``).
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -52,8 +52,9 @@ import numpy as np
 
 from residualsim.errors import SceneError
 from residualsim.sim.implausible import refuse_implausible
+from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
 
-__all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "check_urdf", "resolve_mesh"]
+__all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "check_urdf"]
 
 #: Joint types residualsim simulates (``continuous`` is a revolute joint without limits).
 SUPPORTED_JOINTS = ("revolute", "continuous", "prismatic", "fixed")
@@ -187,37 +188,13 @@ def _joint_physics(joint: ElementTree.Element, path: Path, name: str, kind: str)
                                  "finite and not negative")
 
 
-def resolve_mesh(filename: str, urdf: Path) -> Path | None:
-    """The file a URDF mesh ``filename`` names, or None when it cannot be found.
-
-    ``package://NAME/rest``: ``rest`` or ``NAME/rest`` under the URDF's folder or one of its
-    parents (PyBullet's own search); ``file://`` and plain paths: absolute, or relative to
-    the URDF's folder.
-    """
-    folder = urdf.resolve().parent
-    if filename.startswith("package://"):
-        rest = filename[len("package://"):]
-        package, _, inner = rest.partition("/")
-        for base in (folder, *folder.parents):
-            for candidate in (base / inner, base / rest):
-                if inner and candidate.is_file():
-                    return candidate
-        return None
-    if filename.startswith("file://"):
-        filename = filename[len("file://"):]
-    candidate = Path(filename)
-    candidate = candidate if candidate.is_absolute() else folder / candidate
-    return candidate if candidate.is_file() else None
-
-
 def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
     for mesh in link.iter("mesh"):
         filename = mesh.get("filename")
         if not filename:
             raise SceneError(f"{path}: link {name!r}: a <mesh> without a filename")
         if resolve_mesh(filename, path) is None:
-            hint = (" (package:// is searched under the URDF's folder and its parents)"
-                    if filename.startswith("package://") else "")
+            hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
             raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
 
 

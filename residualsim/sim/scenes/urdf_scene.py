@@ -38,6 +38,7 @@ from residualsim.sim.contact import skew
 from residualsim.sim.implausible import implausible_allowed
 from residualsim.sim.rotations import as_rotation
 from residualsim.sim.scenes.base import EngineSettings, Scene, load_urdf
+from residualsim.sim.scenes.body import loadable_urdf
 from residualsim.sim.scenes.scene_file import SceneSpec
 from residualsim.sim.scenes.urdf_check import check_urdf
 
@@ -71,6 +72,11 @@ class UrdfInfo:
     base_inertia: np.ndarray
     composite_inertia: np.ndarray
     all_boxes: bool = False
+    #: The file PyBullet loads: ``path``, or a copy of it whose meshes PyBullet finds
+    #: (:func:`~residualsim.sim.scenes.body.loadable_urdf`).
+    load_path: Path | None = None
+    #: Per non-fixed joint, its ``<limit>`` (lower, upper), rad or m, or None (continuous).
+    joint_limits: tuple[tuple[float, float] | None, ...] = ()
 
 
 def urdf_info(path: Path) -> UrdfInfo:
@@ -88,13 +94,14 @@ def urdf_info(path: Path) -> UrdfInfo:
 @functools.lru_cache(maxsize=32)
 def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
     check_urdf(path)
+    load_path = loadable_urdf(path)
     client = _info_client()
     try:
         pb.resetSimulation(physicsClientId=client)
-        body = load_urdf(client, str(path), basePosition=[0, 0, 1],
+        body = load_urdf(client, str(load_path), basePosition=[0, 0, 1],
                          flags=pb.URDF_USE_INERTIA_FROM_FILE)
         base = pb.getDynamicsInfo(body, -1, physicsClientId=client)
-        names, indices, types, friction = [], [], [], []
+        names, indices, types, friction, limits = [], [], [], [], []
         n_links = pb.getNumJoints(body, physicsClientId=client)
         for index in range(n_links):
             info = pb.getJointInfo(body, index, physicsClientId=client)
@@ -107,6 +114,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                 indices.append(index)
                 types.append(kind)
                 friction.append(float(info[7]))
+                limits.append((float(info[8]), float(info[9])) if info[8] <= info[9]
+                              else None)  # PyBullet: lower 0, upper -1 without limits
         masses = [base[0]] + [pb.getDynamicsInfo(body, k, physicsClientId=client)[0]
                               for k in range(n_links)]
         composite = _composite_inertia(client, body, n_links)
@@ -120,7 +129,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                         base_com_offset_m=tuple(base[3]), base_com_orn_xyzw=tuple(orn),
                         base_inertia=rot @ np.diag(base[2]) @ rot.T,
                         composite_inertia=composite,
-                        all_boxes=bool(shapes) and all(k == pb.GEOM_BOX for k in shapes))
+                        all_boxes=bool(shapes) and all(k == pb.GEOM_BOX for k in shapes),
+                        load_path=load_path, joint_limits=tuple(limits))
     finally:
         pb.resetSimulation(physicsClientId=client)
 
@@ -196,7 +206,8 @@ class FreeUrdfScene(Scene):
         flags = pb.URDF_USE_INERTIA_FROM_FILE
         if self.spec.self_collision:
             flags |= pb.URDF_USE_SELF_COLLISION | pb.URDF_USE_SELF_COLLISION_EXCLUDE_PARENT
-        self.body = load_urdf(client, str(self.spec.urdf), basePosition=[0, 0, 1], flags=flags)
+        self.body = load_urdf(client, str(self.info.load_path), basePosition=[0, 0, 1],
+                              flags=flags)
         self.link = -2  # contacts of every link
         pb.changeDynamics(self.body, -1, linearDamping=0.0, angularDamping=0.0,
                           physicsClientId=client)

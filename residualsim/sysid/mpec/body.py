@@ -136,6 +136,8 @@ def urdf_contact_points(urdf: str | os.PathLike[str]) -> np.ndarray:
 
     from scipy.spatial import ConvexHull, QhullError
 
+    from residualsim.sim.scenes.meshes import resolve_mesh
+
     urdf = Path(urdf)
     root = ElementTree.parse(urdf).getroot()
     points = []
@@ -150,11 +152,11 @@ def urdf_contact_points(urdf: str | os.PathLike[str]) -> np.ndarray:
             local = np.array(list(itertools.product(*[(-h, h) for h in half])))
         elif shape.tag == "mesh":
             filename = shape.get("filename", "")
-            if "://" in filename:
-                raise ParameterError(f"{urdf}: mesh {filename!r}: give the mesh as a path "
-                                     "relative to the URDF (no package:// or file:// URLs)")
+            found = resolve_mesh(filename, urdf) if filename else None
+            if found is None:
+                raise ParameterError(f"{urdf}: mesh {filename!r} not found")
             scale = np.array([float(v) for v in shape.get("scale", "1 1 1").split()])
-            local = _mesh_vertices(urdf.parent / filename, str(urdf)) * scale
+            local = _mesh_vertices(found, str(urdf)) * scale
         else:
             raise ParameterError(
                 f"{urdf}: collision shape <{shape.tag}> is not supported by --method mpec: "
