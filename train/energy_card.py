@@ -45,6 +45,7 @@ def _headline(results: list[dict], label: str) -> list[str]:
 def card(model_dir: Path, decompositions: list[dict], compare: list[dict] | None,
          compare_name: str) -> str:
     from residualsim.experiments.uncertainty import format_decomposition
+    from residualsim.residual.energy_loss import VALIDATION_SAMPLES
 
     model = json.loads((model_dir / "model.json").read_text())
     info, figures = model["info"], model["info"]["figures"]
@@ -78,7 +79,7 @@ def card(model_dir: Path, decompositions: list[dict], compare: list[dict] | None
         f"* pose noise: offset s.d. {1000 * observed.get('offset_std_m', 0):.3f} mm, "
         f"jitter {1000 * observed.get('jitter_std_m', 0):.3f} mm; table height "
         f"{1000 * (model['params'].get('table_height_m') or 0):.3f} mm",
-        f"* validation during training ({16} samples): energy score along the trajectory "
+        f"* validation during training ({VALIDATION_SAMPLES} samples): energy score along the trajectory "
         f"{figures['validation_energy_score_m']:.4f} m (the start "
         f"{figures['start_validation_energy_score_m']:.4f} m, the engine with the "
         f"estimated state noise {figures['engine_validation_energy_score_m']:.4f} m); mean "
