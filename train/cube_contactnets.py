@@ -10,7 +10,9 @@ The pipeline, each stage resumable (re-run the same command after an interruptio
 3. predict the validation and test splits with the model and with its engine alone, score
    them, and write ``MODEL_CARD.md`` and ``card.json`` into the model directory.
 
-The test split is used once, at the end, for the card; nothing is tuned on it. With
+``--rescore`` re-scores a model whose weights are unchanged (after ``residualsim fit-ground
+--in-place``) and rewrites card.json's held-out figures. The test split is used once, at the
+end, for the card; nothing is tuned on it. With
 ``--no-test`` the run stops after scoring the validation split (``validation.json`` in the
 model directory; the training checkpoint is kept), for comparing settings without reading
 the test split: re-run the same command without ``--no-test`` (with ``--resume``) for the
@@ -62,6 +64,34 @@ def _stochastic(model: ResidualModel, trajectories: dict, workers: int, samples:
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=0,
                                               n_workers=workers)
     return {**score_trajectories(predictions, trajectories, SIDE_M).aggregate(), **stats}
+
+
+def _held_out(model: ResidualModel, trajectories: dict, data: str, workers: int,
+              samples: int) -> dict:
+    """card.json's ``held_out``: validation and test scored (mean, residual and engine), and
+    the validation split's stochastic mode with ``samples`` per toss (seed 0)."""
+    parts = split_ids(list(trajectories))
+    held_out: dict = {"data": data, "stochastic_samples": samples}
+    for split in ("validation", "test"):
+        subset = {k: trajectories[k] for k in parts[split]}
+        held_out[split] = {"n": len(subset), **_evaluate(model, subset, workers)}
+    validation = {k: trajectories[k] for k in parts["validation"]}
+    held_out["stochastic_validation"] = _stochastic(model, validation, workers, samples)
+    return held_out
+
+
+def rescore(out: Path, data: Path, workers: int) -> dict:
+    """Re-score a shipped model whose weights are unchanged (after ``residualsim fit-ground
+    --in-place``, say): card.json's ``held_out`` recomputed, its figures and the held-out
+    data's name kept; MODEL_CARD.md is left for a hand edit. Returns the new ``held_out``."""
+    card = json.loads((out / "card.json").read_text())
+    old = card["held_out"]
+    held_out = _held_out(ResidualModel.load(out), load_trajectories(data), old["data"],
+                         workers, old["stochastic_samples"])
+    held_out["evaluation_seconds"] = old.get("evaluation_seconds")
+    atomic_write_text(out / "card.json", json.dumps({**card, "held_out": held_out},
+                                                    indent=2))
+    return held_out
 
 
 def _card(out: Path, command: str, calibration: Path, calibration_summary: dict,
@@ -187,9 +217,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="score the validation split only (validation.json), keep the "
                         "checkpoint, write no card: the test split is not read")
     parser.add_argument("--name", help="model name in the card (default: --out's last part)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="only re-score the model in --out (weights unchanged, e.g. after "
+                        "fit-ground --in-place) and rewrite card.json's held-out figures")
     args = parser.parse_args(argv)
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     data, out = Path(args.data), Path(args.out)
+    if args.rescore:
+        held_out = rescore(out, data, args.workers)
+        print(json.dumps({split: held_out[split]["improvement"]
+                          for split in ("validation", "test")}))
+        return 0
 
     calibration = Path(args.calibration) if args.calibration else Path(f"{out}-calibration")
     if not (calibration / "summary.json").exists():
@@ -233,13 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(out / "validation.json", json.dumps(scored, indent=2))
         print(json.dumps({"validation": scored["validation"]["improvement"]}))
         return 0
-    held_out: dict = {"data": str(data), "stochastic_samples": args.stochastic_samples}
-    for split in ("validation", "test"):
-        subset = {k: trajectories[k] for k in parts[split]}
-        held_out[split] = {"n": len(subset), **_evaluate(model, subset, args.workers)}
-    validation = {k: trajectories[k] for k in parts["validation"]}
-    held_out["stochastic_validation"] = _stochastic(model, validation, args.workers,
-                                                    args.stochastic_samples)
+    held_out = _held_out(model, trajectories, str(data), args.workers,
+                         args.stochastic_samples)
     held_out["evaluation_seconds"] = time.perf_counter() - start - figures["seconds"]
     figures["n_train"] = model.info["n_train"]
     from residualsim import __version__

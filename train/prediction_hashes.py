@@ -10,9 +10,9 @@ refactor; equal hashes mean bit-identical predictions::
     python train/prediction_hashes.py --data ../shared/data [--out hashes.json]
     python train/prediction_hashes.py --data ../shared/data --check train/prediction_hashes.json
 
-``train/prediction_hashes.json`` holds the hashes of version 0.1.0, measured before the
-package was reorganised into wings (0.2.0 gives the same); ``--check`` exits 1 on any
-difference.
+``train/prediction_hashes.json`` holds the hashes of version 0.2.0 (the planar ones as
+0.1.0's; the cube's renewed when the cube model took its table height, train/README.md
+§13); ``--check`` exits 1 on any difference.
 
 To hash another checkout, run it with that checkout first on ``PYTHONPATH``.
 """
