@@ -88,6 +88,31 @@ def test_a_trailing_separator_with_quoted_cells_is_accepted(tmp_path):
     _assert_same(load_csv_trajectory(quoted), load_csv_trajectory(path))
 
 
+@pytest.mark.parametrize("sep", [",", "\t"])
+def test_two_trailing_separators_on_every_line_are_accepted(tmp_path, sep):
+    """Found in the audit of issue 51: ``t,...,qz,,`` (an export padding two empty columns)
+    was "column 9 has no name"."""
+    path, lines = _clean(tmp_path)
+    padded = tmp_path / "padded.csv"
+    padded.write_text("\n".join(ln.replace(",", sep) + sep + sep for ln in lines) + "\n")
+    _assert_same(load_csv_trajectory(padded), load_csv_trajectory(path))
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text("\n".join('"' + ln.replace(",", '","') + '",,' for ln in lines) + "\n")
+    _assert_same(load_csv_trajectory(quoted), load_csv_trajectory(path))
+
+
+def test_an_unnamed_column_inside_the_header_says_what_to_do(tmp_path):
+    path, lines = _clean(tmp_path)
+    gap = tmp_path / "gap.csv"
+    rows = [ln.split(",") for ln in lines]
+    for k, cells in enumerate(rows):
+        cells.insert(2, "" if k == 0 else "0")  # t,x,,y,...: an unnamed third column
+    gap.write_text("\n".join(map(",".join, rows)) + "\n")
+    with pytest.raises(DataError, match=r"gap.csv: column 3 has no name in the header; name "
+                                        r"it, or delete the column"):
+        load_csv_trajectory(gap)
+
+
 def test_an_unnamed_last_column_holding_a_value_is_refused(tmp_path):
     path, lines = _clean(tmp_path)
     body = [ln + "," for ln in lines]
