@@ -68,23 +68,24 @@ def _check_particle_memory(n_particles: int, state_size: int) -> None:
                              "available: lower n_particles")
 
 
-def _check_initial(scene: str, initial: GaussianMixtureBelief) -> None:
+def _check_initial(scene: str, initial: GaussianMixtureBelief, engine=None,
+                   name: str = "initial") -> None:
     """Each component's mean state must pass the checks of a hand-given start state
-    (:func:`residualsim.sim.recordings.check_start_state`: finite, unit quaternion, on the
-    table, at most 10 m above it, not into it, at most 20 m/s and 500 rad/s), and the
-    covariances must be finite: else a ParameterError naming ``initial``."""
+    (:func:`residualsim.sim.recordings.check_start_state`, in ``engine`` if given: finite,
+    unit quaternion, on the table, at most 10 m above it, not into it, at most 20 m/s and
+    500 rad/s), and the covariances must be finite: else a ParameterError naming ``name``."""
     from residualsim.sim.recordings import check_start_state
 
     if not np.isfinite(initial.covariances).all():
-        raise ParameterError("initial: the belief's covariances are not all finite")
+        raise ParameterError(f"{name}: the belief's covariances are not all finite")
     states = initial.tangent.from_tangent(np.asarray(initial.means, dtype=float))
     for k, state in enumerate(states):
-        what = "initial: the belief's mean" if len(states) == 1 else \
-            f"initial: the belief's component {k} mean"
+        what = f"{name}: the belief's mean" if len(states) == 1 else \
+            f"{name}: the belief's component {k} mean"
         if not np.isfinite(initial.means[k]).all():
             raise ParameterError(f"{what} is not finite: {initial.means[k].tolist()}")
         try:
-            check_start_state(scene, state, what)
+            check_start_state(scene, state, what, engine)
         except DataError as exc:  # implausible: refused as the argument it is
             error = ParameterError(str(exc))
             error.reason = getattr(exc, "reason", str(exc))
