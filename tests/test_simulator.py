@@ -271,3 +271,10 @@ def test_a_belief_start_is_checked_as_a_state_is(sim, height, words):
         sim.rollout(belief, 0.5, samples=2)
     good = sim.rollout(_toss(), 0.5, samples=2)
     assert (good.n_events > 0).all()
+
+
+def test_rollouts_beyond_the_memory_left_are_refused_naming_samples(sim):
+    """Found auditing issue 51: 10^9 samples raised numpy's bare MemoryError."""
+    with pytest.raises(ParameterError, match=r"^samples = 1000000000 x \d+ steps need at "
+                                             r"least .* GiB, more than the .* GiB available"):
+        sim.rollout(_toss(), 0.5, samples=10 ** 9)

@@ -199,6 +199,8 @@ class StochasticSimulator:
             raise ParameterError(f"horizon_s must be in (0, {MAX_HORIZON_S:g}] s, got "
                                  f"{horizon_s!r}")
         _check_seed(seed)
+        _check_rollout_memory(self.model.scene, int(samples),
+                              max(1, int(round(horizon_s / self.dt_s))))
         states = self._initial_states(initial, int(samples), seed)
         noise = self.model.state_noise if state_noise else None
         if noise is not None and not isinstance(initial, GaussianMixtureBelief):
@@ -255,6 +257,21 @@ class StochasticSimulator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_rollout_memory(scene: str, samples: int, n_steps: int) -> None:
+    """A ParameterError naming ``samples`` when the rollouts' states alone (``samples`` x
+    ``n_steps`` + 1, float64, with positions and quaternions) would not fit in the memory
+    left: 10^9 samples raised numpy's bare MemoryError (found auditing issue 51)."""
+    from residualsim.parallel import available_memory_bytes
+    from residualsim.sim.scenes import make_scene
+
+    need = samples * (n_steps + 1) * (make_scene(scene).state_size + 7) * 8
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise ParameterError(f"samples = {samples} x {n_steps + 1} steps need at least "
+                             f"{need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB "
+                             "available: lower samples or horizon_s")
 
 
 def _planar(scene: str) -> bool:
