@@ -82,3 +82,16 @@ def test_allow_implausible_lets_a_far_start_through(model):
         steps = propagate_belief(model, _belief(velocity=(25.0, 0.0, -1.0)), n_events=1,
                                  n_particles=8, horizon_s=0.05, method="conjugate")
     assert len(steps) == 1
+
+
+@pytest.mark.parametrize("n_particles", [10 ** 9, 10 ** 12])
+def test_particles_beyond_the_memory_left_are_refused_naming_them(model, n_particles):
+    """Found auditing issue 51: 10^12 particles raised numpy's bare MemoryError (87.3 TiB)."""
+    from residualsim.parallel import available_memory_bytes
+
+    if (available_memory_bytes() or 0) > n_particles * 12 * 16:
+        pytest.skip("this machine has the memory")
+    with pytest.raises(ParameterError, match=rf"^n_particles = {n_particles} needs at least "
+                                             r".* GiB for its draws, more than the .* GiB "
+                                             "available: lower n_particles"):
+        propagate_belief(model, _belief(), n_events=1, n_particles=n_particles)

@@ -407,3 +407,21 @@ def test_toss_env_refuses_bad_release_joint_positions(hinge_model, joints):
     with pytest.raises(ParameterError, match=r"^release_joint_positions must be 1 finite"):
         gym.make("residualsim/Toss-v0", scene=scene, model=str(model), belief_particles=0,
                  release_joint_positions=joints)
+
+
+@pytest.mark.parametrize("scale", [2.0, 1e6, 1e9])
+def test_toss_env_refuses_actions_beyond_the_bounds_too(hinge_model, scale):
+    """Issue 51: actions of 2x, 1e6 and 1e9 the bound were clipped silently; Toss-v0 (any
+    object) refuses them as CubeToss-v0 does."""
+    scene, model = hinge_model
+    env = gym.make("residualsim/Toss-v0", scene=scene, model=str(model), horizon_s=0.5,
+                   belief_particles=0)
+    try:
+        env.reset(seed=0)
+        action = np.zeros(6)
+        action[0] = float(env.unwrapped.action_space.high[0]) * scale
+        with pytest.raises(ParameterError, match=r"^action\[0\] = .* is beyond the action "
+                                                 r"space's bounds"):
+            env.unwrapped.step(action)
+    finally:
+        env.close()

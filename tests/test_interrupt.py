@@ -47,3 +47,43 @@ def test_second_ctrl_c_exits_at_once_without_traceback(tmp_path):
     for checkpoint in out.glob("*checkpoint*"):
         if checkpoint.suffix == ".json":
             json.loads(checkpoint.read_text())
+
+
+def _interrupted_calibrate(tmp_path, monkeypatch, write) -> tuple[int, str, Path]:
+    """``residualsim calibrate`` whose search is stopped by Ctrl-C (KeyboardInterrupt) after
+    ``write(out)``: (exit code, stderr, --out)."""
+    import residualsim.sysid.calibrate as calibration
+    from conftest import quiet_main
+
+    out = tmp_path / "runs" / "cal"
+
+    def stopped(*args, **kwargs):
+        write(out)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibration, "calibrate", stopped)
+    code, _, stderr = quiet_main("calibrate", "--scene", "cube", "--data", SYNTHETIC,
+                                 "--params", "lateral_friction", "--out", out, "--quiet")
+    return code, stderr, out
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_no_empty_folder(tmp_path, monkeypatch):
+    # issue 51: the README's cube calibrate line killed early left an empty cal/ and said
+    # only "interrupted"
+    code, stderr, out = _interrupted_calibrate(
+        tmp_path, monkeypatch, lambda out: out.mkdir(parents=True))
+    assert code == 130
+    assert not out.exists() and not out.parent.exists()  # both made by the command
+    assert f"interrupted before anything was saved: {out} removed (it was empty)" in stderr
+
+
+def test_ctrl_c_after_a_checkpoint_keeps_it_and_names_resume(tmp_path, monkeypatch):
+    def checkpoint(out: Path) -> None:
+        out.mkdir(parents=True)
+        (out / "checkpoint.npz").write_bytes(b"saved")
+
+    code, stderr, out = _interrupted_calibrate(tmp_path, monkeypatch, checkpoint)
+    assert code == 130
+    assert (out / "checkpoint.npz").read_bytes() == b"saved"
+    assert f"{out} keeps what was saved up to the last checkpoint: the same command with " \
+           "--resume continues from there" in stderr

@@ -88,3 +88,26 @@ def test_every_readme_command_runs(tmp_path):
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
                                 capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"README block failed:\n{block}\n{result.stderr[-3000:]}"
+
+
+def test_every_readme_mh_calibration_says_how_long_it_takes():
+    """Issue 51: the own-object ``calibrate`` line ran the default 4000-step MH (about half an
+    hour on one worker) with no duration given. An MH calibration (no ``--method``) is
+    followed by a comment line naming its duration."""
+    run, _ = readme_blocks((ROOT / "README.md").read_text())
+    commands = 0
+    for block in run:
+        lines = block.splitlines()
+        for i, line in enumerate(lines):
+            if not line.startswith("residualsim calibrate"):
+                continue
+            end = i
+            while lines[end].endswith("\\"):
+                end += 1
+            command = " ".join(lines[i:end + 1])
+            if "--method" in command:
+                continue
+            commands += 1
+            note = lines[end + 1] if end + 1 < len(lines) else ""
+            assert note.startswith("#") and re.search(r"~\d+ (min|h)\b", note), command
+    assert commands >= 2

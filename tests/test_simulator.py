@@ -230,6 +230,10 @@ def test_bench_beliefs_reports_every_figure_with_its_floor(model):
     ({3: 0.0, 4: 0.0, 5: 0.0, 6: 0.0}, {}, "the quaternion w,x,y,z has norm 0"),
     ({7: 1e200}, {}, "base velocity is 1e+200 m/s"),
     ({0: 50.0}, {}, "beyond the table's edge"),
+    # found auditing issue 51: rollout checked only the bounds (rollout --state also the
+    # table), and ran a start 1 m under the table or halfway into it
+    ({2: -1.0}, {}, "the state puts the object 1052 mm into the table"),
+    ({2: 0.0}, {}, "the state puts the object 52 mm into the table"),
     ({}, {"seed": -1}, "seed must be an integer >= 0"),
     ({}, {"horizon_s": float("inf")}, "horizon_s must be in (0, 3600] s"),
 ])
@@ -247,3 +251,30 @@ def test_unusable_rollout_arguments_are_refused_and_leave_the_workers_sound(sim,
         sim.rollout(state, **arguments)
     good = sim.rollout(_toss(), 0.5, samples=2)
     assert (good.n_events > 0).all() and (good.final_positions_m[:, 2] > 0).all()
+
+
+@pytest.mark.parametrize("height, words", [
+    (float("nan"), "the belief's mean is not finite"),
+    (-1.0, "the belief's mean: the state puts the object 1052 mm into the table")])
+def test_a_belief_start_is_checked_as_a_state_is(sim, height, words):
+    """Found auditing issue 51: ``rollout`` from a belief drew from it with no check (a NaN
+    mean, a mean under the table); it is refused naming the belief, as propagate_belief
+    refuses it."""
+    from residualsim.belief.propagation import GaussianMixtureBelief
+    from residualsim.belief.simulator import INITIAL_STD
+
+    belief = GaussianMixtureBelief.gaussian(_toss(), INITIAL_STD, planar=False)
+    means = belief.means.copy()
+    means[0, 2] = height
+    belief = GaussianMixtureBelief(belief.weights, means, belief.covariances, belief.tangent)
+    with pytest.raises(ParameterError, match=f"^initial belief: {words}"):
+        sim.rollout(belief, 0.5, samples=2)
+    good = sim.rollout(_toss(), 0.5, samples=2)
+    assert (good.n_events > 0).all()
+
+
+def test_rollouts_beyond_the_memory_left_are_refused_naming_samples(sim):
+    """Found auditing issue 51: 10^9 samples raised numpy's bare MemoryError."""
+    with pytest.raises(ParameterError, match=r"^samples = 1000000000 x \d+ steps need at "
+                                             r"least .* GiB, more than the .* GiB available"):
+        sim.rollout(_toss(), 0.5, samples=10 ** 9)

@@ -1,9 +1,10 @@
 """Time reading a large CSV recording (issue 51): write a file of N rows (default 10^6,
 columns t,x,y,z,qw,qx,qy,qz at 100 Hz; a ball dropped from 0.5 m every second, resting
 between drops) into a temporary folder, then time ``load_csv_trajectory`` (parse, checks,
-velocity estimate) and report the peak resident memory::
+velocity estimate) and report the peak resident memory; then time ``residualsim data info``
+on the folder, a process of its own (wall time, CPU time, peak memory)::
 
-    python train/csv_read_benchmark.py [--rows 1000000] [--keep DIR]
+    python train/csv_read_benchmark.py [--rows 1000000] [--keep DIR] [--no-data-info]
 
 Not a test: the machine's load changes the figure (train/README.md §21 has the numbers).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +40,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keep", help="write the file in this folder and keep it")
+    parser.add_argument("--no-data-info", action="store_true",
+                        help="time the reading only, not the data info command")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep or tmp)
@@ -48,6 +53,14 @@ def main() -> None:
         print(f"{args.rows} rows: read in {time.perf_counter() - wall:.2f} s wall, "
               f"{time.process_time() - cpu:.2f} s CPU; {traj.n_samples} samples; peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")
+        if not args.no_data_info:
+            wall = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "residualsim", "data", "info", str(folder)],
+                           check=True, stdout=subprocess.DEVNULL)
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            print(f"residualsim data info: {time.perf_counter() - wall:.2f} s wall, "
+                  f"{usage.ru_utime + usage.ru_stime:.2f} s CPU; peak RSS "
+                  f"{usage.ru_maxrss / 1e6:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -49,23 +49,43 @@ def _check_count(name: str, value, least: int) -> int:
     return int(value)
 
 
-def _check_initial(scene: str, initial: GaussianMixtureBelief) -> None:
+#: Bytes a particle step holds per particle at the least: its draw in the tangent space and
+#: its state (float64), as the step samples them all at once.
+PARTICLE_BYTES_PER_DIMENSION = 8 * 2
+
+
+def _check_particle_memory(n_particles: int, state_size: int) -> None:
+    """A ParameterError naming ``n_particles`` when the draws alone of one particle step
+    (``state_size`` floats each) would not fit in the memory left (10^12 particles raised
+    numpy's bare MemoryError for 87 TiB)."""
+    from residualsim.parallel import available_memory_bytes
+
+    need = n_particles * int(state_size) * PARTICLE_BYTES_PER_DIMENSION
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise ParameterError(f"n_particles = {n_particles} needs at least {need / 2**30:.3g} "
+                             f"GiB for its draws, more than the {have / 2**30:.3g} GiB "
+                             "available: lower n_particles")
+
+
+def _check_initial(scene: str, initial: GaussianMixtureBelief, engine=None,
+                   name: str = "initial") -> None:
     """Each component's mean state must pass the checks of a hand-given start state
-    (:func:`residualsim.sim.recordings.check_start_state`: finite, unit quaternion, on the
-    table, at most 10 m above it, not into it, at most 20 m/s and 500 rad/s), and the
-    covariances must be finite: else a ParameterError naming ``initial``."""
+    (:func:`residualsim.sim.recordings.check_start_state`, in ``engine`` if given: finite,
+    unit quaternion, on the table, at most 10 m above it, not into it, at most 20 m/s and
+    500 rad/s), and the covariances must be finite: else a ParameterError naming ``name``."""
     from residualsim.sim.recordings import check_start_state
 
     if not np.isfinite(initial.covariances).all():
-        raise ParameterError("initial: the belief's covariances are not all finite")
+        raise ParameterError(f"{name}: the belief's covariances are not all finite")
     states = initial.tangent.from_tangent(np.asarray(initial.means, dtype=float))
     for k, state in enumerate(states):
-        what = "initial: the belief's mean" if len(states) == 1 else \
-            f"initial: the belief's component {k} mean"
+        what = f"{name}: the belief's mean" if len(states) == 1 else \
+            f"{name}: the belief's component {k} mean"
         if not np.isfinite(initial.means[k]).all():
             raise ParameterError(f"{what} is not finite: {initial.means[k].tolist()}")
         try:
-            check_start_state(scene, state, what)
+            check_start_state(scene, state, what, engine)
         except DataError as exc:  # implausible: refused as the argument it is
             error = ParameterError(str(exc))
             error.reason = getattr(exc, "reason", str(exc))
@@ -165,7 +185,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
 
     Checked up front, each a ParameterError naming the argument (the checks ``rollout
     --state`` and :class:`~residualsim.belief.simulator.StochasticSimulator` apply):
-    ``n_events`` an integer >= 1, ``n_particles`` >= 2 (particles), ``horizon_s`` in
+    ``n_events`` an integer >= 1, ``n_particles`` >= 2 (particles; refused too when its
+    draws alone would not fit in the memory left), ``horizon_s`` in
     (0, :data:`MAX_HORIZON_S`], ``seed`` an integer >= 0, and every component mean of
     ``initial`` a finite, plausible start state (on the table, not into it, at most 10 m
     above it, 20 m/s, 500 rad/s; :func:`~residualsim.sim.implausible.allow_implausible`
@@ -192,6 +213,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")
     _check_initial(model.scene, initial)
+    if method == "particles":
+        _check_particle_memory(n_particles, initial.means.shape[-1])
     if method == "conjugate":
         from residualsim.belief.conjugate import conjugate_step
 

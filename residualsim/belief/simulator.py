@@ -153,6 +153,26 @@ class StochasticSimulator:
         self._slots = list(range(max(1, int(n_workers))))
         self._workers = engine_workers(self.model.scene, self._slots, len(self._slots),
                                        self.settings)
+        self._checker = None  # an engine of the scene, opened for the first start checked
+
+    def _check_start(self, initial, what: str = "initial state") -> None:
+        """A hand-given start state or belief (every component mean) is checked as
+        ``rollout --state`` checks one (:func:`~residualsim.sim.recordings.check_start_state`:
+        finite, on the table and not into it or wholly under it, not too high or fast):
+        ``rollout`` checked only the bounds, and ran a state 1 m under the table, or a belief
+        with no check at all (found auditing issue 51). In one engine kept open (about
+        24 ms to open; a check then costs well under a millisecond)."""
+        from residualsim.belief.propagation import _check_initial
+        from residualsim.sim.engine import Engine
+        from residualsim.sim.recordings import check_start_state
+
+        if self._checker is None:
+            self._checker = Engine(self.model.scene)
+        if isinstance(initial, GaussianMixtureBelief):
+            _check_initial(self.model.scene, initial, self._checker, name="initial belief")
+        else:
+            check_start_state(self.model.scene, np.asarray(initial, dtype=float), what,
+                              self._checker)
 
     @property
     def dt_s(self) -> float:
@@ -179,6 +199,8 @@ class StochasticSimulator:
             raise ParameterError(f"horizon_s must be in (0, {MAX_HORIZON_S:g}] s, got "
                                  f"{horizon_s!r}")
         _check_seed(seed)
+        _check_rollout_memory(self.model.scene, int(samples),
+                              max(1, int(round(horizon_s / self.dt_s))))
         states = self._initial_states(initial, int(samples), seed)
         noise = self.model.state_noise if state_noise else None
         if noise is not None and not isinstance(initial, GaussianMixtureBelief):
@@ -209,9 +231,7 @@ class StochasticSimulator:
         (:mod:`residualsim.belief.conjugate`), its ``max_components`` etc."""
         _check_seed(seed)
         if not isinstance(initial, GaussianMixtureBelief):
-            from residualsim.sim.recordings import check_state_bounds
-
-            check_state_bounds(self.model.scene, initial, "initial state")
+            self._check_start(initial)
             std = default_initial_std(self.model) if initial_std is None else initial_std
             initial = GaussianMixtureBelief.gaussian(np.asarray(initial, float), std,
                                                      planar=_planar(self.model.scene))
@@ -220,23 +240,38 @@ class StochasticSimulator:
                                 workers=self._workers, residual=self.residual, **options)
 
     def _initial_states(self, initial, samples: int, seed: int) -> np.ndarray:
+        self._check_start(initial)
         if isinstance(initial, GaussianMixtureBelief):
             rng = np.random.default_rng([int(seed), _INITIAL_STREAM])
             return initial.sample(samples, rng)
-        from residualsim.sim.recordings import check_state_bounds
-
-        state = np.asarray(initial, dtype=float)
-        check_state_bounds(self.model.scene, state, "initial state")
-        return np.tile(state, (samples, 1))
+        return np.tile(np.asarray(initial, dtype=float), (samples, 1))
 
     def close(self) -> None:
         self._workers.close()
+        if self._checker is not None:
+            self._checker.close()
+            self._checker = None
 
     def __enter__(self) -> StochasticSimulator:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_rollout_memory(scene: str, samples: int, n_steps: int) -> None:
+    """A ParameterError naming ``samples`` when the rollouts' states alone (``samples`` x
+    ``n_steps`` + 1, float64, with positions and quaternions) would not fit in the memory
+    left: 10^9 samples raised numpy's bare MemoryError (found auditing issue 51)."""
+    from residualsim.parallel import available_memory_bytes
+    from residualsim.sim.scenes import make_scene
+
+    need = samples * (n_steps + 1) * (make_scene(scene).state_size + 7) * 8
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise ParameterError(f"samples = {samples} x {n_steps + 1} steps need at least "
+                             f"{need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB "
+                             "available: lower samples or horizon_s")
 
 
 def _planar(scene: str) -> bool:

@@ -16,12 +16,12 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from residualsim.cli import (bench, belief, calibrate, data, demo, evaluate, ground, report,
                              residual, simulate)
 from residualsim.atomic import check_outside_inputs
-from residualsim.cli.options import Parser
+from residualsim.cli.options import (Parser, interrupted_note, missing_output_folders,
+                                     remove_empty)
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
 
@@ -158,39 +158,12 @@ def _check_outputs_outside_inputs(args: argparse.Namespace) -> None:
             check_outside_inputs(target, inputs, "--" + flag.replace("_", "-"))
 
 
-def _missing_output_folders(args: argparse.Namespace) -> list[Path]:
-    """The output paths (``--out``, ``--plot``, ``--export-urdf``) and their ancestors that
-    do not exist yet, deepest first: a refused command removes those it left empty."""
-    missing: list[Path] = []
-    for flag in ("out", "plot", "export_urdf"):
-        value = getattr(args, flag, None)
-        if not value:
-            continue
-        path = Path(value)
-        while not (path.exists() or path.is_symlink()) and path != path.parent:
-            missing.append(path)
-            path = path.parent
-    return sorted(set(missing), key=lambda p: len(p.parts), reverse=True)
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove each of ``folders`` (deepest first) that is now an empty directory: what a
-    refused command created on its way (``calibrate --out a/b/c`` refused after making
-    a/b/c); a folder holding anything is kept."""
-    for folder in folders:
-        try:
-            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
-                folder.rmdir()
-        except OSError:
-            pass
-
-
 def _run(args: argparse.Namespace) -> int:
     """Run the parsed command: exit code 0, 2 for a ResidualSimError (one line on stderr),
     130 when interrupted."""
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    created = _missing_output_folders(args)
+    created = missing_output_folders(args)
     try:
         if getattr(args, "address", None) and args.backend != "ray":
             raise ParameterError("--address needs --backend ray")
@@ -207,11 +180,11 @@ def _run(args: argparse.Namespace) -> int:
                 getattr(args, "rate_hz", None), getattr(args, "quaternion_order", "wxyz")):
             args.run(args)
     except ResidualSimError as exc:
-        _remove_empty(created)
+        remove_empty(created)
         print(f"residualsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("residualsim: interrupted", file=sys.stderr)
+        print(f"residualsim: interrupted{interrupted_note(args, created)}", file=sys.stderr)
         return 130
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 from residualsim.cli.argtypes import (bounds_option, count, float_list, kappa_option,
                                       mapping_option, nonnegative_float, rate_hz, seconds,
@@ -18,7 +19,8 @@ __all__ = ["SPLITS", "HelpFormatter", "Parser", "add_scene", "add_seed", "count"
            "nonnegative_float", "state_option", "kappa_option", "mapping_option",
            "bounds_option", "add_workers", "json_line",
            "add_split_options", "add_selection", "split_options", "add_force",
-           "add_allow_implausible", "add_recording_options"]
+           "add_allow_implausible", "add_recording_options", "missing_output_folders",
+           "remove_empty", "interrupted_note"]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -146,3 +148,51 @@ def split_options(args: argparse.Namespace) -> dict:
 
     lists = load_split_ids(args.split_ids) if getattr(args, "split_ids", None) else None
     return {"fractions": getattr(args, "split_fractions", None), "lists": lists}
+
+
+def missing_output_folders(args: argparse.Namespace) -> list[Path]:
+    """The output paths (``--out``, ``--plot``, ``--export-urdf``) and their ancestors that
+    do not exist yet, deepest first: a refused or interrupted command removes those it left
+    empty."""
+    missing: list[Path] = []
+    for flag in ("out", "plot", "export_urdf"):
+        value = getattr(args, flag, None)
+        if not value:
+            continue
+        path = Path(value)
+        while not (path.exists() or path.is_symlink()) and path != path.parent:
+            missing.append(path)
+            path = path.parent
+    return sorted(set(missing), key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_empty(folders: list[Path]) -> list[Path]:
+    """Remove each of ``folders`` (deepest first) that is now an empty directory: what a
+    refused command created on its way (``calibrate --out a/b/c`` refused after making
+    a/b/c); a folder holding anything is kept. Returns the folders removed."""
+    removed = []
+    for folder in folders:
+        try:
+            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                folder.rmdir()
+                removed.append(folder)
+        except OSError:
+            pass
+    return removed
+
+
+def interrupted_note(args: argparse.Namespace, created: list[Path]) -> str:
+    """After Ctrl-C: remove the output folders the command created and left empty (issue 51:
+    ``calibrate`` interrupted before its first checkpoint left an empty ``--out``), and say
+    what is left: nothing, or an ``--out`` holding what was saved and, for a command with
+    ``--resume``, that the same command with it continues from there."""
+    removed = remove_empty(created)
+    out = getattr(args, "out", None)
+    if out and Path(out) in removed:
+        return f" before anything was saved: {out} removed (it was empty)"
+    if out and Path(out) in created and not Path(out).exists():
+        return f" before anything was saved in {out}"
+    if out and Path(out).is_dir() and any(Path(out).iterdir()) and hasattr(args, "resume"):
+        return (f"; {out} keeps what was saved up to the last checkpoint: the same command "
+                "with --resume continues from there")
+    return ""

@@ -8,7 +8,7 @@ The header names are the schema, matched without regard to case (``T,X,...,QW`` 
 ``t,x,...,qw``; a joint column as the scene's joint it matches case-insensitively when only
 one does). A separator ending every line (``t,...,qz,``, a common export artefact) leaves
 an unnamed last column: dropped when it is empty on every line, refused (naming the line)
-when a row holds a value there.
+when a row holds a value there (two separators ending every line: two such columns).
 
 Free objects (3D, gravity along world -z)
     ``t, x, y, z, qw, qx, qy, qz``: time (s); the base link frame's origin (m, world frame);
@@ -137,7 +137,11 @@ def _read_rows(path: Path) -> tuple[list[str], list[int], list[list[str]], str |
         header, numbers, rows = _read_quoted(path, raw_lines, sep)
     else:
         header, rows = _split(first, sep), _LazyRows(lines, sep)
-    header, rows = _trailing_separator(path, header, numbers, rows, sep)
+    while True:  # one unnamed empty column per separator ending every line (",," too)
+        width = len(header)
+        header, rows = _trailing_separator(path, header, numbers, rows, sep)
+        if len(header) == width:
+            break
     if len(rows) < _MIN_ROWS:
         raise DataError(f"{path}: {len(rows)} sample row(s), a recording needs at least "
                         f"{_MIN_ROWS}")
@@ -331,7 +335,8 @@ def _schema(path: Path, header: list[str], planar: bool | None,
             joint_names: Sequence[str] | None) -> tuple[bool, list[str], bool]:
     """(planar, joint names in the order to store, velocities recorded) from the header."""
     if "" in header:
-        raise DataError(f"{path}: column {header.index('') + 1} has no name")
+        raise DataError(f"{path}: column {header.index('') + 1} has no name in the header; "
+                        "name it, or delete the column")
     repeated = sorted({n for n in header if header.count(n) > 1})
     if repeated:
         raise DataError(f"{path}: duplicate column(s) {', '.join(repeated)}")

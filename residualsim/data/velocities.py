@@ -140,24 +140,48 @@ def _width(times_s: np.ndarray, window_s: float) -> int:
     return min(width, n if n % 2 else n - 1)
 
 
-def _windows(n: int, width: int) -> np.ndarray:
-    """(n, width) sample indices of a window around each sample, shifted inward at the ends."""
-    start = np.clip(np.arange(n) - width // 2, 0, n - width)
-    return start[:, None] + np.arange(width)[None, :]
+#: Centre samples fitted per block: a block's windows are held at once, so a long recording
+#: needs memory for FIT_BLOCK windows, not all (issue 51: the velocities of a 10^6-sample
+#: file held 1.15 GB of windows; the fits are the same to the bit).
+FIT_BLOCK = 65536
+
+
+def _windowed_fits(times_s: np.ndarray, width: int, windows_of, coefficient: int
+                   ) -> np.ndarray:
+    """Coefficient ``coefficient`` (T, d) of :func:`_local_fits` for every sample, fitted
+    block by block (:data:`FIT_BLOCK` centre samples) in one time unit, the largest
+    |t_j - t_k| of all windows (a window's extremes are its ends: the stamps increase).
+    ``windows_of(index, rows)`` gives the values (B, W, d) at the window indices (B, W) of
+    the centre samples ``rows`` (a slice)."""
+    n = len(times_s)
+    # each sample's window starts here: centred, shifted inward at the ends
+    first = np.clip(np.arange(n) - width // 2, 0, n - width)
+    scale = float(max(np.max(times_s[first + width - 1] - times_s),
+                      np.max(times_s - times_s[first]))) or 1.0
+    parts = []
+    for start in range(0, n, FIT_BLOCK):
+        rows = slice(start, start + FIT_BLOCK)
+        index = first[rows, None] + np.arange(width)[None, :]
+        parts.append(_local_fits(times_s, windows_of(index, rows), index, rows=rows,
+                                 scale=scale)[:, coefficient, :])
+    return np.concatenate(parts, axis=0)
 
 
 def _local_fits(times_s: np.ndarray, values: np.ndarray, index: np.ndarray,
-                order: int = 2) -> np.ndarray:
-    """Least-squares polynomial coefficients (T, order + 1, d) in (t - t_k) of ``values``
-    (T, W, d) sampled at ``times_s[index]``, one fit per centre sample k."""
-    offsets = times_s[index] - times_s[:, None]  # (T, W)
-    scale = float(np.max(np.abs(offsets))) or 1.0
+                order: int = 2, *, rows: slice = slice(None), scale: float | None = None
+                ) -> np.ndarray:
+    """Least-squares polynomial coefficients (B, order + 1, d) in (t - t_k) of ``values``
+    (B, W, d) sampled at ``times_s[index]``, one fit per centre sample k of
+    ``times_s[rows]``; ``scale`` (s, default the largest offset) is the unit of t - t_k."""
+    offsets = times_s[index] - times_s[rows, None]  # (B, W)
+    if scale is None:
+        scale = float(np.max(np.abs(offsets))) or 1.0
     u = offsets / scale
     if order == 2:
         coefficients = _quadratic_fits(u, values)
     else:
-        design = u[..., None] ** np.arange(order + 1)  # (T, W, order + 1)
-        coefficients = np.linalg.pinv(design) @ values  # (T, order + 1, d)
+        design = u[..., None] ** np.arange(order + 1)  # (B, W, order + 1)
+        coefficients = np.linalg.pinv(design) @ values  # (B, order + 1, d)
     return coefficients / (scale ** np.arange(order + 1))[None, :, None]
 
 
@@ -188,8 +212,8 @@ def smoothed_derivative(times_s: np.ndarray, values: np.ndarray,
     values = np.asarray(values, np.float64).reshape(len(times_s), -1)
     if values.shape[1] == 0:
         return values.copy()
-    index = _windows(len(times_s), _width(times_s, window_s))
-    return _local_fits(times_s, values[index], index)[:, 1, :]
+    return _windowed_fits(times_s, _width(times_s, window_s),
+                          lambda index, rows: values[index], 1)
 
 
 def smoothed_angular_velocity(times_s: np.ndarray, quat_wxyz: np.ndarray,
@@ -199,9 +223,11 @@ def smoothed_angular_velocity(times_s: np.ndarray, quat_wxyz: np.ndarray,
     q(t_j) ⊗ q(t_k)⁻¹ over a window of ``window_s`` around it."""
     times_s = np.asarray(times_s, np.float64)
     quat_wxyz = np.asarray(quat_wxyz, np.float64)
-    index = _windows(len(times_s), _width(times_s, window_s))
-    relative = relative_rotvecs(quat_wxyz[index], quat_wxyz[:, None, :])  # (T, W, 3)
-    return _local_fits(times_s, relative, index)[:, 1, :]
+
+    def rotvecs(index: np.ndarray, rows: slice) -> np.ndarray:  # (B, W, 3)
+        return relative_rotvecs(quat_wxyz[index], quat_wxyz[rows, None, :])
+
+    return _windowed_fits(times_s, _width(times_s, window_s), rotvecs, 1)
 
 
 def base_accelerations(times_s: np.ndarray, positions_m: np.ndarray,
@@ -209,9 +235,9 @@ def base_accelerations(times_s: np.ndarray, positions_m: np.ndarray,
     """Acceleration (T, 3), m/s², world frame: twice the quadratic coefficient of a local
     least-squares fit of the positions (T, 3) in a window of ``window_s`` around each sample."""
     times_s = np.asarray(times_s, np.float64)
-    index = _windows(len(times_s), _width(times_s, window_s))
     positions = np.asarray(positions_m, np.float64)
-    return 2.0 * _local_fits(times_s, positions[index], index)[:, 2, :]
+    return 2.0 * _windowed_fits(times_s, _width(times_s, window_s),
+                                lambda index, rows: positions[index], 2)
 
 
 def _gravity(gravity_axis: int, gravity_mps2: float) -> np.ndarray:
