@@ -79,7 +79,7 @@ def test_score_plot_option_writes_the_reliability_png(capsys, tmp_path):
 def test_mean_residual_samples_the_state_noise_only():
     """Row (b)'s policy: with common random numbers its samples leave from the same
     initial states as the model's own samples (identical before the first contact), and
-    without state noise they are all the deterministic prediction."""
+    without state noise and pose noise they are all the deterministic prediction."""
     from residualsim.residual.policy import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import predict_trajectories
@@ -95,7 +95,7 @@ def test_mean_residual_samples_the_state_noise_only():
         np.testing.assert_array_equal(a[:, :2], b[:, :2])  # same start, same free flight
         assert np.ptp(a[:, -1], axis=0).max() > 1e-3  # the state noise spreads them
         assert np.abs(a[:, -1] - b[:, -1]).max() > 1e-4  # the residual's draws differ
-    quiet = dataclasses.replace(model, state_noise=None)
+    quiet = dataclasses.replace(model, state_noise=None, observation_noise=None)
     repeated, _ = predict_trajectories(quiet, tosses, samples=3, seed=3, policy=mean_only)
     for traj_id in tosses:
         np.testing.assert_allclose(repeated[traj_id].position,
