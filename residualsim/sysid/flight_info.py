@@ -46,8 +46,9 @@ from residualsim.sysid.lsq import FLIGHT_MARGIN_S
 
 __all__ = ["flight_identifiability", "format_flight_report", "check_body_scene"]
 
-#: Weak directions listed per file in the text table (all of them for all files together).
-LISTED = 3
+#: Weak directions listed per file in the text table (all of them for all files together;
+#: the JSON line has every file's): its column ``determined`` counts the rest.
+LISTED = 1
 
 
 def _summary(projected: np.ndarray, rows: np.ndarray, names: list[str]) -> dict[str, Any]:
@@ -149,15 +150,15 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
 
 
 def format_flight_report(report: Mapping[str, Any], listed: int = LISTED) -> str:
-    """The report of :func:`flight_identifiability` as a text table: one line per file and
-    one for all files, each file's ``listed`` weakest directions below it (all of them for
-    all files; the JSON line has every file's)."""
+    """The report of :func:`flight_identifiability` as a text table: a line per file with
+    its ``listed`` weakest directions, then all files together with all of theirs."""
     names = report["names"]
     d = len(names)
     head = (f"body on the free flight: {d} parameters (body"
             f"{', joints' if any(n.startswith('joint.') for n in names) else ''}), "
             f"{report['rollouts']} rollouts, {report['seconds']:.0f} s; weak: below "
-            f"{100 * report['weak_ratio']:.0f} % of the strongest direction")
+            f"{100 * report['weak_ratio']:.0f} % of the strongest direction; per file the "
+            "weakest (all in the JSON line)")
     entries = [(f["id"], f"{f['samples']}{'*' if f['contact'] else ''}", f["initial_state"],
                 f, listed) for f in report["files"]]
     entries.append(("all files", str(report["all"]["samples"]), "-", report["all"], d))
@@ -170,8 +171,6 @@ def format_flight_report(report: Mapping[str, Any], listed: int = LISTED) -> str
     for row, (_, _, _, f, most) in zip(cells, entries):
         lead = "  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  "
         text = [describe(w) for w in f["weak_directions"][:most]] or ["none"]
-        if len(f["weak_directions"]) > most:
-            text.append(f"and {len(f['weak_directions']) - most} more (in the JSON line)")
         lines.append(lead + text[0])
         lines += [" " * len(lead) + t for t in text[1:]]
     if any(f["contact"] for f in report["files"]):
