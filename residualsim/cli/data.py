@@ -81,7 +81,8 @@ def register(commands) -> None:
         "--rate-hz or its most common rate); jitter over 10 %% of the period (RMS of the "
         "steps' deviations, column jitter_pct) is warned about; gaps over 3 periods are "
         "reported, a gap of over 20 missing samples and 5 s is refused. With --scene: "
-        "each file's free-flight samples and fitted gravity.")
+        "each file's free-flight samples and fitted gravity; with --body also how well "
+        "that free flight determines the body (train/README.md §22).")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
                       "file, .urdf or built-in name) and find first contacts on its shapes "
@@ -91,8 +92,8 @@ def register(commands) -> None:
                       "how well the free flight determines the body and joints, as "
                       "calibrate's lsq body stage sees it: samples, condition, weak "
                       "directions. Costs 1 + d + k rollouts of each free flight (d: about "
-                      "9 per link + 2 per joint; k: 12 + 2 per joint for a pose-only file), "
-                      "seconds per file (default off)")
+                      "9 per link + 2 per joint; k: 12 + 2 per joint for a pose-only file): "
+                      "8 pose-only hinge tosses, 280 rollouts, 1 s (default off)")
     add_allow_implausible(info)
     add_workers(info)
     info.set_defaults(run=cmd_data_info)
