@@ -87,10 +87,12 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
                            ) -> dict[str, Any]:
     """The module doc's report on ``recordings`` (read for ``scene`` by
     :func:`~residualsim.sim.recordings.load_recordings`: pose-only ones carry their fitted
-    initial state). Returns ``{"names", "step", "rollouts", "seconds", "files": [{"id",
-    "samples", "initial_state": "recorded" | "fitted", "condition", "weak_directions"}],
-    "all": {"samples", "condition", "weak_directions"}}``. ParameterError for a built-in
-    or planar scene (its body is not a parameter)."""
+    initial state). Returns ``{"names", "step", "weak_ratio", "rollouts", "seconds",
+    "files": [{"id", "samples" (compared), "contact" (some of them in contact: fewer than 3
+    before it), "initial_state": "recorded" | "fitted", "condition", "determined" (directions
+    not weak), "weak_directions"}], "all": {"samples", "condition", "determined",
+    "weak_directions"}}``. ParameterError for a built-in or planar scene (its body is not a
+    parameter)."""
     from residualsim.sim.engine import Engine
     from residualsim.sim.recordings import free_flight_samples
     from residualsim.sim.rollout import recording_settings
