@@ -15,13 +15,22 @@ from residualsim.errors import DataError, ParameterError
 def cmd_data_info(args: argparse.Namespace) -> None:
     from residualsim.data import describe, format_description
 
+    if args.body and not args.scene:
+        raise ParameterError("--body needs --scene: the object's scene file or URDF")
     if args.scene:
         from residualsim.experiments.jobs import describe_for_scene
 
-        description = describe_for_scene(resolve_data(args.path), args.scene)
+        description = describe_for_scene(resolve_data(args.path), args.scene, body=args.body,
+                                         n_workers=args.workers)
     else:
         description = describe(resolve_data(args.path))
+    body = description.pop("body_flight", None)
     print(format_description(description))
+    if body is not None:
+        from residualsim.sysid.flight_info import format_flight_report
+
+        print(format_flight_report(body))
+        description["body_flight"] = body
     json_line(description)
 
 
@@ -72,12 +81,21 @@ def register(commands) -> None:
         "--rate-hz or its most common rate); jitter over 10 %% of the period (RMS of the "
         "steps' deviations, column jitter_pct) is warned about; gaps over 3 periods are "
         "reported, a gap of over 20 missing samples and 5 s is refused. With --scene: "
-        "each file's free-flight samples and fitted gravity.")
+        "each file's free-flight samples and fitted gravity; with --body also how well "
+        "that free flight determines the body (train/README.md §22).")
     info.add_argument("path", help="a folder of recordings (or $RESIDUALSIM_DATA/PATH)")
     info.add_argument("--scene", help="check the recordings against this object (a scene "
                       "file, .urdf or built-in name) and find first contacts on its shapes "
                       "(default: the recordings alone)")
+    info.add_argument("--body", action="store_true",
+                      help="with --scene (a scene file or URDF): per file and for all files, "
+                      "how well the free flight determines the body and joints, as "
+                      "calibrate's lsq body stage sees it: samples, condition, weak "
+                      "directions. Costs 1 + d + k rollouts of each free flight (d: about "
+                      "9 per link + 2 per joint; k: 12 + 2 per joint for a pose-only file): "
+                      "8 pose-only hinge tosses, 280 rollouts, 1 s (default off)")
     add_allow_implausible(info)
+    add_workers(info)
     info.set_defaults(run=cmd_data_info)
     synth = data_commands.add_parser("synthesize", help="synthetic tosses with known truth")
     synth.add_argument("--scene", default="cube",

@@ -44,14 +44,17 @@ log = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str]
 
 
-def describe_for_scene(path: PathLike, scene: str) -> dict:
+def describe_for_scene(path: PathLike, scene: str, body: bool = False,
+                       n_workers: int = 1) -> dict:
     """``data info DIR --scene FILE``: the data set's summary (:func:`residualsim.data.describe`)
     checked against the object, with its first contacts found on the object's own
     collision shapes (seconds after the first sample; min, median, max) and, for pose-only
     recordings, how well the initial-state fits matched the free flight (m); per file
     also the free-flight samples before the first contact (``flight_samples``) and the
     gravity fitted on them (``g_fit_mps2``, :func:`residualsim.sim.plausibility.gravity_fit`;
-    None when too short to tell)."""
+    None when too short to tell). ``body``: also ``body_flight``, how well each file's free
+    flight determines the body and joints
+    (:func:`residualsim.sysid.flight_info.flight_identifiability`, on ``n_workers``)."""
     from residualsim.data import describe
     from residualsim.sim.engine import Engine
     from residualsim.sim.plausibility import gravity_fit
@@ -59,6 +62,10 @@ def describe_for_scene(path: PathLike, scene: str) -> dict:
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import make_scene
 
+    if body:  # refused before reading anything for a scene without body parameters
+        from residualsim.sysid.flight_info import check_body_scene
+
+        check_body_scene(scene)
     description = describe(path)
     if description.get("format") == "mcube":
         raise DataError(f"{path}: planar impacts; --scene is for trajectory recordings")
@@ -88,6 +95,11 @@ def describe_for_scene(path: PathLike, scene: str) -> dict:
         description["initial_state_fit_rms_m"] = {"fitted": len(fits),
                                                   "median": float(np.median(fits)),
                                                   "max": float(max(fits))}
+    if body:
+        from residualsim.sysid.flight_info import flight_identifiability
+
+        description["body_flight"] = flight_identifiability(scene, recordings,
+                                                            n_workers=n_workers)
     return description
 
 

@@ -7,6 +7,8 @@
 * :mod:`~residualsim.sysid.mcmc`, :mod:`~residualsim.sysid.posterior`: Metropolis-Hastings
   and its posterior (R-hat, ESS); :mod:`~residualsim.sysid.plots`: corner and trace plots.
 * :mod:`~residualsim.sysid.optimize`: nevergrad point estimates.
+* :mod:`~residualsim.sysid.flight_info`: how well each recording's free flight determines
+  an object's body and joints (``data info --body``).
 * :mod:`~residualsim.sysid.calibrate`: the ``calibrate`` workflow (output directory, resume).
 * :mod:`~residualsim.sysid.loop_stiffness`: the arm + loop stiffness (least squares,
   gradient, homotopy, posterior).

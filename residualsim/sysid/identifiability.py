@@ -37,37 +37,46 @@ WEAK_RATIO = 0.02
 MEMBER_SHARE = 0.2
 
 
-def _weak(jacobian: np.ndarray, n_names: int, ratio: float
+def _weak(jacobian: np.ndarray, n_names: int, ratio: float, norms: np.ndarray | None = None,
+          reference: float | None = None
           ) -> tuple[np.ndarray, list[int], list[tuple[float, np.ndarray]]]:
     """(column norms, indices of the idle columns, [(share, unit vector over the live
-    columns in column-normalised coordinates)] of the weak directions, weakest first)."""
+    columns in column-normalised coordinates)] of the weak directions, weakest first).
+    ``norms``: the column scales (default the Jacobian's own column norms); ``reference``:
+    the singular value shares are of (default the largest)."""
     jacobian = np.asarray(jacobian, dtype=np.float64)
     if jacobian.ndim != 2 or jacobian.shape[1] != n_names:
         raise ValueError(f"jacobian of shape {jacobian.shape} for {n_names} names")
     finite = np.where(np.isfinite(jacobian), jacobian, 0.0)
-    norms = np.linalg.norm(finite, axis=0)
+    norms = np.linalg.norm(finite, axis=0) if norms is None else np.asarray(norms, float)
     idle = [i for i, n in enumerate(norms) if n == 0]
     live = [i for i, n in enumerate(norms) if n > 0]
     weak = []
     if len(live) >= 2:
         _, singular, vt = np.linalg.svd(finite[:, live] / norms[live], full_matrices=False)
+        top = singular[0] if reference is None else reference
         for value, vector in sorted(zip(singular, vt), key=lambda pair: pair[0]):
-            if value / singular[0] >= ratio:
+            if value / top >= ratio:
                 break
             full = np.zeros(n_names)
             full[live] = vector
-            weak.append((float(value / singular[0]), full))
+            weak.append((float(value / top), full))
     return norms, idle, weak
 
 
 def weak_directions(jacobian: np.ndarray, names: Sequence[str],
-                    ratio: float = WEAK_RATIO) -> list[dict[str, Any]]:
+                    ratio: float = WEAK_RATIO, norms: np.ndarray | None = None,
+                    reference: float | None = None) -> list[dict[str, Any]]:
     """The weak directions of ``jacobian`` (rows: residuals; columns: ``names``), weakest
     first: per direction ``ratio`` (its singular value over the largest) and ``members``
     (name -> signed coefficient of the unit direction, those of at least
     :data:`MEMBER_SHARE` in magnitude; the first member, in ``names`` order, positive).
-    A parameter that moves no residual at all is a direction of its own with ratio 0."""
-    _, idle, weak = _weak(jacobian, len(names), ratio)
+    A parameter that moves no residual at all is a direction of its own with ratio 0.
+    ``norms``: the columns' scales (default their own norms); ``reference``: the singular
+    value the ratios are of (default the largest). A Jacobian with the initial states'
+    share projected out takes both from the Jacobian before the projection, so that what
+    the states absorb shows as weak (:mod:`residualsim.sysid.flight_info`)."""
+    _, idle, weak = _weak(jacobian, len(names), ratio, norms, reference)
     out = [{"ratio": 0.0, "members": {names[i]: 1.0}} for i in idle]
     for share, vector in weak:
         vector = vector * np.sign(vector[np.argmax(np.abs(vector) >= MEMBER_SHARE)])

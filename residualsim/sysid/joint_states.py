@@ -116,6 +116,7 @@ class OffsetResiduals:
         items, blocks, row = [], [], 0
         wanted = set(with_offsets)
         self.ids = list(trajectories)
+        self.spans: list[tuple[int, int]] = []  # each recording's rows (first, end)
         self._slot = {}
         for index, (key, traj) in enumerate(trajectories.items()):
             n = min(traj.n_samples, max(2, int(horizons[index]) + 1))
@@ -126,6 +127,7 @@ class OffsetResiduals:
                 item += (layout.joint_positions(states)[1:], scale)
             items.append(item)
             width = (n - 1) * (6 + n_joints)
+            self.spans.append((row, row + width))
             if key in wanted:
                 self._slot[index] = len(blocks)
                 blocks.append((index, row, row + width))

@@ -85,8 +85,8 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.mcmc import check_fingerprint
 from residualsim.sysid.paramspace import ParamSpace
 
-__all__ = ["fit_least_squares", "staged_least_squares", "DEFAULT_STEP",
-           "DEFAULT_F_SCALE"]
+__all__ = ["fit_least_squares", "staged_least_squares", "forward_differences",
+           "flight_horizons", "DEFAULT_STEP", "DEFAULT_F_SCALE"]
 
 log = logging.getLogger(__name__)
 
@@ -255,17 +255,10 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         return r
 
     def differences(z: np.ndarray, r0: np.ndarray) -> np.ndarray:
-        """Forward differences (m, d + k): along each θ, then along offset component j of
-        every recording at once (each recording's rows depend on its own offset only)."""
-        signs = np.ones(n_shifts)
-        signs[:d] = np.where(z[:d] + step <= 1.0, 1.0, -1.0)
-        steps = signs * np.concatenate([np.full(d, step), states.step if n_shifts > d else []])
-        shifted = np.repeat(z[None], n_shifts, axis=0)
-        shifted[np.arange(d), np.arange(d)] += steps[:d]
-        for j in range(n_shifts - d):
-            shifted[d + j, d + j::states.k] += steps[d + j]
+        """The recordings' Jacobian (:func:`forward_differences`), then the anchor's rows."""
         r0 = r0[:len(r0) - (d if anchor else 0)]  # the recordings' rows
-        jacobian = ((evaluate(clip(shifted)) - r0[None]) / steps[:, None]).T
+        jacobian = forward_differences(evaluate, z, r0, d, step,
+                                       states if n_shifts > d else None)
         last["jacobian"] = jacobian[:, :d]
         if not anchor:
             return jacobian
@@ -326,6 +319,26 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
             "history": history}
 
 
+def forward_differences(evaluate: Callable[[np.ndarray], np.ndarray], z: np.ndarray,
+                        r0: np.ndarray, d: int, step: float, states: Any = None) -> np.ndarray:
+    """The forward-difference Jacobian (m, d + k) of ``evaluate`` (a batch of points z
+    (n, d + offsets) -> residuals (n, m)) at ``z`` whose residuals are ``r0`` (m,): along
+    each of the d parameters (unit coordinates, step ``step``, backward at the upper wall),
+    then along offset component j of every recording of ``states`` (a
+    :class:`~residualsim.sysid.joint_states.StateBlock`) at once (each recording's rows
+    depend on its own offset only). One batch of d + k points."""
+    k = states.k if states is not None and states.size else 0
+    signs = np.ones(d + k)
+    signs[:d] = np.where(z[:d] + step <= 1.0, 1.0, -1.0)
+    steps = signs * np.concatenate([np.full(d, step), states.step if k else []])
+    shifted = np.repeat(np.asarray(z, dtype=np.float64)[None], d + k, axis=0)
+    shifted[np.arange(d), np.arange(d)] += steps[:d]
+    for j in range(k):
+        shifted[d + j, d + j::k] += steps[d + j]
+    shifted[:, :d] = np.clip(shifted[:, :d], 0.0, 1.0)
+    return ((evaluate(shifted) - r0[None]) / steps[:, None]).T
+
+
 def _anchored_steps(evaluate: Callable[[np.ndarray], np.ndarray], best: dict[str, Any],
                     cache: Mapping[str, np.ndarray], jacobian: np.ndarray,
                     ridge: Mapping[str, Any], f_scale: float, d: int, steps: int = 3) -> None:
@@ -381,8 +394,8 @@ def _contact_starts(space: ParamSpace, current: np.ndarray, seed: int) -> np.nda
     return np.unique(np.stack(rows), axis=0)
 
 
-def _horizons(scene: str, train: Mapping[str, Any], settings: Any,
-              contact_s: float) -> list[int]:
+def flight_horizons(scene: str, train: Mapping[str, Any], settings: Any,
+                    contact_s: float) -> list[int]:
     """Per recording: its free-flight samples plus ``contact_s`` seconds of samples."""
     from residualsim.sim.engine import Engine
     from residualsim.sim.recordings import free_flight_samples
@@ -445,7 +458,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
         if stage == "all":
             target, block = likelihood, None
         else:
-            horizons = _horizons(scene, train, likelihood.settings,
+            horizons = flight_horizons(scene, train, likelihood.settings,
                                  0.0 if stage == "body" else IMPACT_SECONDS)
             target = OffsetResiduals(scene, train, likelihood.settings, horizons,
                                      estimated if stage == "body" else [], n_workers,
@@ -463,7 +476,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             candidates = _contact_starts(sub, start, seed)
             screen = target if stage == "contact" else OffsetResiduals(
                 scene, train, likelihood.settings,
-                _horizons(scene, train, likelihood.settings, IMPACT_SECONDS), [], n_workers,
+                flight_horizons(scene, train, likelihood.settings, IMPACT_SECONDS), [], n_workers,
                 rotation_weight)
             try:
                 r = screen([space.engine_params(row)
