@@ -170,8 +170,8 @@ def test_impacts_are_guarded_between_calibrated_and_default(monkeypatch, make_mc
     make_mcube(tmp_path / "mcube", n_rows=12)
     real = held_out.held_out_figures
 
-    def worse_calibrated(scene, kind, validation, params, substeps, n_workers):
-        figures = real(scene, kind, validation, params, substeps, n_workers)
+    def worse_calibrated(scene, kind, validation, params, substeps, n_workers, *options):
+        figures = real(scene, kind, validation, params, substeps, n_workers, *options)
         figures["calibrated"]["velocity_rmse_mps"] *= 10
         return figures
 

@@ -120,3 +120,93 @@ def test_calibrate_refuses_an_unknown_recorded_start(tmp_path):
     with pytest.raises(ParameterError, match="recorded_start"):
         calibrate("cube", tmp_path, ["restitution"], tmp_path / "out", recorded_start="guess")
     assert not (tmp_path / "out").exists()
+
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def hinge_tosses(tmp_path_factory):
+    """(scene, folder of CSV with velocities, exact, noisy): 8 hinge tosses, 0.5 mm and
+    0.5 deg pose noise, velocities exact (as ``data synthesize`` keeps them)."""
+    from residualsim.data.csv import save_csv_trajectories
+
+    hinge = str(ROOT / "assets" / "examples" / "hinge.toml")
+    options = dict(n_tosses=8, n_samples=40, rng=5, scene=hinge, rate_hz=100.0)
+    exact = synthesize_tosses(TRUTH, **options)
+    noisy = synthesize_tosses(TRUTH, noise_m=5e-4, noise_rad=np.deg2rad(0.5), **options)
+    folder = tmp_path_factory.mktemp("hinge") / "vel"
+    save_csv_trajectories(folder, noisy, with_velocities=True)
+    return hinge, folder, exact, noisy
+
+
+def _start_errors(starts, exact, noisy):
+    """(as read, as used): each recording's first-position error against the truth, m."""
+    read = [np.linalg.norm(noisy[k].positions_m[0] - exact[k].positions_m[0]) for k in starts]
+    used = [np.linalg.norm(starts[k].positions_m[0] - exact[k].positions_m[0])
+            for k in starts]
+    return np.array(read), np.array(used)
+
+
+@pytest.mark.parametrize("recorded_start", [None, "recorded"])
+def test_lsq_starts_recordings_with_velocities_from_fitted_poses(hinge_tosses, tmp_path,
+                                                                 monkeypatch, recorded_start):
+    """Issue 51: lsq rolled recordings with recorded velocities out from their noisy first
+    poses as if exact (``--recorded-start fit`` was ignored by its stages). By default its
+    contact search now starts them from poses fitted to the free flight, velocities kept;
+    ``recorded_start="recorded"`` keeps them as read."""
+    import residualsim.sysid.joint_states as joint_states
+    from residualsim.sysid.calibrate import calibrate
+
+    hinge, folder, exact, noisy = hinge_tosses
+    seen = {}
+
+    def offsets(scene, trajectories, *args, **kwargs):
+        seen["train"] = trajectories
+        raise _Stop
+
+    monkeypatch.setattr(joint_states, "OffsetResiduals", offsets)
+    ids = sorted(noisy)
+    with pytest.raises(_Stop):
+        calibrate(hinge, folder, ["restitution"], tmp_path / "out", method="lsq",
+                  n_workers=1, plots=False, ground=False, recorded_start=recorded_start,
+                  split_lists={"train": ids[:6], "validation": ids[6:]})
+    starts = seen["train"]
+    assert set(starts) == set(ids[:6])
+    for k in starts:  # the recorded velocities are kept either way
+        np.testing.assert_array_equal(starts[k].linear_velocity_mps[0],
+                                      noisy[k].linear_velocity_mps[0])
+    read, used = _start_errors(starts, exact, noisy)
+    if recorded_start == "recorded":
+        np.testing.assert_allclose(used, read, atol=1e-12)
+        return
+    moved = np.abs(used - read) > 1e-12  # a too short free flight is kept as read
+    assert moved.mean() >= 0.5
+    assert np.sqrt(np.mean(used[moved] ** 2)) < 0.6 * np.sqrt(np.mean(read[moved] ** 2))
+
+
+def test_held_out_figures_fit_each_sets_starts(hinge_tosses, monkeypatch):
+    """The held-out guard scores recordings with recorded velocities from first poses
+    fitted with each candidate's own parameters: at the truth the fitted starts predict
+    better than the noisy recorded ones, and each candidate gets its own fit."""
+    import residualsim.sysid.likelihood as likelihood
+    from residualsim.sim.recordings import load_recordings
+    from residualsim.sysid.held_out import held_out_figures
+
+    hinge, folder, exact, noisy = hinge_tosses
+    recordings = load_recordings(folder, hinge)
+    candidates = {"truth": TRUTH, "default": EngineParams()}
+    plain = held_out_figures(hinge, "trajectories", recordings, candidates, None, 1)
+    real, fitted_with = likelihood.fit_recorded_starts, []
+
+    def spy(scene, trajectories, settings, params=None):
+        fitted_with.append(params)
+        return real(scene, trajectories, settings, params)
+
+    monkeypatch.setattr(likelihood, "fit_recorded_starts", spy)
+    fitted = held_out_figures(hinge, "trajectories", recordings, candidates, None, 1,
+                              fit_starts=True)
+    assert fitted_with == [TRUTH, EngineParams()]
+    assert fitted["truth"]["position_rmse_m"] < 0.9 * plain["truth"]["position_rmse_m"]

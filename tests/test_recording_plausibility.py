@@ -147,3 +147,24 @@ def test_a_gap_across_a_contact_is_named_not_refused(caplog):
         assert len(prepare_recordings("cube", {"slide": gapped})) == 1
     assert "samples 19 to 25 were filled in across a gap" in caplog.text
     assert "42 mm into the table" in caplog.text
+
+
+def test_centre_of_mass_velocities_are_refused_naming_the_convention(tmp_path):
+    """Issue 51: vx, vy, vz of the hinge's base centre of mass (2 cm off its link origin, as
+    PyBullet's getBaseVelocity gives it) passed the reader's 50 % check and misled lsq; the
+    origin's (what residualsim reads), with noisy poses, load."""
+    from residualsim.sim.rotations import as_rotation
+
+    made = synthesize_tosses(TRUTH, n_tosses=3, n_samples=60, rng=6, scene=HINGE,
+                             noise_m=5e-4, noise_rad=np.deg2rad(0.5))
+    com = np.array([0.02, 0.0, 0.0])  # hinge.urdf's base <inertial> origin
+
+    def at_com(t):
+        lever = np.cross(t.angular_velocity_world_radps, as_rotation(t.quat_wxyz).apply(com))
+        return t.linear_velocity_mps + lever
+
+    for name, trajs in (("origin", made), ("com", _changed(made, linear_velocity_mps=at_com))):
+        save_csv_trajectories(tmp_path / name, trajs, with_velocities=True)
+    assert len(prepare_recordings(HINGE, load_trajectories(tmp_path / "origin"))) == 3
+    with pytest.raises(DataError, match="centre of mass .*getBaseVelocity"):
+        prepare_recordings(HINGE, load_trajectories(tmp_path / "com"))

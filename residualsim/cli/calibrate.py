@@ -181,8 +181,9 @@ def register(commands) -> None:
                      "recording, drawn from its fit's uncertainty (default 4; 0: the fit only)")
     cal.add_argument("--recorded-start", choices=("fit", "recorded"),
                      help="recordings with recorded velocities: fit the first pose to the "
-                     "free flight, averaging over --initial-draws (fit), or roll out from it "
-                     "as recorded (default recorded)")
+                     "free flight, averaging over --initial-draws (fit), or roll out from it as "
+                     "recorded (default: fit for lsq, else recorded; train/README.md section "
+                     "22)")
     cal.add_argument("--weighting", choices=("effective", "recording"),
                      help="MH on trajectories, noise estimated: a recording weighs as one "
                      "observation (recording, default: too wide on few short tosses) or as its "

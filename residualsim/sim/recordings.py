@@ -54,7 +54,7 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.implausible import allow_implausible, implausible_allowed, refuse_implausible
 from residualsim.sim.plausibility import (check_gravity, check_joint_units,
-                                          check_quaternion_order)
+                                          check_quaternion_order, check_velocity_point)
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
@@ -235,6 +235,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
             check_quaternion_order(engine, traj, _distance, _implausible, REST_SAMPLES,
                                    WRONG_OBJECT_DEPTH_M)
             check_gravity(engine, traj, free_flight_samples(engine, traj), _implausible)
+            check_velocity_point(engine.scene, traj, _implausible)
     for traj in trajectories.values():
         check_plausible(traj)
     out = dict(trajectories)

@@ -12,6 +12,10 @@ validation split and keeps the best (issues 48 and 51):
   or joint parameters;
 - ``"default"``: :class:`~residualsim.sim.scenes.EngineParams` ``()``, PyBullet's defaults.
 
+With ``fit_starts`` (``calibrate --recorded-start fit``, lsq's default) each candidate rolls
+the recordings with recorded velocities out from first poses fitted to their free flight
+with its own parameters, not from the noisy recorded ones (train/README.md §22).
+
 The score is the validation position RMSE (m) for trajectories and the RMSE of the planar
 post-impact velocities (dx, dy, k dtheta; m/s) for impacts; a tie (within
 :data:`TIE_RELATIVE` or :data:`TIE_ABSOLUTE`) keeps the calibrated set.
@@ -46,15 +50,26 @@ _DESCRIBED = {"calibrated": "the calibrated parameters",
 
 
 def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str, EngineParams],
-                     substeps: int | None, n_workers: int) -> dict[str, dict[str, float]]:
+                     substeps: int | None, n_workers: int, fit_starts: bool = False
+                     ) -> dict[str, dict[str, float]]:
     """Scores of the engine on held-out data for each named parameter set (the aggregate
-    figures of :mod:`residualsim.evaluation.metrics`: metres, radians, m/s)."""
+    figures of :mod:`residualsim.evaluation.metrics`: metres, radians, m/s).
+    ``fit_starts``: roll each set out from the first poses of the recordings with recorded
+    velocities fitted to their free flight with that set (its body), as ``calibrate
+    --recorded-start fit`` trains (:func:`~residualsim.sysid.likelihood.fit_recorded_starts`;
+    a start fitted with another body is biased for this one)."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
     from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
-    from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
+    from residualsim.sim.rollout import (recording_settings, simulate_impacts,
+                                         simulate_trajectories)
+    from residualsim.sysid.likelihood import fit_recorded_starts
 
-    figures = {}
+    figures, recordings = {}, validation
     for label, engine_params in params.items():
+        if fit_starts and kind == "trajectories":
+            recordings = fit_recorded_starts(
+                scene, validation, recording_settings(scene, validation, substeps),
+                engine_params)
         if kind == "impacts":
             velocity = simulate_impacts(scene, validation, engine_params, n_workers, substeps)
             score = score_impacts(ImpactPredictions(post_velocity=velocity[None],
@@ -62,7 +77,7 @@ def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str
                                                     meta={"convention": "corrected"}),
                                   validation)
         else:
-            results = simulate_trajectories(scene, validation, engine_params, n_workers,
+            results = simulate_trajectories(scene, recordings, engine_params, n_workers,
                                             substeps)
             predictions = TrajectoryPredictions(
                 {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()})
@@ -122,7 +137,7 @@ def _remedy(method: str) -> str:
 
 def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
                    names: Sequence[str], substeps: int | None, n_workers: int, *,
-                   method: str, keep_calibrated: bool = False
+                   method: str, keep_calibrated: bool = False, fit_starts: bool = False
                    ) -> tuple[EngineParams, dict[str, Any], list[str]]:
     """Score the candidates of :func:`guard_candidates` on ``validation``; (the kept
     parameters, the summary's entries, warnings).
@@ -134,7 +149,8 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
     ``keep_calibrated`` (a warning either way when the calibrated set is not the best).
     """
     candidates = guard_candidates(params, names)
-    figures = held_out_figures(scene, kind, validation, candidates, substeps, n_workers)
+    figures = held_out_figures(scene, kind, validation, candidates, substeps, n_workers,
+                               fit_starts)  # fit_starts: see held_out_figures
     key = GUARD_KEYS[kind]
     best = choose_candidate(figures, key)
     reference = figures["default"].get(key, math.nan)

@@ -73,7 +73,8 @@ from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
 from residualsim.sim.scenes.params import body_of
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR"]
+__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR",
+           "fit_recorded_starts"]
 
 #: Smallest per-recording error used in the log (a 10 µm fit counts as perfect), m² or m²/s².
 ERROR_FLOOR = 1e-10
@@ -337,8 +338,10 @@ class TrajectoryLikelihood(_Likelihood):
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
         if fit_recorded:
-            trajectories = _fit_recorded_starts(scene, trajectories, settings)
+            trajectories = fit_recorded_starts(scene, trajectories, settings)
         self.fit_recorded = bool(fit_recorded)
+        #: The recordings as rolled out (first poses fitted with ``fit_recorded``).
+        self.trajectories = dict(trajectories)
         radius = layout.radius_of_gyration_m
         n_joints = getattr(layout, "n_joints", 0)
         if n_joints:
@@ -369,14 +372,19 @@ class TrajectoryLikelihood(_Likelihood):
                          sizes)
 
 
-def _fit_recorded_starts(scene: str, trajectories: Mapping[str, Trajectory],
-                         settings: EngineSettings) -> dict[str, Trajectory]:
+def fit_recorded_starts(scene: str, trajectories: Mapping[str, Trajectory],
+                        settings: EngineSettings, params: EngineParams | None = None
+                        ) -> dict[str, Trajectory]:
     """The recordings with each recorded (not yet fitted) initial pose fitted to the free
-    flight at the likelihood's settings, velocities kept (see ``fit_recorded``)."""
+    flight at the likelihood's settings, velocities kept (see ``fit_recorded``), with the
+    engine at ``params`` (default PyBullet's, the URDF's body): the fit's free flight is
+    the body's, so a start fitted with one body is biased for another (issue 51)."""
     from residualsim.sim.recordings import fit_initial_state
 
     out = dict(trajectories)
     with Engine(scene, settings=settings) as engine:
+        if params is not None:
+            engine.set_params(params)
         for key, traj in trajectories.items():
             if "initial_state_covariance" not in traj.metadata:
                 out[key] = fit_initial_state(engine, traj, velocities=False)

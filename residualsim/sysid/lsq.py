@@ -415,12 +415,18 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                          seed: int = 0) -> dict[str, Any]:
     """The stages of the module doc over ``space`` on recordings ``train``; ``likelihood``
     the whole-recording :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`.
+    With ``likelihood.fit_recorded`` (``--recorded-start fit``, lsq's default) the stages
+    after ``body`` start the recordings with recorded velocities from first poses fitted to
+    their free flight with the body found so far (``all``: the likelihood's, fitted with the
+    URDF's); ``body`` rolls them out as recorded: a pose fitted with the URDF's body would
+    carry its error into the body stage, as pose-only starts did (train/README.md §22).
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
     from residualsim.sysid.bodyspace import is_body_name
     from residualsim.sysid.identifiability import (WeakSubspace, describe, weak_basis,
                                                    weak_directions)
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
+    from residualsim.sysid.likelihood import fit_recorded_starts
 
     values = space.from_unit(space.start())
     body = [n for n in space.names if is_body_name(n)]
@@ -455,6 +461,9 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             rows[:, index] = x
             return rows
 
+        if stage != "body" and getattr(likelihood, "fit_recorded", False):  # the body's
+            train = likelihood.trajectories if stage == "all" else fit_recorded_starts(
+                scene, train, likelihood.settings, space.engine_params(values))
         if stage == "all":
             target, block = likelihood, None
         else:
