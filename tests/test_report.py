@@ -110,3 +110,15 @@ def test_coinciding_mean_predictions_are_detected():
     assert not _coincide(first, TrajectoryPrediction(position + 1e-6, quaternion))
     assert not _coincide(first, TrajectoryPrediction(position, quaternion + 1e-6))
     assert not _coincide(first, TrajectoryPrediction(position[:, :4], quaternion[:, :4]))
+
+
+def test_the_headline_explains_a_low_3d_coverage_only_when_it_is_low():
+    from residualsim.experiments.report import _headline
+
+    low = _headline({"coverage_xy_50": 0.5, "coverage_xy_90": 0.9, "coverage_50": 0.1,
+                     "coverage_90": 0.2}, 32)
+    close = _headline({"coverage_xy_50": 0.46, "coverage_xy_90": 0.89, "coverage_50": 0.48,
+                       "coverage_90": 0.94}, 32)
+    assert "rarely hold a recording" in low and "fit-ground" in low
+    assert "rarely hold a recording" not in close
+    assert "in 3-D: 48% / 94%" in close
