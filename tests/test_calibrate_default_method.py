@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from residualsim.sysid.bodyspace import resolve_method
+from residualsim.sysid.bodyspace import (BODY_LSQ_BUDGET, DEFAULT_BUDGET, default_budget,
+                                         resolve_method)
 
 ROOT = Path(__file__).resolve().parents[1]
 HINGE = ROOT / "assets" / "examples" / "hinge.toml"
@@ -34,6 +35,14 @@ def test_a_named_method_is_kept_and_mh_or_nevergrad_on_the_body_is_warned():
         assert kept == method and "lsq" in warning and method in warning
 
 
+def test_the_default_budget_is_larger_only_for_lsq_on_the_body():
+    assert BODY_LSQ_BUDGET > DEFAULT_BUDGET
+    assert default_budget("lsq", ["contact", "body", "joints"]) == BODY_LSQ_BUDGET
+    assert default_budget("lsq", ["joint.elbow.damping"]) == BODY_LSQ_BUDGET
+    assert default_budget("lsq", ["contact"]) == DEFAULT_BUDGET
+    assert default_budget("nevergrad", ["contact", "body"]) == DEFAULT_BUDGET
+
+
 def test_the_command_line_runs_lsq_on_joints_when_no_method_is_named(tmp_path, capsys):
     from residualsim.cli import main
     from residualsim.data.csv import save_csv_trajectories
@@ -48,3 +57,27 @@ def test_the_command_line_runs_lsq_on_joints_when_no_method_is_named(tmp_path, c
     summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
     assert summary["method"] == "lsq"
     assert "warning: --method" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("params, extra, method, budget", [
+    ("contact,body,joints", [], "lsq", BODY_LSQ_BUDGET),
+    ("contact", ["--method", "lsq"], "lsq", DEFAULT_BUDGET),
+    ("contact,body", ["--method", "nevergrad"], "nevergrad", DEFAULT_BUDGET),
+    ("contact,body", ["--budget", "7"], "lsq", 7),
+])
+def test_the_command_line_passes_the_resolved_method_and_budget(tmp_path, monkeypatch,
+                                                                 params, extra, method, budget):
+    import residualsim.sysid.calibrate as calibration
+    from residualsim.cli import main
+
+    seen = {}
+
+    def fake(scene, data, names, out, **options):
+        seen.update(options)
+        return {"method": options["method"]}
+
+    monkeypatch.setattr(calibration, "calibrate", fake)
+    assert main(["calibrate", "--scene", str(HINGE), "--data", str(ROOT / "data" / "samples" /
+                 "contactnets-cube"), "--params", params, "--out", str(tmp_path / "c"),
+                 "--quiet", *extra]) == 0
+    assert (seen["method"], seen["budget"]) == (method, budget)

@@ -36,12 +36,13 @@ def _note(args: argparse.Namespace, text: str) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from residualsim.sysid.bodyspace import resolve_method
+    from residualsim.sysid.bodyspace import default_budget, resolve_method
     from residualsim.sysid.calibrate import calibrate
     from residualsim.sysid.held_out import held_out_note
 
     check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
     args.method, warning = resolve_method(args.method, args.params.split(","))
+    args.budget = args.budget or default_budget(args.method, args.params.split(","))
     if warning:
         _note(args, warning)
     if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
@@ -109,8 +110,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         _note(args, "report: " + report_command(
             str(Path(args.out) / "report.html"), calibration=args.out, data=args.data,
             split="validation" if summary.get("validation_count") else "all"))
-    json_line({"command": "calibrate", "out": str(args.out),
-                **{k: summary[k] for k in keys if k in summary}})
+    json_line({"command": "calibrate", "out": str(args.out), **{k: summary[k] for k in keys
+                                                                 if k in summary}})
 
 
 def register(commands) -> None:
@@ -130,9 +131,8 @@ def register(commands) -> None:
                      "table), and for an object from a scene file or URDF body (per link: "
                      "centre of mass, inertia; the total mass and its split across revolute "
                      "joints kept) and joints (per joint: damping, friction); single names "
-                     "body.<link>.com_x, body.<link>.moment_1, body.<link>.axes_x, "
-                     "body.<link>.mass_ratio, joint.<joint>.damping, joint.<joint>.friction "
-                     "(README)")
+                     "body.<link>.com_x, .moment_1, .axes_x, .mass_ratio, joint.<joint>."
+                     "damping, .friction (README)")
     cal.add_argument("--base", help="values of the parameters not calibrated: name=value,..., "
                      "a JSON file or a calibration directory (default PyBullet's)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
@@ -161,8 +161,8 @@ def register(commands) -> None:
                      "(default 32; lower it for quick looks)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
-    cal.add_argument("--estimate-offsets", action="store_true",
-                     help="arm-loop homotopy/lsq: estimate the joint-angle sensor offsets too")
+    cal.add_argument("--estimate-offsets", action="store_true", help="arm-loop homotopy/lsq: "
+                     "estimate the joint-angle sensor offsets too")
     cal.add_argument("--samples", type=count(1), default=3000, help="kept draws per chain")
     cal.add_argument("--burn-in", type=count(0), default=1000, help="steps discarded per chain")
     cal.add_argument("--chains", type=count(1), default=2, help="Metropolis-Hastings chains")
@@ -198,16 +198,16 @@ def register(commands) -> None:
                      help="recordings to calibrate on (default train)")
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split (default: all)")
-    cal.add_argument("--budget", type=count(1), default=200, help="nevergrad or lsq "
-                     "evaluations (parameter sets, each rolled out on every recording); lsq with "
+    cal.add_argument("--budget", type=count(1), help="nevergrad or lsq evaluations (default "
+                     "200; lsq with body or joint names 600): parameter sets, each rolled out on "
+                     "every recording; lsq with "
                      "body/joint and contact names: body on free flight (BUDGET), contact (at "
                      "most 12 (k + 1)), then the body's weak directions through the first impact")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
                      "nevergrad evaluations (default: each batch), between checkpoints")
-    cal.add_argument("--no-ground", action="store_true",
-                     help="do not set table_height_m from the rest phases after a search on "
-                     "trajectories (set when >= 5 recordings rest as their rollouts do)")
+    cal.add_argument("--no-ground", action="store_true", help="do not set table_height_m from "
+                     "the rest phases after a search (set when >= 5 recordings rest)")
     cal.add_argument("--keep-calibrated", action="store_true", help="export the calibrated "
                      "values even when another set predicts validation better")
     cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
