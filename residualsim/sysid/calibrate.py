@@ -38,6 +38,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
+from residualsim.sysid.bodyspace import default_budget
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
@@ -237,13 +238,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               priors: Mapping[str, str] | None = None, noise: float | None = None,
               substeps: int | None = None, split: str = "train",
               max_items: int | None = None, n_workers: int = 1, seed: int = 0,
-              budget: int = 200, optimizer: str = "CMA", checkpoint_every: int | None = None,
+              budget: int | None = None, optimizer: str = "CMA",
+              checkpoint_every: int | None = None,
               resume: bool = False, plots: bool = True, progress: bool = False,
               initial: Mapping[str, float] | None = None,
               split_fractions: Sequence[float] | None = None,
               split_lists: Mapping[str, Sequence[str]] | None = None,
-              initial_draws: int | None = None,
-              delayed_acceptance: float | None = None,
+              initial_draws: int | None = None, delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
@@ -274,7 +275,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     an unweighted calibration's (``train/calibration_crossloss.py`` re-scores unweighted).
     ``names`` may hold groups (``contact``, ``soft_contact``, ``body``, ``joints``) and
     body and joint names (:mod:`residualsim.sysid.bodyspace`); ``method="lsq"`` is least
-    squares on trajectory error (:mod:`residualsim.sysid.lsq`, ``budget`` parameter sets).
+    squares on trajectory error (:mod:`residualsim.sysid.lsq`, ``budget`` parameter sets,
+    default 600 on the body, else 200: :func:`~residualsim.sysid.bodyspace.default_budget`).
     ``export_urdf``: also write the scene's URDF with the identified values there.
     ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
@@ -314,17 +316,16 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if method not in ("mh", "nevergrad", "lsq", "sandwich"):
         raise ParameterError(f"method must be 'mh', 'sandwich', 'nevergrad' or 'lsq', got "
                              f"{method!r}")
+    budget = budget or default_budget(method, names)  # 600 for lsq on the body, else 200
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
     recorded_start = recorded_start or DEFAULT_RECORDED_START.get(method, "recorded")
     if recorded_start not in ("fit", "recorded"):
-        raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got "
-                             f"{recorded_start!r}")
+        raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got {recorded_start!r}")
     fit_recorded = recorded_start == "fit"
     weighting = weighting or DEFAULT_WEIGHTING
     if weighting not in ("effective", "recording"):
-        raise ParameterError(f"weighting must be 'effective' or 'recording', got "
-                             f"{weighting!r}")
+        raise ParameterError(f"weighting must be 'effective' or 'recording', got {weighting!r}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     base = None if base is None else parse_params(base)
