@@ -51,6 +51,7 @@ from residualsim.errors import DataError
 
 __all__ = [
     "check_recorded_velocities",
+    "SlidingWindows",
     "GRAVITY_MPS2",
     "CONTACT_ACCELERATION_MPS2",
     "ACCELERATION_WINDOW_S",
@@ -404,6 +405,33 @@ VELOCITY_DISAGREEMENT = 0.5
 VELOCITY_WINDOW_S = 0.05
 
 
+class SlidingWindows:
+    """Windows of about ``window_s`` (s) sliding one sample at a time over sample times
+    ``times`` (s): window k runs from sample ``start[k]`` to ``end[k]``, ``duration[k]``
+    seconds (a column). :meth:`difference` is a signal's change over each window divided by
+    its duration (from poses: a velocity), :meth:`mean` a signal's trapezoid mean over it
+    (of recorded velocities: the same quantity, so the two compare)."""
+
+    def __init__(self, times: np.ndarray, window_s: float) -> None:
+        self.times = np.asarray(times, dtype=float)
+        n = len(self.times)
+        width = int(np.clip(round(window_s / np.median(np.diff(self.times))), 1, n - 1))
+        self.start, self.end = np.arange(n - width), np.arange(width, n)
+        self.duration = (self.times[self.end] - self.times[self.start])[:, None]
+
+    def difference(self, values: np.ndarray) -> np.ndarray:
+        """(values[end] - values[start]) / duration, per window (rows) and column."""
+        values = np.asarray(values, dtype=float)
+        return (values[self.end] - values[self.start]) / self.duration
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        """The trapezoid mean of ``values`` (n, d) over each window: (windows, d)."""
+        values = np.asarray(values, dtype=float)
+        steps = 0.5 * (values[1:] + values[:-1]) * np.diff(self.times)[:, None]
+        integral = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(steps, axis=0)])
+        return (integral[self.end] - integral[self.start]) / self.duration
+
+
 def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarray,
                               quats: np.ndarray, joint_positions: np.ndarray,
                               joints: Sequence[str],
@@ -419,23 +447,14 @@ def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarr
     an impact inside a window changes both sides alike.
     """
     linear, angular, rates = velocities
-    n = len(times)
-    width = int(np.clip(round(VELOCITY_WINDOW_S / np.median(np.diff(times))), 1, n - 1))
-    start, end = np.arange(n - width), np.arange(width, n)
-    duration = (times[end] - times[start])[:, None]
-
-    def window_mean(values: np.ndarray) -> np.ndarray:
-        steps = 0.5 * (values[1:] + values[:-1]) * np.diff(times)[:, None]
-        integral = np.vstack([np.zeros((1, values.shape[1])), np.cumsum(steps, axis=0)])
-        return (integral[end] - integral[start]) / duration
-
-    checks = [(names[0], window_mean(linear), (positions[end] - positions[start]) / duration,
-               MOVING_MPS),
-              (names[1], window_mean(angular),
-               relative_rotvecs(quats[end], quats[start]) / duration, SPINNING_RADPS)]
+    windows = SlidingWindows(times, VELOCITY_WINDOW_S)
+    start, end = windows.start, windows.end
+    checks = [(names[0], windows.mean(linear), windows.difference(positions), MOVING_MPS),
+              (names[1], windows.mean(angular),
+               relative_rotvecs(quats[end], quats[start]) / windows.duration, SPINNING_RADPS)]
     if joints:
-        joint_rates = (joint_positions[end] - joint_positions[start]) / duration
-        recorded_rates = window_mean(rates)
+        joint_rates = windows.difference(joint_positions)
+        recorded_rates = windows.mean(rates)
         checks += [(j + "_vel", recorded_rates[:, [k]], joint_rates[:, [k]],
                     SPINNING_RADPS) for k, j in enumerate(joints)]
     hint = ("; delete the velocity columns and residualsim estimates the velocities from the "
@@ -455,4 +474,4 @@ def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarr
             raise DataError(f"{path}: the velocity columns {what} disagree with the poses' "
                             f"differences (median difference {error:.3g}, median speed "
                             f"{scale:.3g}, same units per second, over windows of "
-                            f"{1000 * float(np.median(duration)):.0f} ms){hint}")
+                            f"{1000 * float(np.median(windows.duration)):.0f} ms){hint}")

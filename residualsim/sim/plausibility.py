@@ -59,6 +59,7 @@ import numpy as np
 import pybullet as pb
 
 from residualsim.data import Trajectory
+from residualsim.data.velocities import SlidingWindows
 from residualsim.sim.engine import Engine
 
 __all__ = ["gravity_fit", "check_gravity", "check_quaternion_order", "check_joint_units",
@@ -326,22 +327,12 @@ def check_velocity_point(scene, trajectory: Trajectory, refuse, window_s: float 
     if (scene.planar or info is None or trajectory.metadata.get("velocities") != "recorded"
             or np.linalg.norm(info.base_com_offset_m) < MIN_COM_OFFSET_M):
         return
-    times = np.asarray(trajectory.times_s)
-    n = len(times)
-    width = int(np.clip(round(window_s / np.median(np.diff(times))), 1, n - 1))
-    start, end = np.arange(n - width), np.arange(width, n)
-    duration = (times[end] - times[start])[:, None]
-
-    def window_mean(values: np.ndarray) -> np.ndarray:
-        steps = 0.5 * (values[1:] + values[:-1]) * np.diff(times)[:, None]
-        integral = np.vstack([np.zeros((1, 3)), np.cumsum(steps, axis=0)])
-        return (integral[end] - integral[start]) / duration
-
+    windows = SlidingWindows(trajectory.times_s, window_s)
     quats = np.asarray(trajectory.quat_wxyz)
     omega = np.asarray(trajectory.angular_velocity_world_radps)
-    lever = window_mean(np.cross(omega, as_rotation(quats).apply(info.base_com_offset_m)))
-    moved = (np.asarray(trajectory.positions_m)[end] - trajectory.positions_m[start]) / duration
-    recorded = window_mean(np.asarray(trajectory.linear_velocity_mps))
+    lever = windows.mean(np.cross(omega, as_rotation(quats).apply(info.base_com_offset_m)))
+    moved = windows.difference(trajectory.positions_m)
+    recorded = windows.mean(trajectory.linear_velocity_mps)
     mask = np.linalg.norm(lever, axis=1) > LEVER_MPS
     if mask.sum() < 5:
         return
