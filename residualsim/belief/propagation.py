@@ -58,14 +58,11 @@ def _check_particle_memory(n_particles: int, state_size: int) -> None:
     """A ParameterError naming ``n_particles`` when the draws alone of one particle step
     (``state_size`` floats each) would not fit in the memory left (10^12 particles raised
     numpy's bare MemoryError for 87 TiB)."""
-    from residualsim.parallel import available_memory_bytes
+    from residualsim.parallel import require_memory
 
-    need = n_particles * int(state_size) * PARTICLE_BYTES_PER_DIMENSION
-    have = available_memory_bytes()
-    if have is not None and need > have:
-        raise ParameterError(f"n_particles = {n_particles} needs at least {need / 2**30:.3g} "
-                             f"GiB for its draws, more than the {have / 2**30:.3g} GiB "
-                             "available: lower n_particles")
+    require_memory(n_particles * int(state_size) * PARTICLE_BYTES_PER_DIMENSION,
+                   lambda gib: f"n_particles = {n_particles} needs at least {gib:.3g} GiB for "
+                               "its draws", "lower n_particles")
 
 
 def _check_initial(scene: str, initial: GaussianMixtureBelief, engine=None,

@@ -263,15 +263,12 @@ def _check_rollout_memory(scene: str, samples: int, n_steps: int) -> None:
     """A ParameterError naming ``samples`` when the rollouts' states alone (``samples`` x
     ``n_steps`` + 1, float64, with positions and quaternions) would not fit in the memory
     left: 10^9 samples raised numpy's bare MemoryError (found auditing issue 51)."""
-    from residualsim.parallel import available_memory_bytes
+    from residualsim.parallel import require_memory
     from residualsim.sim.scenes import make_scene
 
-    need = samples * (n_steps + 1) * (make_scene(scene).state_size + 7) * 8
-    have = available_memory_bytes()
-    if have is not None and need > have:
-        raise ParameterError(f"samples = {samples} x {n_steps + 1} steps need at least "
-                             f"{need / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB "
-                             "available: lower samples or horizon_s")
+    require_memory(samples * (n_steps + 1) * (make_scene(scene).state_size + 7) * 8,
+                   lambda gib: f"samples = {samples} x {n_steps + 1} steps need at least "
+                               f"{gib:.3g} GiB", "lower samples or horizon_s")
 
 
 def _planar(scene: str) -> bool:

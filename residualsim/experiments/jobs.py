@@ -332,16 +332,13 @@ def rollout_memory_bytes(samples: int, n_steps: int, state_size: int, particles:
 def _check_rollout_size(samples: int, n_steps: int, state_size: int, particles: int,
                         events: int) -> None:
     """ParameterError, with the estimate, when the rollout would not fit in memory."""
-    from residualsim.parallel import available_memory_bytes
+    from residualsim.parallel import require_memory
 
-    need = rollout_memory_bytes(samples, n_steps, state_size, particles, events)
-    have = available_memory_bytes()
-    if have is not None and need > have:
-        raise ParameterError(
-            f"rollout of {samples} samples x {n_steps + 1} steps ({particles} particles x "
-            f"{events} events) needs about {need / 2**30:.3g} GiB, more than the "
-            f"{have / 2**30:.3g} GiB available: shorten --horizon or lower --samples / "
-            "--particles")
+    require_memory(rollout_memory_bytes(samples, n_steps, state_size, particles, events),
+                   lambda gib: f"rollout of {samples} samples x {n_steps + 1} steps "
+                               f"({particles} particles x {events} events) needs about "
+                               f"{gib:.3g} GiB", "shorten --horizon or lower --samples / "
+                               "--particles")
 
 
 def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None = None,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError,
                                           available_memory_bytes, current_backend,
-                                          default_workers, parallel_backend)
+                                          default_workers, parallel_backend, require_memory)
 from residualsim.parallel.workers import MAX_WORKERS, ShardedWorkers
 
 __all__ = ["ShardedWorkers", "MAX_WORKERS", "WorkerError", "Backend", "BACKENDS", "parallel_backend",
-           "current_backend", "default_workers", "available_memory_bytes"]
+           "current_backend", "default_workers", "available_memory_bytes", "require_memory"]

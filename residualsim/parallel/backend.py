@@ -23,8 +23,8 @@ from typing import Any
 
 from residualsim.errors import ParameterError, ResidualSimError
 
-__all__ = ["WorkerError", "default_workers", "available_memory_bytes", "Backend", "BACKENDS", "current_backend",
-           "parallel_backend", "run_items", "ItemFunction", "StateFactory"]
+__all__ = ["WorkerError", "default_workers", "available_memory_bytes", "require_memory",
+           "Backend", "BACKENDS", "current_backend", "parallel_backend", "run_items", "ItemFunction", "StateFactory"]
 
 #: ``function(state, item, payload)``: the work, run on each item of a worker's shard with the
 #: state the worker holds (for the physics: its engine).
@@ -63,6 +63,16 @@ def available_memory_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def require_memory(need_bytes: int, what: Callable[[float], str], remedy: str) -> None:
+    """ParameterError when ``need_bytes`` exceed the memory left (:func:`available_memory_bytes`;
+    nothing is checked where that is unknown): ``what(GiB needed)``, the GiB available and
+    ``remedy``, one line, instead of numpy's bare MemoryError later."""
+    have = available_memory_bytes()
+    if have is not None and need_bytes > have:
+        raise ParameterError(f"{what(need_bytes / 2**30)}, more than the {have / 2**30:.3g} "
+                             f"GiB available: {remedy}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,6 +39,7 @@ faster than those bounds.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -141,8 +142,6 @@ def check_start_state(scene: str, state: np.ndarray, what: str = "--state",
     wholly below the table top (3D scenes: its bounding box under z = 0); allowed inside
     :func:`allow_implausible`. ``engine``: an open engine of ``scene`` to test in (kept
     open; a new one costs about 24 ms), else one is opened for the check."""
-    import contextlib
-
     check_state_bounds(scene, state, what)
     with contextlib.nullcontext(engine) if engine is not None else Engine(scene) as engine:
         layout = engine.scene

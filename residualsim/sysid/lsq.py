@@ -468,7 +468,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             target, block = likelihood, None
         else:
             horizons = flight_horizons(scene, train, likelihood.settings,
-                                 0.0 if stage == "body" else IMPACT_SECONDS)
+                                       0.0 if stage == "body" else IMPACT_SECONDS)
             target = OffsetResiduals(scene, train, likelihood.settings, horizons,
                                      estimated if stage == "body" else [], n_workers,
                                      rotation_weight)
