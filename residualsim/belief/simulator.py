@@ -153,26 +153,21 @@ class StochasticSimulator:
         self._slots = list(range(max(1, int(n_workers))))
         self._workers = engine_workers(self.model.scene, self._slots, len(self._slots),
                                        self.settings)
-        self._checker = None  # an engine of the scene, opened for the first start checked
 
     def _check_start(self, initial, what: str = "initial state") -> None:
         """A hand-given start state or belief (every component mean) is checked as
         ``rollout --state`` checks one (:func:`~residualsim.sim.recordings.check_start_state`:
         finite, on the table and not into it or wholly under it, not too high or fast):
         ``rollout`` checked only the bounds, and ran a state 1 m under the table, or a belief
-        with no check at all (found auditing issue 51). In one engine kept open (about
-        24 ms to open; a check then costs well under a millisecond)."""
+        with no check at all (found auditing issue 51). In the process's checking engine,
+        kept open: well under a millisecond a check."""
         from residualsim.belief.propagation import _check_initial
-        from residualsim.sim.engine import Engine
         from residualsim.sim.recordings import check_start_state
 
-        if self._checker is None:
-            self._checker = Engine(self.model.scene)
         if isinstance(initial, GaussianMixtureBelief):
-            _check_initial(self.model.scene, initial, self._checker, name="initial belief")
+            _check_initial(self.model.scene, initial, name="initial belief")
         else:
-            check_start_state(self.model.scene, np.asarray(initial, dtype=float), what,
-                              self._checker)
+            check_start_state(self.model.scene, np.asarray(initial, dtype=float), what)
 
     @property
     def dt_s(self) -> float:
@@ -248,9 +243,6 @@ class StochasticSimulator:
 
     def close(self) -> None:
         self._workers.close()
-        if self._checker is not None:
-            self._checker.close()
-            self._checker = None
 
     def __enter__(self) -> StochasticSimulator:
         return self

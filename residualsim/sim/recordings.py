@@ -39,7 +39,6 @@ faster than those bounds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -135,28 +134,36 @@ def check_plausible(trajectory: Trajectory) -> None:
             return
 
 
+@functools.lru_cache(maxsize=8)
+def _checking_engine(scene: str) -> Engine:
+    """An engine of ``scene`` (PyBullet's defaults) kept open in this process for
+    :func:`check_start_state`: opening one costs about 20 ms, a check in it well under 1 ms
+    (every ``propagate_belief`` and simulator rollout checks its start)."""
+    return Engine(scene)
+
+
 def check_start_state(scene: str, state: np.ndarray, what: str = "--state",
                       engine: Engine | None = None) -> None:
     """Refuse a hand-given initial state (scene layout) that :func:`check_state_bounds`
     refuses, or that puts the object deeper than ``START_PENETRATION_M`` into the table, or
     wholly below the table top (3D scenes: its bounding box under z = 0); allowed inside
-    :func:`allow_implausible`. ``engine``: an open engine of ``scene`` to test in (kept
-    open; a new one costs about 24 ms), else one is opened for the check."""
+    :func:`allow_implausible`. ``engine``: an open engine of ``scene`` to test in, else
+    this process's own (:func:`_checking_engine`)."""
     check_state_bounds(scene, state, what)
-    with contextlib.nullcontext(engine) if engine is not None else Engine(scene) as engine:
-        layout = engine.scene
-        engine.reset(np.asarray(state, dtype=float))
-        near = pb.getClosestPoints(layout.body, layout.static_body, 0.0, layout.link, -1,
-                                   physicsClientId=engine.client)
-        depth = max(0.0, -min((p[8] for p in near), default=0.0))
-        if not layout.planar:
-            links = [layout.link] if layout.link >= -1 else \
-                [-1, *range(pb.getNumJoints(layout.body, physicsClientId=engine.client))]
-            boxes = [pb.getAABB(layout.body, link, physicsClientId=engine.client)
-                     for link in links]  # link -2 (every link) has no box of its own
-            low, high = min(b[0][2] for b in boxes), max(b[1][2] for b in boxes)
-            if high < 0.0:  # wholly under the table top (a slab 1 m thick)
-                depth = max(depth, -low)
+    engine = engine if engine is not None else _checking_engine(scene)
+    layout = engine.scene
+    engine.reset(np.asarray(state, dtype=float))
+    near = pb.getClosestPoints(layout.body, layout.static_body, 0.0, layout.link, -1,
+                               physicsClientId=engine.client)
+    depth = max(0.0, -min((p[8] for p in near), default=0.0))
+    if not layout.planar:
+        links = [layout.link] if layout.link >= -1 else \
+            [-1, *range(pb.getNumJoints(layout.body, physicsClientId=engine.client))]
+        boxes = [pb.getAABB(layout.body, link, physicsClientId=engine.client)
+                 for link in links]  # link -2 (every link) has no box of its own
+        low, high = min(b[0][2] for b in boxes), max(b[1][2] for b in boxes)
+        if high < 0.0:  # wholly under the table top (a slab 1 m thick)
+            depth = max(depth, -low)
     if depth > START_PENETRATION_M:
         _implausible(f"{what}: the state puts the object {1000 * depth:.0f} mm into the "
                      f"table (more than {1000 * START_PENETRATION_M:.0f} mm; scene "
