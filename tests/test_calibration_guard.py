@@ -160,6 +160,46 @@ def test_a_calibration_as_good_as_the_others_keeps_its_result(monkeypatch, hinge
     assert _contact(tmp_path / "x.urdf")["lateral_friction"] == pytest.approx(0.3)
 
 
+# --- the guard also scores the training recordings --max-trajectories leaves unused ----------
+def test_the_guard_scores_unused_training_recordings_beside_validation(monkeypatch, capsys,
+                                                                      hinge_csv, tmp_path):
+    """4 training tosses, --max-trajectories 1: the fit sees one, the guard scores the 4
+    validation tosses and the 3 unused ones, and says so."""
+    seen = []
+    real = held_out.held_out_figures
+
+    def spy(scene, kind, validation, *rest):
+        seen.append(sorted(validation))
+        return real(scene, kind, validation, *rest)
+
+    monkeypatch.setattr(held_out, "held_out_figures", spy)
+    _fixed_search(monkeypatch, BAD)
+    summary, stderr = _cli(capsys, hinge_csv, tmp_path / "cal", "--max-trajectories", 1)
+    assert summary["data"]["n_items"] == 1
+    assert seen == [sorted(SPLIT["validation"] + SPLIT["train"][1:])]
+    assert summary["held_out_counts"] == {"validation": 4, "unused_training": 3}
+    assert summary["validation_count"] == 4
+    assert "held out: validation (4 recordings + 3 training recordings" in stderr
+
+
+def test_calibration_data_holds_out_nothing_with_split_all_and_caps_the_unused(
+        monkeypatch, hinge_csv):
+    from residualsim.sysid import calibration_data
+    from residualsim.sysid.calibration_data import load_calibration_data
+
+    everything = load_calibration_data(str(HINGE), hinge_csv, "all", 3, lists=SPLIT)
+    assert len(everything.train) == 3
+    assert everything.unused is None and everything.held_out is None
+    monkeypatch.setattr(calibration_data, "MAX_UNUSED_HELD_OUT", 2)
+    part = load_calibration_data(str(HINGE), hinge_csv, "train", 1, lists=SPLIT)
+    assert list(part.train) == SPLIT["train"][:1]
+    assert list(part.unused) == SPLIT["train"][1:3]  # the first two left, in split order
+    assert sorted(part.held_out) == sorted(SPLIT["validation"] + SPLIT["train"][1:3])
+    assert part.held_out_counts() == {"validation": 4, "unused_training": 2}
+    whole = load_calibration_data(str(HINGE), hinge_csv, "train", None, lists=SPLIT)
+    assert whole.unused is None and sorted(whole.held_out) == sorted(SPLIT["validation"])
+
+
 # --- planar impacts: calibrated against default, no body -------------------------------------
 def test_impacts_are_guarded_between_calibrated_and_default(monkeypatch, make_mcube,
                                                              tmp_path):

@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 
 from residualsim.sysid.calibrate import (CUBE_CALIBRATED, CUBE_CALIBRATION_BOUNDS,
-                                         DEFAULT_INITIAL_DRAWS, _load_split)
+                                         DEFAULT_INITIAL_DRAWS)
+from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.likelihood import TrajectoryLikelihood
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.errors import run_script
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the calibration's --seed")
     args = parser.parse_args(argv)
     space = ParamSpace(list(CUBE_CALIBRATED), bounds=CUBE_CALIBRATION_BOUNDS)
-    _, train, _ = _load_split("cube", Path(args.data), "train", None)
+    train = load_calibration_data("cube", Path(args.data), "train", None).train
     with TrajectoryLikelihood("cube", train, args.substeps, None, args.workers,
                               initial_draws=DEFAULT_INITIAL_DRAWS, seed=args.seed) as likelihood:
         for source in args.calibrations:

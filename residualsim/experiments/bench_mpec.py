@@ -103,13 +103,13 @@ def bench_mpec_cube(data: str, n_tosses: int = 100, n_workers: int = 2, mh_chain
     """The cube MPEC against Metropolis-Hastings on the same tosses (see the module):
     MPEC seconds and estimates, MH seconds per step and projected seconds, their ratio."""
     from residualsim.sim.scenes import EngineParams
-    from residualsim.sysid.calibrate import _load_split
+    from residualsim.sysid.calibration_data import load_calibration_data
     from residualsim.sysid.likelihood import TrajectoryLikelihood
     from residualsim.sysid.mpec import identify_tosses
 
     if probe_steps < 2:
         raise ValueError(f"probe_steps must be >= 2 (half before, half after), got {probe_steps}")
-    _, train, _ = _load_split("cube", Path(data), "train", n_tosses)
+    train = load_calibration_data("cube", Path(data), "train", n_tosses).train
     rng = np.random.default_rng(0)
     batches = [[EngineParams(lateral_friction=float(m), restitution=float(e))
                 for m, e in zip(rng.uniform(0.1, 0.4, mh_chains), rng.uniform(0, 0.5, mh_chains))]

@@ -29,7 +29,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ import numpy as np
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget
+from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
@@ -174,59 +175,6 @@ def convergence_warnings(summary: Mapping[str, Any]) -> list[str]:
 
 
 # --- the calibration job ------------------------------------------------------------------------------
-def _load_split(scene: str, data: Path, split: str, max_items: int | None,
-                split_seed: int = 0, fractions: Sequence[float] | None = None,
-                lists: Mapping[str, Sequence[str]] | None = None) -> tuple[str, Any, Any]:
-    """(kind, training set, validation set) for trajectories or impacts; the hash split
-    (``fractions``, seed ``split_seed``) or explicit id ``lists``."""
-    from residualsim.data import detect_format, load_impacts, load_trajectories
-    from residualsim.sim.recordings import prepare_recordings
-
-    if split not in ("train", "all"):
-        raise ParameterError(f"split must be 'train' or 'all', got {split!r}")
-    layout = make_scene(scene)
-    if detect_format(data) == "mcube":
-        if not layout.planar:
-            raise DataError(f"{data}: planar impacts need a planar scene, not {scene!r}")
-        impacts = load_impacts(data, convention="corrected")
-        parts = _parts(impacts.rows.tolist(), split_seed, fractions, lists)
-        train = impacts if split == "all" else impacts.subset(parts["train"])
-        if max_items is not None:
-            train = train.subset(train.rows[:max_items])
-        validation = impacts.subset(parts["validation"]) if parts["validation"] else None
-        return "impacts", train, validation
-    trajectories = load_trajectories(data)
-    if not trajectories:
-        raise DataError(f"{data}: no recordings found")
-    planar = {t.planar for t in trajectories.values()}
-    if planar != {layout.planar}:
-        raise DataError(f"{data}: {'planar' if layout.planar else '3D'} scene {scene!r} "
-                        f"cannot replay {'3D' if layout.planar else 'planar'} recordings")
-    trajectories = prepare_recordings(scene, trajectories)
-    parts = _parts(list(trajectories), split_seed, fractions, lists)
-    if split == "train":  # an empty one is refused, a small set's sizes are stated
-        from residualsim.data.splits import check_split, split_rule
-
-        check_split(parts, "train", str(data), split_rule(fractions, lists))
-    train_ids = list(trajectories) if split == "all" else parts["train"]
-    if max_items is not None:
-        train_ids = train_ids[:max_items]
-    if not train_ids:
-        raise DataError(f"{data}: the {split} split is empty ({len(trajectories)} recordings)")
-    train = {k: trajectories[k] for k in train_ids}
-    validation = {k: trajectories[k] for k in parts["validation"]}
-    return "trajectories", train, validation or None
-
-
-def _parts(ids: list, seed: int, fractions: Sequence[float] | None,
-           lists: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
-    from residualsim.data.splits import DEFAULT_FRACTIONS, split_from_lists, split_ids
-
-    if lists is not None:
-        return split_from_lists([str(i) for i in ids], **lists)
-    return split_ids(ids, fractions=fractions or DEFAULT_FRACTIONS, seed=seed)
-
-
 def _data_fingerprint(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
@@ -305,7 +253,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     (:func:`residualsim.sysid.ground.ground_stage`; the summary's ``ground`` says what or why
     not). ``train_rms_error`` is the searched point's; held-out figures the final params'.
     With a validation split (``split="train"``), the held-out guard
-    (:func:`~residualsim.sysid.held_out.held_out_guard`) keeps the best on validation of the
+    (:func:`~residualsim.sysid.held_out.held_out_guard`) keeps the best on the held-out
+    recordings (the validation split and the training recordings ``max_items`` left
+    unused, :mod:`residualsim.sysid.calibration_data`; the summary's ``validation`` figures
+    are theirs, ``held_out_counts`` says how many of each) of the
     calibrated set, the object's own URDF body with the calibrated contact (when body or
     joint names were calibrated) and PyBullet's defaults: the summary's ``params``/``body``
     and ``export_urdf`` are the kept set, ``calibrated_params``/``calibrated_body`` the
@@ -335,8 +286,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             check_body_matches(spec.urdf, body_of(base))
     space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=scene)
     make_scene(scene).check_params(space.engine_params(space.from_unit(space.start())))
-    kind, train, validation = _load_split(scene, data, split, max_items,
-                                          fractions=split_fractions, lists=split_lists)
+    recordings = load_calibration_data(scene, data, split, max_items,
+                                       fractions=split_fractions, lists=split_lists)
+    kind, train, validation = recordings.kind, recordings.train, recordings.validation
     if kind == "impacts":
         if rotation_weight != 1.0:
             raise ParameterError("rotation_weight applies to trajectories, not impacts")
@@ -485,11 +437,12 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     held_out, guard, calibrated_params = None, {}, params
     n_validation = 0 if validation is None else (
         validation.n_impacts if kind == "impacts" else len(validation))
-    if validation is not None and split != "all":  # with "all" nothing is held out
+    if recordings.held_out is not None:  # with split "all" nothing is held out
         params, guard, warnings = held_out_guard(
-            scene, kind, validation, params, space.names, settings.substeps, n_workers,
-            method=method, keep_calibrated=keep_calibrated, fit_starts=fit_recorded)
+            scene, kind, recordings.held_out, params, space.names, settings.substeps,
+            n_workers, method=method, keep_calibrated=keep_calibrated, fit_starts=fit_recorded)
         held_out = guard.pop("validation")
+        guard["held_out_counts"] = recordings.held_out_counts()
         for warning in warnings:
             result.setdefault("warnings", []).append(warning)
             log.warning("%s: %s", out, warning)

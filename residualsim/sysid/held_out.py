@@ -69,7 +69,7 @@ def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str
         if fit_starts and kind == "trajectories":
             recordings = fit_recorded_starts(
                 scene, validation, recording_settings(scene, validation, substeps),
-                engine_params)
+                engine_params, n_workers)
         if kind == "impacts":
             velocity = simulate_impacts(scene, validation, engine_params, n_workers, substeps)
             score = score_impacts(ImpactPredictions(post_velocity=velocity[None],
@@ -193,9 +193,16 @@ def held_out_note(summary: Mapping[str, Any], export: str | None = None) -> str 
         return None
     trajectories = all("position_rmse_m" in f for f in figures.values())
     key = "position_rmse_m" if trajectories else "velocity_rmse_mps"
-    count = summary.get("validation_count")
-    what = "validation" + (f" ({count} recordings)" if trajectories and count else "") + (
-        ", position RMSE" if trajectories else ", RMSE of (dx, dy, k dtheta)")
+    counts = summary.get("held_out_counts") or {
+        "validation": summary.get("validation_count") or 0, "unused_training": 0}
+    unit = "recordings" if trajectories else "impacts"
+    what = "validation" + (f" ({counts['validation']} {unit}" if counts["validation"] else "")
+    if counts.get("unused_training"):
+        what = (f"held out: {what} + {counts['unused_training']} training {unit} "
+                "--max-trajectories left unused)")
+    elif counts["validation"]:
+        what += ")"
+    what += ", position RMSE" if trajectories else ", RMSE of (dx, dy, k dtheta)"
     scores = ", ".join(f"{label} {f[key]:.4g} {'m' if trajectories else 'm/s'}"
                        for label, f in figures.items() if key in f)
     choice = summary.get("held_out_choice")

@@ -338,7 +338,8 @@ class TrajectoryLikelihood(_Likelihood):
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
         if fit_recorded:
-            trajectories = fit_recorded_starts(scene, trajectories, settings)
+            trajectories = fit_recorded_starts(scene, trajectories, settings,
+                                               n_workers=n_workers)
         self.fit_recorded = bool(fit_recorded)
         #: The recordings as rolled out (first poses fitted with ``fit_recorded``).
         self.trajectories = dict(trajectories)
@@ -373,22 +374,37 @@ class TrajectoryLikelihood(_Likelihood):
 
 
 def fit_recorded_starts(scene: str, trajectories: Mapping[str, Trajectory],
-                        settings: EngineSettings, params: EngineParams | None = None
-                        ) -> dict[str, Trajectory]:
+                        settings: EngineSettings, params: EngineParams | None = None,
+                        n_workers: int = 1) -> dict[str, Trajectory]:
     """The recordings with each recorded (not yet fitted) initial pose fitted to the free
     flight at the likelihood's settings, velocities kept (see ``fit_recorded``), with the
     engine at ``params`` (default PyBullet's, the URDF's body): the fit's free flight is
-    the body's, so a start fitted with one body is biased for another (issue 51)."""
-    from residualsim.sim.recordings import fit_initial_state
+    the body's, so a start fitted with one body is biased for another (issue 51). The fits
+    run over ``n_workers`` engine processes (each fit is deterministic: the result does
+    not depend on the count)."""
+    from residualsim.sim.pool import engine_workers
 
     out = dict(trajectories)
-    with Engine(scene, settings=settings) as engine:
-        if params is not None:
-            engine.set_params(params)
-        for key, traj in trajectories.items():
-            if "initial_state_covariance" not in traj.metadata:
-                out[key] = fit_initial_state(engine, traj, velocities=False)
+    pending = [(key, traj) for key, traj in trajectories.items()
+               if "initial_state_covariance" not in traj.metadata]
+    if not pending:
+        return out
+    with engine_workers(scene, pending, min(int(n_workers), len(pending)), settings) as pool:
+        for key, fitted in pool.map(_fit_start, params):
+            out[key] = fitted
     return out
+
+
+def _fit_start(engine: Engine, item: tuple, params: EngineParams | None
+               ) -> tuple[str, Trajectory]:
+    """Worker function of :func:`fit_recorded_starts`: (id, the recording, first pose
+    fitted)."""
+    from residualsim.sim.recordings import fit_initial_state
+
+    if params is not None:
+        engine.set_params(params)
+    key, traj = item
+    return key, fit_initial_state(engine, traj, velocities=False)
 
 
 class ImpactLikelihood(_Likelihood):

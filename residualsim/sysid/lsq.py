@@ -463,7 +463,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
 
         if stage != "body" and getattr(likelihood, "fit_recorded", False):  # the body's
             train = likelihood.trajectories if stage == "all" else fit_recorded_starts(
-                scene, train, likelihood.settings, space.engine_params(values))
+                scene, train, likelihood.settings, space.engine_params(values), n_workers)
         if stage == "all":
             target, block = likelihood, None
         else:

@@ -32,7 +32,8 @@ from residualsim.atomic import atomic_write_text
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes import EngineParams
 from residualsim.sysid.calibrate import (DEFAULT_TRAJECTORY_SUBSTEPS, SUMMARY_FORMAT,
-                                         _data_fingerprint, _json_safe, _load_split)
+                                         _data_fingerprint, _json_safe)
+from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_figures
 from residualsim.sysid.paramspace import ParamSpace
 
@@ -96,7 +97,8 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
             value = getattr(base, name)
             ranges[name] = (value, value)
     data, out = Path(data), Path(out)
-    kind, train, validation = _load_split(scene, data, split, max_items)
+    recordings = load_calibration_data(scene, data, split, max_items)
+    kind, train, validation = recordings.kind, recordings.train, recordings.validation
     if kind == "impacts":
         estimate = identify_impacts(train, mu_bounds=ranges["lateral_friction"],
                                     restitution_bounds=ranges["restitution"], **(options or {}))
