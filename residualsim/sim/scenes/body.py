@@ -336,8 +336,8 @@ def _check_loads(out: Path, written: Path) -> None:
     try:
         with captured_c_output() as output:
             try:
-                pb.loadURDF(str(written.resolve()), flags=pb.URDF_USE_INERTIA_FROM_FILE,
-                            physicsClientId=client)
+                pb.loadURDF(str(loadable_urdf(written).resolve()),  # ASCII STL: a copy
+                            flags=pb.URDF_USE_INERTIA_FROM_FILE, physicsClientId=client)
                 return
             except pb.error as exc:
                 failure = str(exc)
@@ -389,7 +389,7 @@ def link_aabbs(path: str | os.PathLike[str]) -> dict[str, tuple[np.ndarray, np.n
     body_params = read_body(path)
     client = pb.connect(pb.DIRECT)
     try:
-        body = pb.loadURDF(str(path), flags=pb.URDF_USE_INERTIA_FROM_FILE,
+        body = pb.loadURDF(str(loadable_urdf(path)), flags=pb.URDF_USE_INERTIA_FROM_FILE,
                            physicsClientId=client)
         result = {}
         children = {j.find("child").get("link") for j in _parse(Path(path)).getroot()

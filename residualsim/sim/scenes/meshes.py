@@ -37,6 +37,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from residualsim.errors import SceneError
+from residualsim.sim.scenes.stl import pybullet_mesh
 
 __all__ = ["resolve_mesh", "point_meshes", "meshes_load_as_written", "ROS_SEARCH_DEPTH",
            "PACKAGE_SEARCH"]
@@ -120,9 +121,19 @@ def resolve_mesh(filename: str, urdf: Path, pybullet_only: bool = False) -> Path
 
 
 def meshes_load_as_written(urdf: Path, root: ElementTree.Element) -> bool:
-    """Whether PyBullet finds every mesh of ``urdf`` (its XML ``root``) itself."""
-    return all(resolve_mesh(m.get("filename", ""), urdf, pybullet_only=True) is not None
-               for m in root.iter("mesh") if m.get("filename", "").startswith("package://"))
+    """Whether PyBullet finds and reads every mesh of ``urdf`` (its XML ``root``) itself:
+    not when a ``package://`` mesh is found only by residualsim's search, nor when a mesh is
+    an STL file PyBullet would crash on (:func:`~residualsim.sim.scenes.stl.pybullet_mesh`:
+    an ASCII one is then loaded from a binary copy)."""
+    for mesh in root.iter("mesh"):
+        name = mesh.get("filename", "")
+        if name.startswith("package://") and \
+                resolve_mesh(name, urdf, pybullet_only=True) is None:
+            return False
+        found = resolve_mesh(name, urdf) if name else None
+        if found is not None and pybullet_mesh(found) != found:
+            return False
+    return True
 
 
 def point_meshes(root: ElementTree.Element, urdf: Path, written: Path | None = None) -> None:
@@ -136,8 +147,8 @@ def point_meshes(root: ElementTree.Element, urdf: Path, written: Path | None = N
             hint = f" ({PACKAGE_SEARCH})" if name.startswith("package://") else ""
             raise SceneError(f"{urdf}: mesh {name!r} not found{hint}")
         found = found.resolve()
-        if written is None:
-            mesh.set("filename", str(found))
+        if written is None:  # residualsim's own copy: what PyBullet can read
+            mesh.set("filename", str(pybullet_mesh(found)))
             continue
         if name.startswith("package://"):
             again = resolve_mesh(name, written, pybullet_only=True)

@@ -37,7 +37,9 @@ naming the file and the element:
   residualsim's tables collide with collision shapes only;
 * a mesh file that is missing (:func:`~residualsim.sim.scenes.meshes.resolve_mesh`: a
   relative path is relative to the URDF's folder; ``package://NAME/rest`` is searched as
-  PyBullet does, then in a ROS package ``NAME`` above the URDF or in ``ROS_PACKAGE_PATH``).
+  PyBullet does, then in a ROS package ``NAME`` above the URDF or in ``ROS_PACKAGE_PATH``);
+* an STL mesh that is neither a binary STL of the size its count says nor ASCII STL
+  (truncated or corrupt: PyBullet crashes on it; :mod:`residualsim.sim.scenes.stl`).
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -53,6 +55,7 @@ import numpy as np
 from residualsim.errors import SceneError
 from residualsim.sim.implausible import refuse_implausible
 from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
+from residualsim.sim.scenes.stl import pybullet_mesh
 
 __all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "check_urdf"]
 
@@ -193,9 +196,14 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
         filename = mesh.get("filename")
         if not filename:
             raise SceneError(f"{path}: link {name!r}: a <mesh> without a filename")
-        if resolve_mesh(filename, path) is None:
+        found = resolve_mesh(filename, path)
+        if found is None:
             hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
             raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
+        try:
+            pybullet_mesh(found)  # a broken STL crashes PyBullet: refused here
+        except SceneError as exc:
+            raise SceneError(f"{path}: link {name!r}: mesh {filename!r}: {exc}") from None
 
 
 def _tree(root: ElementTree.Element, path: Path, links: list[str]) -> None:

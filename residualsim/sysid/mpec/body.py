@@ -111,16 +111,9 @@ def _mesh_vertices(path: Path, where: str) -> np.ndarray:
                 if line.startswith("v ")]
         vertices = np.array(rows, dtype=np.float64).reshape(-1, 3)
     elif suffix == ".stl":
-        raw = path.read_bytes()
-        count = int(np.frombuffer(raw[80:84], dtype="<u4")[0]) if len(raw) >= 84 else -1
-        if count >= 0 and len(raw) == 84 + 50 * count:  # binary
-            records = np.frombuffer(raw[84:], dtype=np.dtype([
-                ("normal", "<f4", 3), ("vertices", "<f4", (3, 3)), ("attr", "<u2")]))
-            vertices = records["vertices"].reshape(-1, 3).astype(np.float64)
-        else:
-            rows = [line.split()[1:4] for line in raw.decode(errors="replace").splitlines()
-                    if line.strip().startswith("vertex")]
-            vertices = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        from residualsim.sim.scenes.stl import read_stl
+
+        vertices = read_stl(path)[0].reshape(-1, 3)
     else:
         raise ParameterError(f"{where}: mesh {path.name} is not .obj or .stl; the MPEC reads "
                              "its contact candidates from OBJ or STL vertices")
