@@ -19,6 +19,12 @@ from residualsim.sim.scenes.stl import pybullet_mesh, read_stl, stl_form
 from residualsim.sim.scenes.urdf_check import check_urdf
 
 
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """Binary copies go to this test's own folder, not the user's cache."""
+    monkeypatch.setenv("RESIDUALSIM_CACHE", str(tmp_path / "cache"))
+
+
 def _ascii_stl() -> str:
     """The same box as :func:`test_package_meshes._stl`, written as ASCII STL."""
     corners = _corners()
@@ -67,7 +73,8 @@ def test_an_ascii_stl_object_loads_and_rests_as_the_binary_one(tmp_path):
     ascii_urdf = _object(tmp_path / "ascii", _ascii_stl())
     binary_urdf = _object(tmp_path / "binary", _stl())
     copy = pybullet_mesh(ascii_urdf.parent / "box.stl")
-    assert copy != ascii_urdf.parent / "box.stl" and stl_form(copy.read_bytes()) == "binary"
+    assert copy.parent == tmp_path / "cache" / "meshes"
+    assert stl_form(copy.read_bytes()) == "binary"
     assert pybullet_mesh(copy) == copy  # binary: used as it is
     rest_ascii, rest_binary = _drop(ascii_urdf), _drop(binary_urdf)
     np.testing.assert_allclose(rest_ascii, rest_binary, atol=1e-9)
