@@ -86,14 +86,15 @@ def synthesize(true_scene: Path, data: Path, args: argparse.Namespace) -> None:
 
 
 def calibrate_stage(name: str, scene: Path, data: Path, out: Path, names: list[str],
-                    method: str, budget: int, args: argparse.Namespace) -> dict:
+                    method: str, budget: int | None, args: argparse.Namespace) -> dict:
     from residualsim.sysid.calibrate import calibrate
 
     folder = out / name
     if (folder / "summary.json").is_file():
         return json.loads((folder / "summary.json").read_text())
     command = (f"residualsim calibrate --scene {scene} --data {data} --params "
-               f"{','.join(names)} --method {method} --budget {budget} --max-trajectories "
+               f"{','.join(names)} --method {method}"
+               + ("" if budget is None else f" --budget {budget}") + " --max-trajectories "
                f"{args.max_trajectories} --workers {args.workers} --substeps 10 --out {folder}"
                + (f" --export-urdf {folder / 'identified.urdf'}" if "body" in names else ""))
     print(command, flush=True)
@@ -185,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=70, help="samples per toss (100 Hz)")
     parser.add_argument("--max-trajectories", type=int, default=100)
     parser.add_argument("--budget", type=int, default=300, help="nevergrad evaluations")
-    parser.add_argument("--lsq-budget", type=int, default=300, help="lsq evaluations")
+    parser.add_argument("--lsq-budget", type=int, default=None,
+                        help="lsq parameter sets (default: calibrate's own, 600 for body names)")
     parser.add_argument("--contact-budget", type=int, default=60,
                         help="lsq evaluations of the contact-only calibration")
     parser.add_argument("--residual-budget", type=int, default=96)
