@@ -191,7 +191,7 @@ def test_held_out_figures_fit_each_sets_starts(hinge_tosses, monkeypatch):
     """The held-out guard scores recordings with recorded velocities from first poses
     fitted with each candidate's own parameters: at the truth the fitted starts predict
     better than the noisy recorded ones, and each candidate gets its own fit."""
-    import residualsim.sysid.likelihood as likelihood
+    import residualsim.sim.recordings as recordings_module
     from residualsim.sim.recordings import load_recordings
     from residualsim.sysid.held_out import held_out_figures
 
@@ -199,35 +199,99 @@ def test_held_out_figures_fit_each_sets_starts(hinge_tosses, monkeypatch):
     recordings = load_recordings(folder, hinge)
     candidates = {"truth": TRUTH, "default": EngineParams()}
     plain = held_out_figures(hinge, "trajectories", recordings, candidates, None, 1)
-    real, fitted_with = likelihood.fit_recorded_starts, []
+    real, fitted_with = recordings_module.fit_starts, []
 
-    def spy(scene, trajectories, settings, params=None, n_workers=1):
-        fitted_with.append(params)
-        return real(scene, trajectories, settings, params, n_workers)
+    def spy(scene, trajectories, settings, params=None, n_workers=1, **which):
+        fitted_with.append((params, which))
+        return real(scene, trajectories, settings, params, n_workers, **which)
 
-    monkeypatch.setattr(likelihood, "fit_recorded_starts", spy)
+    monkeypatch.setattr(recordings_module, "fit_starts", spy)
     fitted = held_out_figures(hinge, "trajectories", recordings, candidates, None, 1,
                               fit_starts=True)
-    assert fitted_with == [TRUTH, EngineParams()]
+    assert fitted_with == [(TRUTH, {"estimated": False, "recorded": True}),
+                           (EngineParams(), {"estimated": False, "recorded": True})]
     assert fitted["truth"]["position_rmse_m"] < 0.9 * plain["truth"]["position_rmse_m"]
 
 
 def test_fitted_starts_do_not_depend_on_the_worker_count(hinge_tosses):
-    """fit_recorded_starts runs its fits over worker processes: 1 or 2 workers give the
-    same fitted first states, and the fits moved them off the recorded ones (those with
-    enough free flight: a short one keeps its recorded start)."""
-    from residualsim.sim.recordings import load_recordings
-    from residualsim.sim.rollout import recording_settings
-    from residualsim.sysid.likelihood import fit_recorded_starts
+    """fit_starts runs its fits over worker processes: 1 or 2 workers give the same fitted
+    first states, and the fits moved them off the recorded ones (those with enough free
+    flight: a short one keeps its recorded start)."""
+    from residualsim.sim.recordings import fit_starts, load_recordings
 
     hinge, folder, _, _ = hinge_tosses
     recordings = load_recordings(folder, hinge)
     settings = recording_settings(hinge, recordings, None)
-    one = fit_recorded_starts(hinge, recordings, settings, TRUTH, 1)
-    two = fit_recorded_starts(hinge, recordings, settings, TRUTH, 2)
+    one = fit_starts(hinge, recordings, settings, TRUTH, 1, recorded=True)
+    two = fit_starts(hinge, recordings, settings, TRUTH, 2, recorded=True)
     assert list(one) == list(two) == list(recordings)
     for key in recordings:
         assert np.array_equal(one[key].positions_m[0], two[key].positions_m[0])
         assert np.array_equal(one[key].quat_wxyz[0], two[key].quat_wxyz[0])
     assert any(not np.array_equal(one[key].positions_m[0], recorded.positions_m[0])
                for key, recorded in recordings.items())  # a toss long enough in flight
+
+
+# --- pose-only recordings: starts fitted with the body that rolls them out ----------------------
+@pytest.fixture(scope="module")
+def heavy_arm(tmp_path_factory):
+    """(scene, pose-only CSV folder, true parameters): 6 hinge tosses made with every
+    link's inertia doubled and the elbow damped (0.005 N m s/rad), as the study of
+    train/own_object_body.py; the scene is the example URDF's own body."""
+    import dataclasses
+
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.scenes.body import JointDynamics, read_body
+    from residualsim.sim.scenes.params import ObjectParams
+
+    hinge = str(ROOT / "assets" / "examples" / "hinge.toml")
+    nominal = read_body(ROOT / "assets" / "examples" / "hinge.urdf")
+    body = dataclasses.replace(nominal, links=tuple(
+        dataclasses.replace(link, inertia=tuple(2.0 * np.asarray(link.inertia)))
+        for link in nominal.links), joints=tuple(JointDynamics(j.name, 0.005, j.friction)
+                                                 for j in nominal.joints))
+    truth = ObjectParams.of(TRUTH, body)
+    tosses = synthesize_tosses(truth, n_tosses=6, n_samples=40, rng=7, scene=hinge,
+                               rate_hz=100.0, noise_m=2e-4, noise_rad=np.deg2rad(0.2))
+    folder = tmp_path_factory.mktemp("heavy") / "poses"
+    save_csv_trajectories(folder, tosses, with_velocities=False)
+    return hinge, folder, truth
+
+
+def test_pose_only_starts_are_fitted_with_the_body_that_rolls_them_out(heavy_arm):
+    """Read with the true body (``load_recordings(params=...)``) the starts predict the
+    recordings better than those fitted with the URDF's body; refitting the latter with
+    the true body (fit_starts) starts from the recorded first state, so it gives the same
+    starts as reading with the true body; and the held-out guard rolls a candidate with a
+    body from starts fitted with it."""
+    from residualsim.sim.recordings import RECORDED_FIRST_STATE, fit_starts, load_recordings
+    from residualsim.sysid.held_out import held_out_figures
+
+    hinge, folder, truth = heavy_arm
+    urdf_fitted = load_recordings(folder, hinge)
+    own_fitted = load_recordings(folder, hinge, params=truth)
+    settings = recording_settings(hinge, urdf_fitted, None)
+    refitted = fit_starts(hinge, urdf_fitted, settings, truth, 1)
+    fitted = [key for key, traj in own_fitted.items() if RECORDED_FIRST_STATE in traj.metadata]
+    assert len(fitted) >= 4  # the others too short in flight: kept as estimated
+    for key, traj in own_fitted.items():
+        assert traj.metadata.get(RECORDED_FIRST_STATE) == \
+            urdf_fitted[key].metadata.get(RECORDED_FIRST_STATE)
+        np.testing.assert_allclose(refitted[key].positions_m[0], traj.positions_m[0],
+                                   atol=1e-9)
+        np.testing.assert_allclose(refitted[key].angular_velocity_world_radps[0],
+                                   traj.angular_velocity_world_radps[0], atol=1e-6)
+    guarded = held_out_figures(hinge, "trajectories", urdf_fitted, {"truth": truth}, None, 1)
+    plain = held_out_figures(hinge, "trajectories", own_fitted, {"truth": truth}, None, 1)
+    from residualsim.sim.rollout import simulate_trajectories
+
+    def rmse(recordings):
+        runs = simulate_trajectories(hinge, recordings, truth, 1)
+        return np.sqrt(np.mean(np.concatenate([
+            np.sum((runs[k].positions_m - recordings[k].positions_m) ** 2, axis=1)
+            for k in recordings])))
+
+    assert rmse(own_fitted) < 0.8 * rmse(urdf_fitted)
+    # the same starts to 1e-9 m; contact amplifies what is left to a fraction of a percent
+    assert guarded["truth"]["position_rmse_m"] == pytest.approx(
+        plain["truth"]["position_rmse_m"], rel=1e-2)

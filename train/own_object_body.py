@@ -105,15 +105,16 @@ def calibrate_stage(name: str, scene: Path, data: Path, out: Path, names: list[s
 
 
 def held_out(scene: Path, data: Path, params, args: argparse.Namespace) -> dict:
-    """Test-split scores of the engine at ``params`` (EngineParams or ObjectParams)."""
-    from residualsim.data.splits import split_ids
+    """Test-split scores of the engine at ``params`` (EngineParams or ObjectParams), each
+    pose-only start fitted with its body, as ``predict`` fits them."""
+    from residualsim.data.splits import select_recordings
     from residualsim.evaluation import score_trajectories
     from residualsim.evaluation.predictions import TrajectoryPredictions
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import simulate_trajectories
 
-    recordings = load_recordings(data, str(scene))
-    test = {k: recordings[k] for k in split_ids(list(recordings))["test"]}
+    test = load_recordings(data, str(scene), params=params,
+                           select=lambda found: select_recordings(found, "test"))
     results = simulate_trajectories(str(scene), test, params, args.workers, 10)
     predictions = TrajectoryPredictions(
         {k: (r.positions_m[None], r.quat_wxyz[None]) for k, r in results.items()})

@@ -134,7 +134,7 @@ def evaluate_curve(model, data: str | Path, out: str | Path, config, resume: boo
                 raise ParameterError(f"{settings_path}: the run was started with other "
                                      f"settings ({', '.join(changed)}); use another --out")
     atomic_write_text(settings_path, json.dumps(settings, indent=1) + "\n")
-    trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s)
+    trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params)
     rows = run_learning_curve(trajectories, split_ids(list(trajectories)), model.params,
                               model.substeps, out, config, heldout=heldout, log=log)
     summary = summarize(rows)

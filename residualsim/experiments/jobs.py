@@ -19,6 +19,7 @@ Positions are metres and quaternions w-x-y-z, world frame, as everywhere in resi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import (DEFAULT_FRACTIONS, select_impacts, select_recordings,
                                      split_ids)
 from residualsim.errors import DataError, ParameterError
-from residualsim.sim.recordings import load_recordings
+from residualsim.sim.recordings import load_recordings, prepare_recordings
 
 __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
            "identify_loop", "rollout_job", "rollout_memory_bytes", "model_and_tosses",
@@ -133,9 +134,11 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
         predictions = ImpactPredictions(post_velocity=velocity[None], rows=impacts.rows,
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
-    trajectories = select_recordings(load_recordings(data, scene, calibration_rate_hz(params)),
-                                     split, limit, fractions=fractions or DEFAULT_FRACTIONS,
-                                     lists=lists, source=str(data))
+    trajectories = load_recordings(data, scene, calibration_rate_hz(params), engine_params,
+                                   select=functools.partial(
+                                       select_recordings, split=split, limit=limit,
+                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                       source=str(data)))
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     meta["dt_s"] = float(np.diff(next(iter(trajectories.values())).times_s).mean())
     layout = make_scene(scene)
@@ -224,9 +227,11 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                              "samples": predictions.post_velocity.shape[0]}
     from residualsim.sim.rollout import predict_trajectories
 
-    trajectories = select_recordings(load_recordings(data, model.scene, 1.0 / model.dt_s),
-                                     split, limit, fractions=fractions or DEFAULT_FRACTIONS,
-                                     lists=lists, source=str(data))
+    trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params,
+                                   select=functools.partial(
+                                       select_recordings, split=split, limit=limit,
+                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                       source=str(data)))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual,
                                               policy=policy)
@@ -376,12 +381,13 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     recorded = None
     if toss is not None:
         path = resolve_data(data, model.scene)
-        trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s)
+        trajectories = load_trajectories(path, rate_hz=1.0 / model.dt_s)
         if toss not in trajectories:
             from residualsim.data.ids import unknown_id
 
             raise DataError(unknown_id("toss", toss, trajectories, str(path)))
-        recording = trajectories[toss]
+        recording = prepare_recordings(model.scene, {toss: trajectories[toss]},
+                                       model.params)[toss]
         state = make_scene(model.scene).state_from_trajectory(recording, 0)
         recorded = recording.positions_m
         horizon = horizon_s if horizon_s is not None else \
@@ -448,7 +454,7 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
 
     model = ResidualModel.load(model_dir)
     path = resolve_data(data, model.scene)
-    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s)
+    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s, model.params)
     keep = split_ids(list(trajectories))[split]
     if not keep:
         raise DataError(f"{path}: none of its {len(trajectories)} recordings falls in the "
@@ -494,7 +500,6 @@ def _training_state_noise(model, data: str | None, n_workers: int = 1):
     (:func:`~residualsim.residual.uncertainty_fit.training_state_noise`)."""
     from residualsim.residual.state_noise import estimate_state_noise
     from residualsim.residual.uncertainty_fit import training_state_noise
-    from residualsim.sim.recordings import prepare_recordings
 
     trajectories = load_trajectories(resolve_data(data, model.scene), rate_hz=1.0 / model.dt_s)
     train = {k: trajectories[k] for k in split_ids(list(trajectories))["train"]}
@@ -502,7 +507,7 @@ def _training_state_noise(model, data: str | None, n_workers: int = 1):
         noise = estimate_state_noise(train)
     except DataError:  # not cube recordings: the engine's fit (pose-only starts fitted first)
         noise, _, reason = training_state_noise(
-            model, prepare_recordings(model.scene, train), n_workers)
+            model, prepare_recordings(model.scene, train, model.params), n_workers)
         if noise is None:
             raise DataError(reason) from None
     log.info("initial-state noise from %d training tosses: velocity %s m/s, angular velocity "

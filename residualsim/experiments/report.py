@@ -32,6 +32,7 @@ model and data folders by their names only (no absolute path). It is written ato
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import os
@@ -363,9 +364,12 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
 
     if detect_format(path) == "mcube":
         raise DataError(f"{path}: planar impacts; the report draws trajectory recordings")
-    recordings = select_recordings(load_recordings(path, scene), split,
-                                   fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                   source=str(path))
+    # pose-only starts fitted with the body that rolls them out (the model's, else the
+    # calibration's)
+    body_params = (loaded_model or loaded_cal).params
+    recordings = load_recordings(path, scene, params=body_params, select=functools.partial(
+        select_recordings, split=split, fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+        source=str(path)))
     select = dict(split=split, fractions=fractions, lists=lists)
     where = ["--data", path, *_split_args(split, fractions, lists_file)]
     noise_only_policy = (state_noise_policy(loaded_model)

@@ -36,7 +36,7 @@ first row of the ratio scores better. The full scores are kept in each row's ``s
 from __future__ import annotations
 
 import dataclasses
-
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -184,10 +184,11 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
         raise DataError(f"{model_dir}: a model of single impacts; the decomposition is for "
                         "trajectory models (their initial-state noise)")
     path = resolve_data(data, model.scene)
-    trajectories = select_recordings(load_recordings(path, model.scene, 1.0 / model.dt_s),
-                                     split, limit,
-                                     fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                     source=str(path))
+    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s, model.params,
+                                   select=functools.partial(
+                                       select_recordings, split=split, limit=limit,
+                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                                       source=str(path)))
     if not trajectories:
         raise DataError(f"{path}: no recordings in the {split} split")
     layout = make_scene(model.scene)

@@ -421,7 +421,16 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     if {t.planar for t in trajectories.values()} != {layout.planar}:
         raise DataError(f"{data}: recordings do not match the "
                         f"{'planar' if layout.planar else '3D'} scene {scene!r}")
-    trajectories = prepare_recordings(scene, trajectories)
+    calibrated = load_calibration(calibration) if calibration is not None else None
+    if calibrated is not None:
+        from residualsim.sim.scenes.scene_file import same_scene
+
+        if not same_scene(calibrated.scene, scene):
+            raise DataError(f"{calibration}: calibrated for scene {calibrated.scene!r}, not "
+                            f"{scene!r}")
+    # pose-only starts fitted with the calibrated body, which rolls them out
+    trajectories = prepare_recordings(scene, trajectories,
+                                      calibrated.params if calibrated else None)
     parts = split_recordings(list(trajectories), fractions, split_lists)
     check_split(parts, "train", str(data), split_rule(fractions, split_lists))
     train_ids = parts["train"][:max_trajectories] if max_trajectories else parts["train"]
@@ -432,13 +441,7 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                                             f"hash split (residualsim.data.splits), seed 0, "
                                             f"fractions {list(fractions or DEFAULT_FRACTIONS)}"),
                                   "train_ids": train_ids}
-    if calibration is not None:
-        calibrated = load_calibration(calibration)
-        from residualsim.sim.scenes.scene_file import same_scene
-
-        if not same_scene(calibrated.scene, scene):
-            raise DataError(f"{calibration}: calibrated for scene {calibrated.scene!r}, not "
-                            f"{scene!r}")
+    if calibrated is not None:
         params = calibrated.params
         if substeps is not None and substeps != calibrated.substeps:
             raise ParameterError(

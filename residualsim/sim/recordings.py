@@ -43,7 +43,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from residualsim.sim.bullet import pb
@@ -64,6 +64,7 @@ __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
            "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
            "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
+           "fit_starts", "RECORDED_FIRST_STATE",
            "rollout_residuals"]
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ MAX_FREE_SAMPLES = 30
 #: fitted to its free flight by :func:`fit_initial_state` (pose-only recordings, when read);
 #: `` (pose only)`` is appended when the recorded velocities were kept.
 FITTED_START = "fitted by rollout"
+#: Metadata key of a fitted recording's first state as recorded (scene layout), from which
+#: a fit with another body starts again (:func:`fit_starts`).
+RECORDED_FIRST_STATE = "recorded_first_state"
 #: Fastest plausible motion of a recorded base (m/s), between two consecutive samples or as a
 #: recorded velocity: ten times the fastest real cube toss (2.0 m/s).
 MAX_SPEED_MPS = 20.0
@@ -219,17 +223,29 @@ def _table_box(scene: str) -> tuple[tuple, tuple]:
 
 
 def load_recordings(path: str | os.PathLike[str], scene: str,
-                    rate_hz: float | None = None) -> dict[str, Trajectory]:
+                    rate_hz: float | None = None, params=None,
+                    select: Callable[[dict[str, Trajectory]], dict[str, Trajectory]] | None
+                    = None) -> dict[str, Trajectory]:
     """Recordings in ``path`` (any format residualsim reads) prepared for ``scene``;
     ``rate_hz``: the rate CSV recordings are resampled to (a model's; the CLI's
-    ``--rate-hz`` wins, :func:`residualsim.data.load_trajectories`)."""
-    return prepare_recordings(scene, load_trajectories(path, rate_hz=rate_hz))
+    ``--rate-hz`` wins, :func:`residualsim.data.load_trajectories`). ``select``: a function
+    of the recordings as read returning those wanted (e.g. a split,
+    :func:`residualsim.data.splits.select_recordings`): only those are checked and fitted.
+    ``params``: the engine parameters whose body fits pose-only starts
+    (:func:`prepare_recordings`)."""
+    trajectories = load_trajectories(path, rate_hz=rate_hz)
+    return prepare_recordings(scene, select(trajectories) if select else trajectories, params)
 
 
-def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
+def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory], params=None
                        ) -> dict[str, Trajectory]:
     """Check every recording against ``scene`` and fit the initial state of those whose
-    velocities were estimated (see the module docstring); returns a new dict."""
+    velocities were estimated (see the module docstring); returns a new dict. ``params``
+    (EngineParams, a calibration's or a model's): the engine the starts are fitted with, so
+    a calibrated body rolls out from starts fitted with its own free flight (fitted with
+    the URDF's body, a start carries that body's error: on pose-only synthetic hinge
+    tosses the true body scored 25.0 mm held out from starts fitted with the URDF's body,
+    12.0 mm from its own; train/README.md §22); default PyBullet's, the URDF's body."""
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
@@ -252,6 +268,8 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory]
     bar = tqdm(total=len(trajectories), desc="read: initial states", unit="recording",
                disable=None if estimated >= 20 else True, leave=False)
     with bar, Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
+        if params is not None:
+            engine.set_params(params)
         for key, traj in trajectories.items():
             bar.update()
             depth = _penetration(engine, traj, 0)
@@ -348,6 +366,11 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
     from scipy.optimize import least_squares
 
     scene = engine.scene
+    recorded_first = trajectory.metadata.get(RECORDED_FIRST_STATE)
+    if recorded_first is not None:  # fitted before (another body): start from the data
+        trajectory = with_initial_state(trajectory, scene, np.asarray(recorded_first), {})
+    else:
+        recorded_first = scene.state_from_trajectory(trajectory, 0).tolist()
     n_free = free_flight_samples(engine, trajectory)
     if n_free < MIN_FREE_SAMPLES:
         log.info("%s: %d free-flight samples, initial state kept as estimated",
@@ -415,8 +438,43 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
     covariance[np.ix_(fitted, fitted)] = _fit_covariance(fit)
     return with_initial_state(trajectory, scene, state, {
         "initial_state": FITTED_START + ("" if velocities else " (pose only)"),
+        RECORDED_FIRST_STATE: recorded_first,
         "free_flight_samples": n_free, "initial_fit_rms_m": rms_m,
         "initial_state_covariance": covariance.tolist()})
+
+
+def fit_starts(scene: str, trajectories: Mapping[str, Trajectory], settings, params=None,
+               n_workers: int = 1, *, estimated: bool = True, recorded: bool = False
+               ) -> dict[str, Trajectory]:
+    """The recordings with their first states fitted again to their free flight with the
+    engine at ``params`` (EngineParams; its body is what matters; default PyBullet's) at
+    ``settings``, each from its first state as recorded: ``estimated``, those whose
+    velocities were estimated from poses (pose and velocities, as
+    :func:`prepare_recordings` fits them); ``recorded``, those with recorded velocities
+    (pose only, velocities kept: ``calibrate --recorded-start fit``). A start fitted with
+    one body is biased for another (issue 51; train/README.md §22). The fits run over
+    ``n_workers`` engine processes; each is deterministic, so the result does not depend on
+    the count."""
+    from residualsim.sim.pool import engine_workers
+
+    out = dict(trajectories)
+    pending = [(key, traj, traj.metadata.get("velocities") == "estimated")
+               for key, traj in trajectories.items()
+               if (estimated if traj.metadata.get("velocities") == "estimated" else recorded)]
+    if not pending:
+        return out
+    with engine_workers(scene, pending, min(int(n_workers), len(pending)), settings) as pool:
+        for key, fitted in pool.map(_fit_start, params):
+            out[key] = fitted
+    return out
+
+
+def _fit_start(engine: Engine, item: tuple, params) -> tuple[str, Trajectory]:
+    """Worker function of :func:`fit_starts`: (id, the recording with its start fitted)."""
+    if params is not None:
+        engine.set_params(params)
+    key, traj, estimated = item
+    return key, fit_initial_state(engine, traj, velocities=estimated)
 
 
 def _fit_covariance(fit) -> np.ndarray:

@@ -12,9 +12,11 @@ validation split and keeps the best (issues 48 and 51):
   or joint parameters;
 - ``"default"``: :class:`~residualsim.sim.scenes.EngineParams` ``()``, PyBullet's defaults.
 
-With ``fit_starts`` (``calibrate --recorded-start fit``, lsq's default) each candidate rolls
-the recordings with recorded velocities out from first poses fitted to their free flight
-with its own parameters, not from the noisy recorded ones (train/README.md §22).
+A candidate with a body of its own rolls pose-only recordings out from starts fitted with
+that body; with ``fit_starts`` (``calibrate --recorded-start fit``, lsq's default) each
+candidate rolls the recordings with recorded velocities out from first poses fitted to
+their free flight with its own parameters, not from the noisy recorded ones
+(train/README.md §22).
 
 The score is the validation position RMSE (m) for trajectories and the RMSE of the planar
 post-impact velocities (dx, dy, k dtheta; m/s) for impacts; a tie (within
@@ -53,23 +55,28 @@ def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str
                      substeps: int | None, n_workers: int, fit_starts: bool = False
                      ) -> dict[str, dict[str, float]]:
     """Scores of the engine on held-out data for each named parameter set (the aggregate
-    figures of :mod:`residualsim.evaluation.metrics`: metres, radians, m/s).
-    ``fit_starts``: roll each set out from the first poses of the recordings with recorded
-    velocities fitted to their free flight with that set (its body), as ``calibrate
-    --recorded-start fit`` trains (:func:`~residualsim.sysid.likelihood.fit_recorded_starts`;
-    a start fitted with another body is biased for this one)."""
+    figures of :mod:`residualsim.evaluation.metrics`: metres, radians, m/s). A set with a
+    body of its own rolls the pose-only recordings out from starts fitted with that body
+    (``validation`` was read with the URDF's): a start fitted with another body carries its
+    error (:func:`~residualsim.sim.recordings.fit_starts`; train/README.md §22).
+    ``fit_starts``: also roll each set out from the first poses of the recordings with
+    recorded velocities fitted to their free flight with that set, as ``calibrate
+    --recorded-start fit`` trains."""
     from residualsim.evaluation.metrics import score_impacts, score_trajectories
     from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
+    from residualsim.sim.recordings import fit_starts as fit_again
     from residualsim.sim.rollout import (recording_settings, simulate_impacts,
                                          simulate_trajectories)
-    from residualsim.sysid.likelihood import fit_recorded_starts
 
     figures, recordings = {}, validation
     for label, engine_params in params.items():
-        if fit_starts and kind == "trajectories":
-            recordings = fit_recorded_starts(
-                scene, validation, recording_settings(scene, validation, substeps),
-                engine_params, n_workers)
+        own_body = body_of(engine_params) is not None  # pose-only starts: fitted with it
+        if kind == "trajectories" and (fit_starts or own_body):
+            recordings = fit_again(scene, validation, recording_settings(
+                scene, validation, substeps), engine_params, n_workers, estimated=own_body,
+                recorded=fit_starts)
+        elif kind == "trajectories":
+            recordings = validation
         if kind == "impacts":
             velocity = simulate_impacts(scene, validation, engine_params, n_workers, substeps)
             score = score_impacts(ImpactPredictions(post_velocity=velocity[None],

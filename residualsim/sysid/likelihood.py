@@ -65,7 +65,7 @@ import numpy as np
 from residualsim.data.impacts import PlanarImpacts
 from residualsim.data.trajectory import Trajectory
 from residualsim.sim.engine import Engine
-from residualsim.sim.recordings import initial_state_draws, rollout_residuals
+from residualsim.sim.recordings import fit_starts, initial_state_draws, rollout_residuals
 from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
@@ -73,8 +73,7 @@ from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
 from residualsim.sim.scenes.params import body_of
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR",
-           "fit_recorded_starts"]
+__all__ = ["TrajectoryLikelihood", "ImpactLikelihood", "StagedLikelihood", "ERROR_FLOOR"]
 
 #: Smallest per-recording error used in the log (a 10 µm fit counts as perfect), m² or m²/s².
 ERROR_FLOOR = 1e-10
@@ -338,8 +337,8 @@ class TrajectoryLikelihood(_Likelihood):
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
         if fit_recorded:
-            trajectories = fit_recorded_starts(scene, trajectories, settings,
-                                               n_workers=n_workers)
+            trajectories = fit_starts(scene, trajectories, settings, None, n_workers,
+                                      estimated=False, recorded=True)
         self.fit_recorded = bool(fit_recorded)
         #: The recordings as rolled out (first poses fitted with ``fit_recorded``).
         self.trajectories = dict(trajectories)
@@ -371,40 +370,6 @@ class TrajectoryLikelihood(_Likelihood):
         self.initial_draws = int(initial_draws) if max(sizes) > 1 else 0
         super().__init__(scene, items, settings, noise_m, n_workers, list(trajectories),
                          sizes)
-
-
-def fit_recorded_starts(scene: str, trajectories: Mapping[str, Trajectory],
-                        settings: EngineSettings, params: EngineParams | None = None,
-                        n_workers: int = 1) -> dict[str, Trajectory]:
-    """The recordings with each recorded (not yet fitted) initial pose fitted to the free
-    flight at the likelihood's settings, velocities kept (see ``fit_recorded``), with the
-    engine at ``params`` (default PyBullet's, the URDF's body): the fit's free flight is
-    the body's, so a start fitted with one body is biased for another (issue 51). The fits
-    run over ``n_workers`` engine processes (each fit is deterministic: the result does
-    not depend on the count)."""
-    from residualsim.sim.pool import engine_workers
-
-    out = dict(trajectories)
-    pending = [(key, traj) for key, traj in trajectories.items()
-               if "initial_state_covariance" not in traj.metadata]
-    if not pending:
-        return out
-    with engine_workers(scene, pending, min(int(n_workers), len(pending)), settings) as pool:
-        for key, fitted in pool.map(_fit_start, params):
-            out[key] = fitted
-    return out
-
-
-def _fit_start(engine: Engine, item: tuple, params: EngineParams | None
-               ) -> tuple[str, Trajectory]:
-    """Worker function of :func:`fit_recorded_starts`: (id, the recording, first pose
-    fitted)."""
-    from residualsim.sim.recordings import fit_initial_state
-
-    if params is not None:
-        engine.set_params(params)
-    key, traj = item
-    return key, fit_initial_state(engine, traj, velocities=False)
 
 
 class ImpactLikelihood(_Likelihood):

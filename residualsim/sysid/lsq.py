@@ -426,7 +426,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     from residualsim.sysid.identifiability import (WeakSubspace, describe, weak_basis,
                                                    weak_directions)
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
-    from residualsim.sysid.likelihood import fit_recorded_starts
+    from residualsim.sim.recordings import fit_starts
 
     values = space.from_unit(space.start())
     body = [n for n in space.names if is_body_name(n)]
@@ -462,8 +462,9 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             return rows
 
         if stage != "body" and getattr(likelihood, "fit_recorded", False):  # the body's
-            train = likelihood.trajectories if stage == "all" else fit_recorded_starts(
-                scene, train, likelihood.settings, space.engine_params(values), n_workers)
+            train = likelihood.trajectories if stage == "all" else fit_starts(
+                scene, train, likelihood.settings, space.engine_params(values), n_workers,
+                estimated=False, recorded=True)  # pose-only: solved in the body stage
         if stage == "all":
             target, block = likelihood, None
         else:
