@@ -26,7 +26,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         batch_size=args.batch_size, rotation_weight=args.rotation_weight,
         validate_every=args.validate_every, patience=args.patience, seed=args.seed,
         guard=ContactGuard(), contact_mode=args.contact_mode, sustained=args.sustained,
-        objective=args.objective)
+        objective=args.objective, energy_params=args.energy_params)
     figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
                            calibration=args.calibration, substeps=args.substeps,
                            max_trajectories=args.max_tosses, config=config,
@@ -34,7 +34,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                            checkpoint_every=args.checkpoint_every, progress=not args.quiet,
                            command=" ".join(["residualsim", *sys.argv[1:]]),
                            fit_uncertainty=not args.no_fit_uncertainty,
-                           observation_noise=args.observation_noise, **_split(args))
+                           observation_noise=args.observation_noise, init=args.init,
+                           **_split(args))
     if not args.quiet:
         print(f"validation position RMSE: residual {figures['validation_rmse_m']:.4g} m, "
               f"engine {figures['engine_validation_rmse_m']:.4g} m "
@@ -99,6 +100,13 @@ def register(commands) -> None:
     tr.add_argument("--objective", choices=("mean", "energy"), default="mean",
                     help="loss: the mean's pose RMSE, or the energy score of sampled "
                          "trajectories (train/README §25)")
+    tr.add_argument("--energy-params", choices=("all", "spread"), default="all",
+                    help="what --objective energy trains besides the start's width: all "
+                         "the network's weights (default), or spread: only the mixture's "
+                         "scales and weights (the last layer's rows), means held at the "
+                         "start's")
+    tr.add_argument("--init", metavar="MODEL", help="start from this model's network (its "
+                    "spread folded into the scales) instead of a fresh one (default: fresh)")
     tr.add_argument("--samples", type=count(0), default=0, help="samples per recording "
                     "in the loss (0: the mean; energy: even >= 4, 0 meaning 8)")
     tr.add_argument("--hidden", type=count(1), nargs="+", default=[16],
