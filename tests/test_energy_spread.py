@@ -153,3 +153,23 @@ def test_spread_training_from_a_start_keeps_its_means_and_hidden_layer(tmp_path)
     assert config["energy_params"] == "spread"
     with pytest.raises(ParameterError, match="same --hidden"):
         _train(tmp_path / "other", start=start, hidden=(4,))
+
+
+def test_a_start_model_gives_its_network_with_the_spread_folded_and_its_guard(tmp_path):
+    from residualsim.errors import DataError
+    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.train import _start_network
+    from residualsim.sim.rollout import ContactGuard
+
+    guard = ContactGuard(penetration_tolerance_m=0.0)
+    network = _random_network(size=0.05)
+    ResidualModel(scene="cube", policy=network, params=EngineParams(), dt_s=0.01, substeps=1,
+                  guard=guard, spread=2.0).save(tmp_path / "m")
+    policy, found = _start_network(tmp_path / "m", "cube", 1)
+    assert found == guard
+    x = np.random.default_rng(6).normal(0.0, 1.0, 9)
+    np.testing.assert_allclose(policy.numpy().sample(x, np.random.default_rng(7)),
+                               network.numpy(2.0).sample(x, np.random.default_rng(7)),
+                               rtol=1e-6)
+    with pytest.raises(DataError, match="substeps"):
+        _start_network(tmp_path / "m", "cube", 10)

@@ -106,7 +106,8 @@ def register(commands) -> None:
                          "scales and weights (the last layer's rows), means held at the "
                          "start's")
     tr.add_argument("--init", metavar="MODEL", help="start from this model's network (its "
-                    "spread folded into the scales) instead of a fresh one (default: fresh)")
+                    "spread folded into the scales) and contact guard instead of a fresh "
+                    "network and the default guard (default: fresh)")
     tr.add_argument("--samples", type=count(0), default=0, help="samples per recording "
                     "in the loss (0: the mean; energy: even >= 4, 0 meaning 8)")
     tr.add_argument("--hidden", type=count(1), nargs="+", default=[16],

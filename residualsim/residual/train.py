@@ -453,8 +453,9 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     trains on all, early stopping off. Without
     ``calibration``: the default engine at the scene's substeps. ``init``: a model directory
     whose network (weights, feature scaling, impulse unit; its spread folded into the
-    scales) is the start instead of a fresh one; the engine, state noise and pose noise are
-    still those above. Returns the figures.
+    scales) is the start instead of a fresh one, and whose contact guard replaces
+    ``config.guard``; the engine, state noise and pose noise are still those above.
+    Returns the figures.
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
     from residualsim.data import load_trajectories
@@ -500,8 +501,9 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         params = EngineParams()
         substeps = substeps or layout.settings.substeps
     start_policy = None
-    if init is not None:
-        start_policy = _start_network(init, scene, substeps)
+    if init is not None:  # the start's network, and the contact guard it was made under
+        start_policy, guard = _start_network(init, scene, substeps)
+        config = dataclasses.replace(config, guard=guard)
         provenance["init"] = str(init)
     noises: dict[str, Any] = {}
     if config.objective == "energy":  # the noises are part of what is trained
@@ -549,10 +551,12 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     return figures
 
 
-def _start_network(init: str | os.PathLike[str], scene: str, substeps: int) -> ResidualPolicy:
+def _start_network(init: str | os.PathLike[str], scene: str, substeps: int
+                   ) -> tuple[ResidualPolicy, ContactGuard]:
     """The network of the model directory ``init`` with its spread folded into the scales,
-    for a run on ``scene`` at ``substeps`` (a DataError if the model is for another scene,
-    substep count or has a sustained-contact part, which a start does not carry)."""
+    and its contact guard, for a run on ``scene`` at ``substeps`` (a DataError if the model
+    is for another scene, substep count or has a sustained-contact part, which a start does
+    not carry)."""
     from residualsim.sim.scenes.scene_file import same_scene
 
     model = ResidualModel.load(init)
@@ -562,4 +566,5 @@ def _start_network(init: str | os.PathLike[str], scene: str, substeps: int) -> R
     if model.sustained is not None:
         raise DataError(f"{init}: its sustained-contact part cannot be a start (only the "
                         f"event network is)")
-    return model.policy.fold_spread(model.spread) if model.spread != 1.0 else model.policy
+    policy = model.policy.fold_spread(model.spread) if model.spread != 1.0 else model.policy
+    return policy, model.guard
