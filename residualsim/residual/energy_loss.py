@@ -17,7 +17,10 @@ recordings come from, so it trains the mixture's means, scales and weights toget
 the spread is learned where contact makes it instead of one scalar fitted afterwards.
 
 θ is the networks' weights followed, when there is state noise, by the log of its factor
-(the width of the start, trained with the rest). Sample-efficient by construction:
+(the width of the start, trained with the rest); with ``energy_params="spread"`` (``train
+--energy-params spread``) only the head's rows (weights and biases) of the mixture's
+log-scales and logits, the means and hidden layers held at the start's (``free``).
+Sample-efficient by construction:
 
 * **Common random numbers**: sample s of item i draws from the same stream for every
   candidate (:func:`sample_stream`), so L is a deterministic function of θ.
@@ -148,22 +151,40 @@ class EnergyLoss(TrajectoryLoss):
     As :class:`~residualsim.residual.trajectory_loss.TrajectoryLoss`, plus
     ``state_noise`` (a StateNoise whose factor θ's last entry trains, as its log; None:
     samples start from the recorded states and θ is the weights alone),
-    ``observation_noise`` (an ObservationNoise added to every sample, or None) and
-    ``planar`` (the scene's, for the observation noise).
+    ``observation_noise`` (an ObservationNoise added to every sample, or None),
+    ``planar`` (the scene's, for the observation noise) and ``free`` (positions in the
+    networks' weight vector that θ holds, e.g. the head's scale and logit rows of
+    :meth:`~residualsim.residual.policy.ResidualPolicy.flat_indices`; the others stay at
+    the start's values; None: all of them).
     """
 
     def __init__(self, workers, policy, params, radius_m: float, config, sustained=None, *,
-                 state_noise=None, observation_noise=None, planar: bool = False) -> None:
+                 state_noise=None, observation_noise=None, planar: bool = False,
+                 free: np.ndarray | None = None) -> None:
         super().__init__(workers, policy, params, radius_m, config, sustained)
         self.state_noise, self.observation_noise = state_noise, observation_noise
         self.planar = bool(planar)
+        self.free = None if free is None else np.asarray(free, dtype=int)
+        self._held: np.ndarray | None = None
 
     def start(self, weights: np.ndarray) -> np.ndarray:
-        """θ at the start: the starting weights, then log factor 0 (the estimate's width)."""
+        """θ at the start: the starting weights (those in ``free``; the rest are held at
+        these values), then log factor 0 (the estimate's width)."""
+        if self.free is not None:
+            self._held = np.array(weights, dtype=np.float64)
+            weights = self._held[self.free]
         return weights if self.state_noise is None else np.append(weights, 0.0)
 
     def weights(self, theta: np.ndarray) -> np.ndarray:
-        return theta if self.state_noise is None else theta[:-1]
+        """The networks' full weight vector of θ."""
+        trained = theta if self.state_noise is None else theta[:-1]
+        if self.free is None:
+            return trained
+        if self._held is None:
+            raise RuntimeError("EnergyLoss.start() sets the held weights before weights()")
+        full = self._held.copy()
+        full[self.free] = trained
+        return full
 
     def trained_state_noise(self, theta: np.ndarray | None):
         """The state noise with the factor θ holds (clipped to :data:`FACTOR_BOUNDS`); the

@@ -248,6 +248,41 @@ class ResidualPolicy:
         torch.nn.utils.vector_to_parameters(vector.clone(), self.network.parameters())
         return self
 
+    def flat_indices(self, outputs: Sequence[str]) -> np.ndarray:
+        """Positions in θ (:meth:`get_flat`) of the head's rows, weights and biases, that
+        make ``outputs``: any of ``"logits"`` (mixture weights), ``"means"`` and
+        ``"scales"`` (log standard deviations). The hidden layers feed every output, so
+        they are never among them."""
+        k, d = self.n_components, self.n_outputs
+        rows = {"logits": range(k), "means": range(k, k + k * d),
+                "scales": range(k + k * d, k + 2 * k * d)}
+        unknown = set(outputs) - set(rows)
+        if unknown:
+            raise ParameterError(f"unknown head outputs {sorted(unknown)}; choose from "
+                                 f"{', '.join(rows)}")
+        chosen = np.array(sorted(r for name in outputs for r in rows[name]), dtype=int)
+        offset, found = 0, []
+        for name, tensor in self.network.named_parameters():
+            if name == "head.weight":
+                width = tensor.shape[1]
+                found.append(offset + chosen[:, None] * width + np.arange(width))
+            elif name == "head.bias":
+                found.append(offset + chosen[:, None])
+            offset += tensor.numel()
+        return np.sort(np.concatenate([f.ravel() for f in found]))
+
+    def fold_spread(self, spread: float) -> ResidualPolicy:
+        """Multiply every component's scale by ``spread`` (> 0) in the weights themselves
+        (log(spread) added to the scale rows' biases), as a model samples with its spread
+        (the same while the log-scales stay inside :data:`LOG_SCALE_BOUNDS`); the means and
+        weights are unchanged. Returns self."""
+        if not (math.isfinite(spread) and spread > 0):
+            raise ParameterError(f"a spread folded into the scales must be > 0, got {spread}")
+        k, d = self.n_components, self.n_outputs
+        with torch.no_grad():
+            self.network.head.bias[k + k * d:] += math.log(spread)
+        return self
+
     # --- evaluation ----------------------------------------------------------------------------
     def _standardise(self, features: np.ndarray) -> torch.Tensor:
         x = np.atleast_2d(np.asarray(features, dtype=np.float64))

@@ -69,7 +69,12 @@ class TrainingConfig:
     step that ends in contact). ``objective``: ``"mean"`` the pose RMSE above, or
     ``"energy"`` the energy score of sampled trajectories
     (:mod:`residualsim.residual.energy_loss`; ``samples`` then an even number >= 4, 0 taking
-    :data:`~residualsim.residual.energy_loss.ENERGY_SAMPLES`).
+    :data:`~residualsim.residual.energy_loss.ENERGY_SAMPLES`). ``energy_params``: what θ
+    holds under the energy objective: ``"all"`` the networks' weights, or ``"spread"`` only
+    the head's rows (weights and biases) of the mixture's log-scales and logits, the means
+    and hidden layers held at the start's (so are the component means, and the mixture's
+    mean too while the start's components share one, as a fresh or the shipped cube
+    network's zero); both then end with the state noise's log factor.
     """
 
     budget: int = 800
@@ -88,11 +93,19 @@ class TrainingConfig:
     sustained: bool = False
     sustained_hidden: int = 6
     objective: str = "mean"
+    energy_params: str = "all"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ParameterError(f"unknown objective {self.objective!r}; choose one of "
                                  f"{', '.join(OBJECTIVES)}")
+        if self.energy_params not in ENERGY_PARAMS:
+            raise ParameterError(f"unknown energy_params {self.energy_params!r}; choose one "
+                                 f"of {', '.join(ENERGY_PARAMS)}")
+        if self.energy_params != "all" and (self.objective != "energy" or self.sustained):
+            raise ParameterError(f"energy_params {self.energy_params!r} trains the mixture's "
+                                 f"spread under the energy objective: it needs objective "
+                                 f"'energy' and no sustained part")
         if self.objective == "energy":
             from residualsim.residual.energy_loss import ENERGY_SAMPLES
 
@@ -125,6 +138,8 @@ class TrainingConfig:
 
 #: Training objectives: the mean's pose RMSE, or the energy score of sampled trajectories.
 OBJECTIVES = ("mean", "energy")
+#: What the energy objective trains: every network weight, or the mixture's spread only.
+ENERGY_PARAMS = ("all", "spread")
 
 #: Most parameters the residual network may have: CMA adapts a full covariance over them
 #: (5000 parameters: 200 MB); the shipped networks have a few hundred.
@@ -194,7 +209,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                    n_workers: int = 1, resume: bool = False,
                    checkpoint_every: int | None = None, progress: bool = False,
                    info: Mapping[str, Any] | None = None, state_noise: Any = None,
-                   observation_noise: Any = None) -> tuple[ResidualModel, dict]:
+                   observation_noise: Any = None, start_policy: ResidualPolicy | None = None
+                   ) -> tuple[ResidualModel, dict]:
     """Train a residual model; write it to ``out`` and return it with its figures.
 
     Parameters
@@ -220,6 +236,9 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         With ``config.objective == "energy"``: the samples' start noise (its factor is
         trained with the weights) and pose noise; the model keeps both. Ignored by the mean
         objective.
+    start_policy : ResidualPolicy, optional
+        Start from this network (its weights, feature scaling and impulse unit; of
+        ``config``'s size) instead of a fresh one scaled on the engine's events.
     """
     from residualsim.sysid.optimize import minimize
 
@@ -236,12 +255,14 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     if config.sustained and layout.planar:
         raise ParameterError(f"--sustained needs a 3D scene: {scene!r} is planar (its "
                              "recordings are single impacts)")
+    start_hash = None if start_policy is None else _check_start(start_policy, config,
+                                                                layout.planar)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = recording_settings(scene, {**train, **validation}, substeps)
     with engine_workers(scene, split_items(scene, train, validation), n_workers,
                         settings) as workers:
-        policy = scaled_policy(workers, scene, params, config)
+        policy = start_policy or scaled_policy(workers, scene, params, config)
         sustained = None
         if config.sustained:
             from residualsim.residual.coefficients import sustained_start
@@ -253,9 +274,12 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         if config.objective == "energy":
             from residualsim.residual.energy_loss import EnergyLoss
 
+            free = (policy.flat_indices(("logits", "scales"))
+                    if config.energy_params == "spread" else None)
             loss = EnergyLoss(workers, policy, params, layout.radius_of_gyration_m, config,
                               sustained, state_noise=state_noise,
-                              observation_noise=observation_noise, planar=layout.planar)
+                              observation_noise=observation_noise, planar=layout.planar,
+                              free=free)
         else:
             loss = TrajectoryLoss(workers, policy, params, layout.radius_of_gyration_m, config,
                                   sustained)
@@ -297,7 +321,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
                           if sustained is not None else {}),
                        **({"noise": [None if n is None else n.as_json()
                                      for n in (state_noise, observation_noise)]}
-                          if config.objective == "energy" else {})}
+                          if config.objective == "energy" else {}),
+                       **({"start_sha256": start_hash} if start_hash is not None else {})}
         result = minimize(loss, init, budget=config.budget, sigma=config.sigma,
                           optimizer=config.optimizer, batch_size=config.batch_size,
                           seed=config.seed, checkpoint=out / "checkpoint.npz", resume=resume,
@@ -370,6 +395,24 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
     return model, figures
 
 
+def _check_start(policy: ResidualPolicy, config: TrainingConfig, planar: bool) -> str:
+    """The SHA-256 of a starting network's weights, after checking it has ``config``'s
+    size and the scene's contact features."""
+    from residualsim.sim.contact import feature_width
+
+    found = (tuple(policy.hidden), policy.n_components, policy.contact_mode)
+    wanted = (tuple(config.hidden), config.n_components, config.contact_mode)
+    if found != wanted or policy.spin or \
+            policy.n_features != feature_width(planar, False, config.contact_mode):
+        raise ParameterError(
+            f"the starting network has hidden {list(found[0])}, {found[1]} components, "
+            f"contact mode {found[2]}, spin {policy.spin} and {policy.n_features} features: "
+            f"train with the same --hidden, --components and --contact-mode (asked: hidden "
+            f"{list(wanted[0])}, {wanted[1]} components, contact mode {wanted[2]}) on a "
+            f"{'planar' if planar else '3D'} scene")
+    return params_sha256(policy)
+
+
 def _json_config(config: TrainingConfig) -> dict[str, Any]:
     content = asdict(config)
     content["hidden"] = list(config.hidden)
@@ -377,6 +420,8 @@ def _json_config(config: TrainingConfig) -> dict[str, Any]:
         del content["sustained"], content["sustained_hidden"]
     if config.objective == "mean":  # likewise for the objective
         del content["objective"]
+    if config.energy_params == "all":  # and for what the energy objective trains
+        del content["energy_params"]
     return content
 
 
@@ -388,8 +433,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  command: str | None = None,
                  fractions: tuple[float, float, float] | None = None,
                  split_lists: dict | None = None,
-                 fit_uncertainty: bool = True, observation_noise: bool = False
-                 ) -> dict[str, Any]:
+                 fit_uncertainty: bool = True, observation_noise: bool = False,
+                 init: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
     → (``fit_uncertainty``, default) the state noise and the spread
     (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
@@ -406,7 +451,11 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     start's width is trained with the weights and no spread is fitted afterwards; the
     figures then give the validation coverage at 32 samples. An empty validation split
     trains on all, early stopping off. Without
-    ``calibration``: the default engine at the scene's substeps. Returns the figures.
+    ``calibration``: the default engine at the scene's substeps. ``init``: a model directory
+    whose network (weights, feature scaling, impulse unit; its spread folded into the
+    scales) is the start instead of a fresh one, and whose contact guard replaces
+    ``config.guard``; the engine, state noise and pose noise are still those above.
+    Returns the figures.
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
     from residualsim.data import load_trajectories
@@ -454,6 +503,11 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     else:
         params = EngineParams()
         substeps = substeps or layout.settings.substeps
+    start_policy = None
+    if init is not None:  # the start's network, and the contact guard it was made under
+        start_policy, guard = _start_network(init, scene, substeps)
+        config = dataclasses.replace(config, guard=guard)
+        provenance["init"] = str(init)
     noises: dict[str, Any] = {}
     if config.objective == "energy":  # the noises are part of what is trained
         from residualsim.residual.energy_loss import energy_start
@@ -464,7 +518,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     model, figures = train_residual(scene, train, validation, out, params=params,
                                     substeps=substeps, config=config, n_workers=n_workers,
                                     resume=resume, checkpoint_every=checkpoint_every,
-                                    progress=progress, info=provenance, **noises)
+                                    progress=progress, info=provenance,
+                                    start_policy=start_policy, **noises)
     if config.objective == "energy":
         # spread and start width were trained: only record how the regions cover
         _, rows = fit_spread(model, validation or train, samples=32, grid=(1.0,),
@@ -497,3 +552,22 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         model.save(out)
         checkpoint.unlink(missing_ok=True)
     return figures
+
+
+def _start_network(init: str | os.PathLike[str], scene: str, substeps: int
+                   ) -> tuple[ResidualPolicy, ContactGuard]:
+    """The network of the model directory ``init`` with its spread folded into the scales,
+    and its contact guard, for a run on ``scene`` at ``substeps`` (a DataError if the model
+    is for another scene, substep count or has a sustained-contact part, which a start does
+    not carry)."""
+    from residualsim.sim.scenes.scene_file import same_scene
+
+    model = ResidualModel.load(init)
+    if not same_scene(model.scene, scene) or model.substeps != substeps:
+        raise DataError(f"{init}: a model of scene {model.scene!r} at {model.substeps} "
+                        f"substeps cannot start training on {scene!r} at {substeps}")
+    if model.sustained is not None:
+        raise DataError(f"{init}: its sustained-contact part cannot be a start (only the "
+                        f"event network is)")
+    policy = model.policy.fold_spread(model.spread) if model.spread != 1.0 else model.policy
+    return policy, model.guard
