@@ -65,6 +65,23 @@ def _urdf_case(name: str, urdf: str, mentions: str) -> Case:
     return Case(name, build, mentions)
 
 
+def _mesh_case(name: str, mesh: str, content: bytes, mentions: str) -> Case:
+    """A one-link URDF whose collision (and visual) shape is the file ``mesh``."""
+    def build(folder: Path) -> list[str]:
+        (folder / mesh).write_bytes(content)
+        geometry = f'<mesh filename="{mesh}"/>'
+        link = _link("a", geometry=geometry).replace(
+            "</link>", f"<visual><geometry>{geometry}</geometry></visual></link>")
+        (folder / "thing.urdf").write_text(_robot(link))
+        return ["data", "info", str(_csv_set(folder)), "--scene", str(folder / "thing.urdf")]
+    return Case(name, build, mentions)
+
+
+_OBJ = b"v 0 0 0\nv 0.1 0 0\nv 0 0.1 0\nv 0 0 0.1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n"
+_STL = b"solid".ljust(80) + np.uint32(1).tobytes() + np.array(
+    [0, 0, 0, 0, 0, 0, 0.1, 0, 0, 0, 0.1, 0], "<f4").tobytes() + bytes(2)
+
+
 def _csv_set(folder: Path, count: int = 2) -> Path:
     """The first ``count`` bundled synthetic cube tosses as CSV with velocities."""
     from residualsim.data import load_trajectories, save_csv_trajectories
@@ -180,6 +197,22 @@ CASES: list[Case] = [
     _urdf_case("URDF: package:// mesh not found",
                _robot(_link("a", geometry='<mesh filename="package://kit/m.obj"/>')),
                "package://"),
+    _mesh_case("mesh: OBJ of faces without vertices (PyBullet segfaulted)", "m.obj",
+               b"f 1 2 3\n", "names a vertex that does not exist"),
+    _mesh_case("mesh: empty OBJ (no shape: fell through the table, exit 0)", "m.obj", b"",
+               "has no face"),
+    _mesh_case("mesh: OBJ written as UTF-16 (no shape, exit 0)", "m.obj",
+               _OBJ.decode().encode("utf-16"), "has no face"),
+    _mesh_case("mesh: OBJ vertex nan (rested 9 mm deep, exit 0)", "m.obj",
+               _OBJ.replace(b"v 0.1 0 0", b"v nan 0 0"), "not a finite number"),
+    _mesh_case("mesh: OBJ vertex 1e300, beyond float32 (no shape, exit 0)", "m.obj",
+               _OBJ.replace(b"v 0.1 0 0", b"v 1e300 0 0"), "single precision"),
+    _mesh_case("mesh: COLLADA without <asset> (PyBullet segfaulted)", "m.dae",
+               b'<?xml version="1.0"?><COLLADA><library_geometries/></COLLADA>', "<asset>"),
+    _mesh_case("mesh: binary STL of 0 triangles (no shape, exit 0)", "m.stl",
+               b"x" * 80 + bytes(4), "no triangles"),
+    _mesh_case("mesh: binary STL with a nan vertex (fell through the table, exit 0)", "m.stl",
+               _STL[:96] + np.float32("nan").tobytes() + _STL[100:], "not a finite number"),
     _urdf_case("URDF: zero mass", _robot(_link("a", mass="0")), "must be finite and positive"),
     _urdf_case("URDF: not XML", "<robot name='x'", "not valid XML"),
     _urdf_case("URDF: joint axis 0 0 0 (was a scipy traceback)",

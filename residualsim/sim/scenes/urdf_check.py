@@ -39,7 +39,11 @@ naming the file and the element:
   relative path is relative to the URDF's folder; ``package://NAME/rest`` is searched as
   PyBullet does, then in a ROS package ``NAME`` above the URDF or in ``ROS_PACKAGE_PATH``);
 * an STL mesh that is neither a binary STL of the size its count says nor ASCII STL
-  (truncated or corrupt: PyBullet crashes on it; :mod:`residualsim.sim.scenes.stl`).
+  (truncated or corrupt: PyBullet crashes on it; :mod:`residualsim.sim.scenes.stl`);
+* a mesh (collision or visual) PyBullet would crash on or load as no shape: an OBJ without
+  faces or with a face naming a missing vertex, a COLLADA file without ``<asset>`` or mesh
+  data, no triangles, a coordinate that is not finite
+  (:mod:`residualsim.sim.scenes.mesh_check`).
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -54,6 +58,7 @@ import numpy as np
 
 from residualsim.errors import SceneError
 from residualsim.sim.implausible import refuse_implausible
+from residualsim.sim.scenes.mesh_check import check_mesh
 from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
 from residualsim.sim.scenes.stl import pybullet_mesh
 
@@ -201,7 +206,8 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
             hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
             raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
         try:
-            pybullet_mesh(found)  # a broken STL crashes PyBullet: refused here
+            check_mesh(found)  # PyBullet crashes on some broken meshes, drops others
+            pybullet_mesh(found)  # an ASCII STL: its binary copy, written here
         except SceneError as exc:
             raise SceneError(f"{path}: link {name!r}: mesh {filename!r}: {exc}") from None
 
