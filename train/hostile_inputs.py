@@ -268,6 +268,10 @@ CASES: list[Case] = [
          "millimetres"),
     Case("CSV: an export with times in milliseconds", _info(_scaled("t", 1000.0), every=True),
          "millisecond"),
+    Case("CSV: one file's times in milliseconds, its flight too short to check (exit 0)",
+         _info(_scaled("t", 1000.0)), "times look like milliseconds"),
+    Case("CSV: times in nanoseconds since the epoch (accepted at 1.5e-7 Hz, exit 0)",
+         _info(lambda ls: _column(ls, "t", lambda v, r: 1.7e18 + 1e9 * v)), "nanoseconds"),
     Case("CSV: velocity columns all zero", _info(lambda ls: _column(_column(_column(
         ls, "vx", lambda v, r: 0.0), "vy", lambda v, r: 0.0), "vz", lambda v, r: 0.0)),
         "velocit"),
