@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
 import sys
 import tempfile
@@ -157,6 +158,20 @@ def _prediction(folder: Path, joints: int | None, bad: bool = False) -> list[str
     else:
         save_predictions(path, pred)
     return ["score", "--pred", str(path), "--data", str(SYNTHETIC)]
+
+
+def _model_case(name: str, file: str, edit: Callable[[dict], object], mentions: str) -> Case:
+    """The shipped cube model with its ``file`` (model.json or policy.json) changed by
+    ``edit`` (the parsed JSON, changed in place), run by ``predict``."""
+    def build(folder: Path) -> list[str]:
+        model = folder / "model"
+        shutil.copytree(ROOT / "data" / "pretrained" / "cube-contactnets", model)
+        config = json.loads((model / file).read_text())
+        edit(config)
+        (model / file).write_text(json.dumps(config))
+        return ["predict", "--model", str(model), "--data", str(SYNTHETIC), "--out",
+                str(folder / "p.npz")]
+    return Case(name, build, mentions)
 
 
 def _hinge_recordings(folder: Path) -> Path:
@@ -327,6 +342,17 @@ CASES: list[Case] = [
         "data", "info", str(d / "nowhere")], "nowhere"),
     Case("data folder mixing .csv and .npz", lambda d: [
         "data", "info", str(_touch(_csv_set(d) / "x.npz").parent)], "mixes data formats"),
+    _model_case("model: policy.json hidden width 1e12 (a torch allocation traceback)",
+                "policy.json", lambda c: c.update(hidden=[10 ** 12]),
+                "weights do not match the architecture"),
+    _model_case("model: a guard setting that is text (a traceback mid-rollout)", "model.json",
+                lambda c: c["guard"].update(min_approach_mps="x"), "min_approach_mps"),
+    _model_case("model: impulse_scale_ns nan (blamed on the predictions)", "policy.json",
+                lambda c: c.update(impulse_scale_ns=float("nan")), "policy.json"),
+    _model_case("model: feature_std 0 (accepted, exit 0)", "policy.json",
+                lambda c: c["feature_std"].__setitem__(0, 0.0), "feature_std"),
+    _model_case("model: substeps 2.5 (read as 2, exit 0)", "model.json",
+                lambda c: c["settings"].update(substeps=2.5), "substeps 2.5"),
     Case("model folder that does not exist", lambda d: [
         "predict", "--model", str(d / "no-model"), "--data", str(SYNTHETIC), "--out",
         str(d / "p.npz")], "no-model"),
