@@ -311,6 +311,13 @@ CASES: list[Case] = [
     Case("--out is an existing directory (a file expected)", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out", str(d)],
         "is a directory"),
+    Case("score --plot is a directory (a traceback after scoring)", lambda d: _prediction(
+        d, None) + ["--plot", str(_mkdir(d / "rel.png"))], "is a directory"),
+    Case("score --plot under a file (a traceback after scoring)", lambda d: _prediction(
+        d, None) + ["--plot", str(_touch(d / "file.txt") / "rel.png")], "is a file"),
+    Case("uncertainty --out is a directory (a traceback after the work)", lambda d: [
+        "uncertainty", "--data", str(SYNTHETIC), "--split", "all", "--limit", "1",
+        "--samples", "2", "--out", str(_mkdir(d / "u.json"))], "is a directory"),
     Case("prediction: joint_positions of the wrong width", lambda d: _prediction(d, 2),
          "joint"),
     Case("prediction: not a prediction file", lambda d: _prediction(d, None, bad=True),
