@@ -92,3 +92,23 @@ def test_only_values_that_are_degrees_are_called_degrees(recordings, factor, deg
     messages: list[str] = []
     check_joint_units(make_scene(str(HINGE)), trajectory, messages.append)
     assert bool(messages) == degrees
+
+
+def test_a_continuous_joint_with_limits_is_not_called_degrees(recordings, tmp_path):
+    """PyBullet ignores a continuous joint's <limit lower upper> (exporters write them) but
+    reports them: a wheel turning 8 rad, in radians, was refused as degrees."""
+    radians, _ = recordings
+    urdf = tmp_path / "wheel.urdf"
+    urdf.write_text(HINGE.with_suffix(".urdf").read_text().replace(
+        'type="revolute"', 'type="continuous"'))
+    spinning = _scaled(radians, tmp_path / "spinning", 1.0)
+    for path in spinning.glob("*.csv"):
+        rows = path.read_text().splitlines()
+        column = rows[0].split(",").index("elbow")
+        cells = [row.split(",") for row in rows[1:]]
+        for index, row in enumerate(cells):
+            row[column] = repr(8.0 * index / len(cells))
+        path.write_text("\n".join([rows[0]] + [",".join(row) for row in cells]) + "\n")
+    code, _, stderr = quiet_main("data", "info", "--scene", urdf, spinning)
+    assert code == 0, stderr
+    assert make_scene(str(urdf)).info.joint_limits == (None,)

@@ -58,7 +58,6 @@ def test_clean_recordings_fit_gravity(tosses):
      r"\d+ times g.*positions look like millimetres"),
     (dict(positions_m=lambda t: 100 * t.positions_m),
      r"positions look like centimetres"),
-    (dict(times_s=lambda t: 1000 * t.times_s), r"times look like milliseconds"),
     (dict(positions_m=lambda t: t.positions_m[:, [0, 2, 1]] * [1, 1, -1],
           quat_wxyz=lambda t: quat_multiply(
               np.broadcast_to([np.sqrt(0.5), -np.sqrt(0.5), 0, 0], t.quat_wxyz.shape),
@@ -69,6 +68,17 @@ def test_wrong_units_and_axes_are_refused_naming_the_cause(tosses, change, cause
     trajs = _changed(tosses["hinge"], **change)
     with pytest.raises(DataError, match=rf"csv:.*synthetic-0\.csv: the free flight \(samples 0 "
                                         rf"to \d+\) falls with .*{cause}.*pass "
+                                        r"--allow-implausible"):
+        prepare_recordings(HINGE, trajs)
+
+
+@pytest.mark.parametrize("factor, unit", [(1e3, "milliseconds"), (1e9, "nanoseconds")])
+def test_times_in_another_unit_are_refused_by_their_rate(tosses, factor, unit):
+    """Checked before gravity: a recording whose free flight is too short for the gravity
+    fit got through in milliseconds or nanoseconds (0.1 Hz, 1e-7 Hz), exit 0."""
+    trajs = _changed(tosses["hinge"], times_s=lambda t: factor * t.times_s)
+    with pytest.raises(DataError, match=rf"csv:.*synthetic-0\.csv: 100 samples over .* Hz, "
+                                        rf"slower than 10 Hz.*times look like {unit}.*pass "
                                         r"--allow-implausible"):
         prepare_recordings(HINGE, trajs)
 

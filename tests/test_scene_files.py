@@ -53,6 +53,23 @@ def test_bad_scene_files_name_the_file_and_the_problem(tmp_path, text, problem):
     assert str(scene_file) in str(caught.value) and problem in str(caught.value)
 
 
+def test_a_scene_file_with_a_byte_order_mark_reads(tmp_path):
+    """Windows editors write one; tomllib refused it as 'Invalid statement (line 1)'."""
+    _write(tmp_path / "box.urdf", BOX)
+    scene_file = tmp_path / "obj.toml"
+    scene_file.write_bytes("urdf = 'box.urdf'\nsubsteps = 5\n".encode("utf-8-sig"))
+    assert read_scene_file(scene_file).substeps == 5
+
+
+def test_a_urdf_that_is_a_symlink_loop_is_named(tmp_path):
+    """pathlib's resolve raised RuntimeError: a traceback (exit 1)."""
+    (tmp_path / "loop.urdf").symlink_to("loop.urdf")
+    scene_file = _write(tmp_path / "obj.toml", "urdf = 'loop.urdf'\n")
+    with pytest.raises(SceneError, match="'loop.urdf' cannot be resolved") as caught:
+        read_scene_file(scene_file)
+    assert str(scene_file) in str(caught.value)
+
+
 def test_unknown_scene_name_lists_the_ways_to_give_one():
     with pytest.raises(SceneError, match="known scenes: cube.*scene file"):
         make_scene("sphere")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
 import sys
 import tempfile
@@ -63,6 +64,23 @@ def _urdf_case(name: str, urdf: str, mentions: str) -> Case:
         (folder / "thing.urdf").write_text(urdf)
         return ["data", "info", str(_csv_set(folder)), "--scene", str(folder / "thing.urdf")]
     return Case(name, build, mentions)
+
+
+def _mesh_case(name: str, mesh: str, content: bytes, mentions: str) -> Case:
+    """A one-link URDF whose collision (and visual) shape is the file ``mesh``."""
+    def build(folder: Path) -> list[str]:
+        (folder / mesh).write_bytes(content)
+        geometry = f'<mesh filename="{mesh}"/>'
+        link = _link("a", geometry=geometry).replace(
+            "</link>", f"<visual><geometry>{geometry}</geometry></visual></link>")
+        (folder / "thing.urdf").write_text(_robot(link))
+        return ["data", "info", str(_csv_set(folder)), "--scene", str(folder / "thing.urdf")]
+    return Case(name, build, mentions)
+
+
+_OBJ = b"v 0 0 0\nv 0.1 0 0\nv 0 0.1 0\nv 0 0 0.1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n"
+_STL = b"solid".ljust(80) + np.uint32(1).tobytes() + np.array(
+    [0, 0, 0, 0, 0, 0, 0.1, 0, 0, 0, 0.1, 0], "<f4").tobytes() + bytes(2)
 
 
 def _csv_set(folder: Path, count: int = 2) -> Path:
@@ -142,6 +160,20 @@ def _prediction(folder: Path, joints: int | None, bad: bool = False) -> list[str
     return ["score", "--pred", str(path), "--data", str(SYNTHETIC)]
 
 
+def _model_case(name: str, file: str, edit: Callable[[dict], object], mentions: str) -> Case:
+    """The shipped cube model with its ``file`` (model.json or policy.json) changed by
+    ``edit`` (the parsed JSON, changed in place), run by ``predict``."""
+    def build(folder: Path) -> list[str]:
+        model = folder / "model"
+        shutil.copytree(ROOT / "data" / "pretrained" / "cube-contactnets", model)
+        config = json.loads((model / file).read_text())
+        edit(config)
+        (model / file).write_text(json.dumps(config))
+        return ["predict", "--model", str(model), "--data", str(SYNTHETIC), "--out",
+                str(folder / "p.npz")]
+    return Case(name, build, mentions)
+
+
 def _hinge_recordings(folder: Path) -> Path:
     """Cube CSV files relabelled with a joint column the scene does not have."""
     def add_joint(lines: list[str]) -> list[str]:
@@ -180,6 +212,34 @@ CASES: list[Case] = [
     _urdf_case("URDF: package:// mesh not found",
                _robot(_link("a", geometry='<mesh filename="package://kit/m.obj"/>')),
                "package://"),
+    _mesh_case("mesh: OBJ of faces without vertices (PyBullet segfaulted)", "m.obj",
+               b"f 1 2 3\n", "names a vertex that does not exist"),
+    _mesh_case("mesh: empty OBJ (no shape: fell through the table, exit 0)", "m.obj", b"",
+               "has no face"),
+    _mesh_case("mesh: OBJ written as UTF-16 (no shape, exit 0)", "m.obj",
+               _OBJ.decode().encode("utf-16"), "has no face"),
+    _mesh_case("mesh: OBJ vertex nan (rested 9 mm deep, exit 0)", "m.obj",
+               _OBJ.replace(b"v 0.1 0 0", b"v nan 0 0"), "not a finite number"),
+    _mesh_case("mesh: OBJ vertex 1e300, beyond float32 (no shape, exit 0)", "m.obj",
+               _OBJ.replace(b"v 0.1 0 0", b"v 1e300 0 0"), "single precision"),
+    _mesh_case("mesh: COLLADA without <asset> (PyBullet segfaulted)", "m.dae",
+               b'<?xml version="1.0"?><COLLADA><library_geometries/></COLLADA>', "<asset>"),
+    _mesh_case("mesh: binary STL of 0 triangles (no shape, exit 0)", "m.stl",
+               b"x" * 80 + bytes(4), "no triangles"),
+    _mesh_case("mesh: binary STL with a nan vertex (fell through the table, exit 0)", "m.stl",
+               _STL[:96] + np.float32("nan").tobytes() + _STL[100:], "not a finite number"),
+    _urdf_case("URDF: joint <origin xyz> with nan (a scipy traceback)",
+               _robot(_link("a"), _link("b"), _joint("j", "a", "b").replace(
+                   'origin xyz="0.1 0 0"', 'origin xyz="0.1 nan 0"')), "three finite numbers"),
+    _urdf_case("URDF: collision <origin> nan (fell through the table, exit 0)",
+               _robot(_link("a").replace("<collision>", '<collision><origin xyz="nan 0 0"/>')),
+               "three finite numbers"),
+    _urdf_case("URDF: a xacro leftover in an <origin> (read as zeros, exit 0)",
+               _robot(_link("a").replace("<inertial>", '<inertial><origin xyz="${x} 0 0"/>')),
+               "'${x} 0 0' is not a list of numbers"),
+    _urdf_case("URDF: collision <origin> 1e30 m away (fell through the table, exit 0)",
+               _robot(_link("a").replace("<collision>", '<collision><origin xyz="1e30 0 0"/>')),
+               "--allow-implausible"),
     _urdf_case("URDF: zero mass", _robot(_link("a", mass="0")), "must be finite and positive"),
     _urdf_case("URDF: not XML", "<robot name='x'", "not valid XML"),
     _urdf_case("URDF: joint axis 0 0 0 (was a scipy traceback)",
@@ -223,6 +283,10 @@ CASES: list[Case] = [
          "millimetres"),
     Case("CSV: an export with times in milliseconds", _info(_scaled("t", 1000.0), every=True),
          "millisecond"),
+    Case("CSV: one file's times in milliseconds, its flight too short to check (exit 0)",
+         _info(_scaled("t", 1000.0)), "times look like milliseconds"),
+    Case("CSV: times in nanoseconds since the epoch (accepted at 1.5e-7 Hz, exit 0)",
+         _info(lambda ls: _column(ls, "t", lambda v, r: 1.7e18 + 1e9 * v)), "nanoseconds"),
     Case("CSV: velocity columns all zero", _info(lambda ls: _column(_column(_column(
         ls, "vx", lambda v, r: 0.0), "vy", lambda v, r: 0.0), "vz", lambda v, r: 0.0)),
         "velocit"),
@@ -247,6 +311,13 @@ CASES: list[Case] = [
     Case("--out is an existing directory (a file expected)", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out", str(d)],
         "is a directory"),
+    Case("score --plot is a directory (a traceback after scoring)", lambda d: _prediction(
+        d, None) + ["--plot", str(_mkdir(d / "rel.png"))], "is a directory"),
+    Case("score --plot under a file (a traceback after scoring)", lambda d: _prediction(
+        d, None) + ["--plot", str(_touch(d / "file.txt") / "rel.png")], "is a file"),
+    Case("uncertainty --out is a directory (a traceback after the work)", lambda d: [
+        "uncertainty", "--data", str(SYNTHETIC), "--split", "all", "--limit", "1",
+        "--samples", "2", "--out", str(_mkdir(d / "u.json"))], "is a directory"),
     Case("prediction: joint_positions of the wrong width", lambda d: _prediction(d, 2),
          "joint"),
     Case("prediction: not a prediction file", lambda d: _prediction(d, None, bad=True),
@@ -278,6 +349,17 @@ CASES: list[Case] = [
         "data", "info", str(d / "nowhere")], "nowhere"),
     Case("data folder mixing .csv and .npz", lambda d: [
         "data", "info", str(_touch(_csv_set(d) / "x.npz").parent)], "mixes data formats"),
+    _model_case("model: policy.json hidden width 1e12 (a torch allocation traceback)",
+                "policy.json", lambda c: c.update(hidden=[10 ** 12]),
+                "weights do not match the architecture"),
+    _model_case("model: a guard setting that is text (a traceback mid-rollout)", "model.json",
+                lambda c: c["guard"].update(min_approach_mps="x"), "min_approach_mps"),
+    _model_case("model: impulse_scale_ns nan (blamed on the predictions)", "policy.json",
+                lambda c: c.update(impulse_scale_ns=float("nan")), "policy.json"),
+    _model_case("model: feature_std 0 (accepted, exit 0)", "policy.json",
+                lambda c: c["feature_std"].__setitem__(0, 0.0), "feature_std"),
+    _model_case("model: substeps 2.5 (read as 2, exit 0)", "model.json",
+                lambda c: c["settings"].update(substeps=2.5), "substeps 2.5"),
     Case("model folder that does not exist", lambda d: [
         "predict", "--model", str(d / "no-model"), "--data", str(SYNTHETIC), "--out",
         str(d / "p.npz")], "no-model"),

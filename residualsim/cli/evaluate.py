@@ -73,13 +73,17 @@ def cmd_uncertainty(args: argparse.Namespace) -> None:
     """Deterministic / state noise / state noise + residual, scored alike."""
     import json
 
-    from residualsim.atomic import atomic_write_text, check_plot_path, make_parent
+    from residualsim.atomic import atomic_write_text, check_output, check_plot_path, make_parent
     from residualsim.cli.options import split_options
     from residualsim.experiments.uncertainty import (decomposition_plot,
                                                      format_decomposition,
                                                      uncertainty_decomposition)
 
+    # no --force: existing files are replaced, as before; the rest is refused up front
+    if args.out:
+        check_output(args.out, force=True)
     if args.plot:
+        check_output(args.plot, flag="--plot", force=True)
         check_plot_path(args.plot, out=args.out)
     start = time.perf_counter()
     result = uncertainty_decomposition(

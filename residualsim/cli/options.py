@@ -83,10 +83,10 @@ def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--allow-implausible", action="store_true",
                      help="accept recordings whose free flight does not fall at 9.81 m/s² "
                           "along -z (units, up axis), whose quaternions look like the other "
-                          "order, faster than 20 m/s between samples (or 500 rad/s), "
-                          "hand-given states under or off the table, more than 10 m above "
-                          "it or that fast, and URDF links above 1000 kg, with a "
-                          "warning (default: refuse them)")
+                          "order, sampled below 10 Hz, faster than 20 m/s between samples "
+                          "(or 500 rad/s), hand-given states under or off the table, more "
+                          "than 10 m above it or that fast, and URDF links above 1000 kg or "
+                          "parts 10 m off, with a warning (default: refuse them)")
     add_recording_options(sub)
 
 

@@ -33,7 +33,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     from residualsim.evaluation import format_table
     from residualsim.experiments.jobs import score_file
 
-    if args.plot:
+    if args.plot:  # score has no --force: an existing plot is replaced, as before
+        check_output(args.plot, flag="--plot", force=True)
         check_plot_path(args.plot, pred=args.pred)
     data = resolve_data(args.data) if args.data else None
     score, meta = score_file(Path(args.pred), data, args.scene, with_meta=True)

@@ -133,6 +133,22 @@ class NumpyPolicy:
         return means[index] + self.spread * scales[index] * z
 
 
+def _weight_shapes(config: Any) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of the :class:`MixtureDensityNetwork` weights a policy configuration
+    describes (computed, not allocated); None when it cannot be read (from_config names
+    why)."""
+    try:
+        width, shapes = int(config["n_features"]), {}
+        for index, size in enumerate(int(h) for h in config["hidden"]):
+            shapes[f"body.{2 * index}.weight"] = (size, width)
+            shapes[f"body.{2 * index}.bias"] = (size,)
+            width = size
+        head = int(config["n_components"]) * (1 + 2 * int(config["n_outputs"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {**shapes, "head.weight": (head, width), "head.bias": (head,)}
+
+
 class ResidualPolicy:
     """Mixture-density residual contact policy (see module docstring).
 
@@ -369,6 +385,13 @@ class ResidualPolicy:
         if policy.feature_mean.shape != (policy.n_features,) or \
                 policy.feature_std.shape != (policy.n_features,):
             raise DataError(f"{where}: feature normalisation does not match n_features")
+        if not (np.isfinite(policy.feature_mean).all() and np.isfinite(policy.feature_std).all()
+                and (policy.feature_std > 0).all()):
+            raise DataError(f"{where}: feature_mean must be finite and feature_std finite and "
+                            "> 0 (a model writes no other)")
+        if not 0 < policy.impulse_scale_ns < np.inf:
+            raise DataError(f"{where}: impulse_scale_ns {policy.impulse_scale_ns!r} must be "
+                            "finite and > 0 (N s)")
         return policy
 
     @classmethod
@@ -377,17 +400,26 @@ class ResidualPolicy:
         directory = Path(directory)
         config = read_json(directory / "policy.json",
                            missing=f"{directory}: no policy.json (not a residualsim model)")
-        policy = cls.from_config(config, where=str(directory / "policy.json"))
+        damaged = f"{directory / 'policy.npz'}: weights do not match the architecture or " \
+                  "the file is damaged"
         try:
             with np.load(directory / "policy.npz", allow_pickle=False) as archive:
-                state = {k: torch.tensor(archive[k]) for k in archive.files}
-            policy.network.load_state_dict(state)
+                arrays = {k: archive[k] for k in archive.files}
         except FileNotFoundError:
             raise DataError(f"{directory}: no policy.npz (weights missing)") from None
-        except (OSError, ValueError, RuntimeError, KeyError, EOFError,
-                zipfile.BadZipFile) as exc:
-            raise DataError(f"{directory / 'policy.npz'}: weights do not match the "
-                            f"architecture or the file is damaged ({exc})") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DataError(f"{damaged} ({exc})") from None
+        # before the network is built: a damaged policy.json could ask for terabytes
+        expected = _weight_shapes(config)
+        found = {k: tuple(v.shape) for k, v in arrays.items()}
+        if expected is not None and expected != found:
+            raise DataError(f"{damaged} (policy.json asks for {expected}, policy.npz holds "
+                            f"{found})")
+        policy = cls.from_config(config, where=str(directory / "policy.json"))
+        try:
+            policy.network.load_state_dict({k: torch.tensor(v) for k, v in arrays.items()})
+        except (ValueError, RuntimeError, KeyError) as exc:
+            raise DataError(f"{damaged} ({exc})") from None
         if not np.isfinite(policy.get_flat()).all():
             raise DataError(f"{directory / 'policy.npz'}: weights contain NaN or inf")
         return policy
@@ -503,7 +535,9 @@ class ResidualModel:
                 params = ObjectParams.of(params, BodyParams.from_json(header["body"],
                                                                       str(path)))
             dt_s = float(header["settings"]["dt_s"])
-            substeps = int(header["settings"]["substeps"])
+            substeps = header["settings"]["substeps"]
+            if isinstance(substeps, bool) or not isinstance(substeps, int):
+                raise ValueError(f"substeps {substeps!r} must be an integer")
             guard = ContactGuard(**dict(header.get("guard", {})))
             info = dict(header.get("info", {}))
             spread = float(header.get("spread", 1.0))

@@ -4,8 +4,8 @@ a warning inside :func:`allow_implausible`.
 A plausibility limit is a bound no real input of residualsim's (a tabletop object tossed
 by hand or a robot) comes near, but that is not impossible in itself: a recording faster
 than 20 m/s (:mod:`residualsim.sim.recordings`), free flight not falling at 9.81 m/s²
-(:mod:`residualsim.sim.plausibility`), a URDF link heavier than 1000 kg
-(:mod:`residualsim.sim.scenes.urdf_check`). Impossible inputs (a negative size, an
+(:mod:`residualsim.sim.plausibility`) or sampled below 10 Hz, a URDF link heavier than
+1000 kg or an ``<origin>`` 10 m off (:mod:`residualsim.sim.scenes.urdf_check`). Impossible inputs (a negative size, an
 inverted joint limit) stay hard errors. This module is the switch's one home, below the
 scenes and the recordings that both consult it; worker processes get it from
 :class:`residualsim.sim.pool.EngineFactory`.

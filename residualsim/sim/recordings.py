@@ -28,7 +28,9 @@ Recordings with recorded velocities (the ContactNets and MCube sets, NPZ, CSV wi
 velocity columns) are returned unchanged.
 
 Plausibility (refused by default, allowed inside :func:`allow_implausible`, the CLI's
-``--allow-implausible``): a recording whose base moves faster than ``MAX_SPEED_MPS`` between
+``--allow-implausible``): a recording sampled below ``MIN_RATE_HZ`` (checked first: time
+stamps in milliseconds or nanoseconds slipped through when the free flight was too short
+for the gravity check, and 1e300 s ones ended in a traceback there); a recording whose base moves faster than ``MAX_SPEED_MPS`` between
 two consecutive samples or records such a velocity (the real cube tosses peak at 2.0 m/s; a
 tracking spike of 1e30 m is caught here), or records an angular velocity above
 ``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19 rad/s); and a state given by hand
@@ -62,7 +64,7 @@ from residualsim.sim.scenes import make_scene
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state", "check_state_bounds",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
-           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
+           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MIN_RATE_HZ", "check_rate", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
            "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
            "fit_starts", "RECORDED_FIRST_STATE",
            "rollout_residuals"]
@@ -101,6 +103,12 @@ MAX_SPEED_MPS = 20.0
 #: tosses peak at 19 rad/s.
 MAX_ANGULAR_SPEED_RADPS = 500.0
 
+#: Slowest plausible sample rate (Hz) of a recording: a toss lasts about a second, and the
+#: real recordings are tracked at 148 and 250 Hz. Slower is most likely a time column in
+#: milliseconds, microseconds or nanoseconds (named by the factor that brings it above).
+MIN_RATE_HZ = 10.0
+_TIME_UNITS = ((1e3, "milliseconds"), (1e6, "microseconds"), (1e9, "nanoseconds"))
+
 #: Highest plausible start of a hand-given state above the table top (m): tosses start
 #: below 1 m; from 1e200 m a rollout only falls.
 MAX_START_HEIGHT_M = 10.0
@@ -108,6 +116,18 @@ MAX_START_HEIGHT_M = 10.0
 
 def _implausible(message: str) -> None:
     refuse_implausible(message, DataError, log)
+
+
+def check_rate(trajectory: Trajectory) -> None:
+    """Refuse a recording sampled below ``MIN_RATE_HZ`` (its time stamps in another unit?)."""
+    rate = trajectory.rate_hz
+    if rate >= MIN_RATE_HZ:
+        return
+    cause = next((f": times look like {unit} (divide t by {factor:g})"
+                  for factor, unit in _TIME_UNITS if MIN_RATE_HZ <= rate * factor < 1e5), "")
+    _implausible(f"{trajectory.source or trajectory.traj_id}: {trajectory.n_samples} samples "
+                 f"over {trajectory.duration_s:.4g} s, {rate:.3g} Hz, slower than "
+                 f"{MIN_RATE_HZ:g} Hz (t in seconds){cause}")
 
 
 def check_plausible(trajectory: Trajectory) -> None:
@@ -249,6 +269,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory], param
     layout = make_scene(scene)
     for traj in trajectories.values():
         layout.check_recording(traj)
+        check_rate(traj)
         check_joint_units(layout, traj, _implausible)
     if not trajectories:
         return {}

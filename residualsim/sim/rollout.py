@@ -13,6 +13,7 @@ functions that run it share private helpers and are read together.)
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -239,6 +240,15 @@ class ContactGuard:
     hidden_impact_mps: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("new_point_distance_m", "min_approach_mps", "energy_tolerance_j",
+                     "penetration_tolerance_m"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+                    not 0 <= value < np.inf:
+                raise ParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not isinstance(self.every_contact_step, bool):
+            raise ParameterError(f"every_contact_step must be true or false, got "
+                                 f"{self.every_contact_step!r}")
         if self.hidden_impact_mps is not None and not 0 < self.hidden_impact_mps < np.inf:
             raise ParameterError(f"hidden_impact_mps must be None or a number > 0, got "
                                  f"{self.hidden_impact_mps!r}")

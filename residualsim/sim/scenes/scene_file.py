@@ -78,8 +78,9 @@ def same_scene(first: str | os.PathLike[str], second: str | os.PathLike[str]) ->
 def read_scene_file(path: str | os.PathLike[str]) -> SceneSpec:
     """The :class:`SceneSpec` of a ``.toml`` scene file or a bare ``.urdf``.
 
-    Raises SceneError naming the file: missing, unreadable, not TOML, unknown keys, a value
-    of the wrong type, a URDF that is not there.
+    Raises SceneError naming the file: missing, unreadable, not TOML (UTF-8, a byte-order
+    mark allowed), unknown keys, a value of the wrong type, a URDF that is not there or
+    cannot be resolved (a symlink loop).
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -92,7 +93,8 @@ def read_scene_file(path: str | os.PathLike[str]) -> SceneSpec:
     import tomllib
 
     try:
-        table: dict[str, Any] = tomllib.loads(path.read_text())
+        # utf-8-sig: a byte-order mark (Windows editors write one) read as nothing
+        table: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise SceneError(f"{path}: cannot read the scene file ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
@@ -106,6 +108,11 @@ def read_scene_file(path: str | os.PathLike[str]) -> SceneSpec:
     name = table.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise SceneError(f"{path}: name must be a non-empty string, got {name!r}")
-    return SceneSpec(name=name, urdf=(path.parent / table["urdf"]).resolve(),
+    try:
+        urdf = (path.parent / table["urdf"]).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise SceneError(f"{path}: URDF file {table['urdf']!r} cannot be resolved ({exc})"
+                         ) from None
+    return SceneSpec(name=name, urdf=urdf,
                      kind=table.get("kind", "free"), substeps=table.get("substeps", 10),
                      self_collision=table.get("self_collision", False), source=path)

@@ -27,6 +27,11 @@ naming the file and the element:
   ``upper`` (rad or m), or with ``lower > upper``;
 * a joint ``<dynamics>`` ``damping`` (N m s/rad or N s/m) or ``friction`` (N m or N) that is
   negative or not finite (negative damping feeds energy in: the object flies off);
+* an ``<origin>`` (of a joint, or of a link's ``<inertial>``, ``<collision>`` or
+  ``<visual>``) whose ``xyz`` (m) or ``rpy`` (rad) is not three finite numbers (a xacro
+  leftover ``${...}``, two entries: PyBullet read them as zeros; ``nan``: a traceback, or
+  no shape) or whose ``xyz`` is farther than ``MAX_OFFSET_M`` (10 m) from the origin of its
+  frame, implausible (a 1e30 m offset made the object fall through the table);
 * a ``<collision>`` shape with a size that is not finite and positive: a ``box`` ``size``
   entry, a ``sphere``, ``cylinder`` or ``capsule`` ``radius`` or ``length`` (m); a ``mesh``
   ``scale`` entry that is zero or not finite (a negative one mirrors the mesh, as robot
@@ -39,7 +44,11 @@ naming the file and the element:
   relative path is relative to the URDF's folder; ``package://NAME/rest`` is searched as
   PyBullet does, then in a ROS package ``NAME`` above the URDF or in ``ROS_PACKAGE_PATH``);
 * an STL mesh that is neither a binary STL of the size its count says nor ASCII STL
-  (truncated or corrupt: PyBullet crashes on it; :mod:`residualsim.sim.scenes.stl`).
+  (truncated or corrupt: PyBullet crashes on it; :mod:`residualsim.sim.scenes.stl`);
+* a mesh (collision or visual) PyBullet would crash on or load as no shape: an OBJ without
+  faces or with a face naming a missing vertex, a COLLADA file without ``<asset>`` or mesh
+  data, no triangles, a coordinate that is not finite
+  (:mod:`residualsim.sim.scenes.mesh_check`).
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -54,10 +63,11 @@ import numpy as np
 
 from residualsim.errors import SceneError
 from residualsim.sim.implausible import refuse_implausible
+from residualsim.sim.scenes.mesh_check import check_mesh
 from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
 from residualsim.sim.scenes.stl import pybullet_mesh
 
-__all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "check_urdf"]
+__all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "MAX_OFFSET_M", "check_urdf"]
 
 #: Joint types residualsim simulates (``continuous`` is a revolute joint without limits).
 SUPPORTED_JOINTS = ("revolute", "continuous", "prismatic", "fixed")
@@ -69,6 +79,9 @@ _SLACK = 1e-9
 #: Heaviest plausible link (kg), refused above unless ``--allow-implausible`` (module
 #: docstring): a tabletop object's link weighs grams to kilograms.
 MAX_LINK_MASS_KG = 1000.0
+#: Farthest plausible ``<origin xyz>`` (m) of a link's part or a joint, from its frame's
+#: origin (refused above unless ``--allow-implausible``): a tabletop object spans centimetres.
+MAX_OFFSET_M = 10.0
 #: Joint types with a direction (``<axis>``) and those whose ``<limit>`` bounds the motion.
 _MOVING = ("revolute", "continuous", "prismatic")
 _LIMITED = ("revolute", "prismatic")
@@ -156,6 +169,29 @@ def _geometry(link: ElementTree.Element, path: Path, name: str) -> None:
                                      f"{'' if scale else ' (m)'}")
 
 
+def _origins(root: ElementTree.Element, path: Path) -> None:
+    """SceneError for an ``<origin>`` that is not three finite numbers, or implausibly far
+    (module docstring)."""
+    owners = [(f"joint {joint.get('name')!r}", joint) for joint in root.findall("joint")]
+    owners += [(f"link {link.get('name')!r}: <{part.tag}>", part)
+               for link in root.findall("link") for part in link
+               if part.tag in ("inertial", "collision", "visual")]
+    for owner, element in owners:
+        for origin in element.findall("origin"):
+            where = f"{path}: {owner}: <origin>"
+            for key, unit in (("xyz", "m"), ("rpy", "rad")):
+                values = _numbers(origin, key, where)
+                if values is not None and (len(values) != 3 or not all(
+                        math.isfinite(v) and abs(v) < 3.4e38 for v in values)):
+                    raise SceneError(f"{where}: {key}={origin.get(key)!r} must be three "
+                                     f"finite numbers ({unit})")
+                if key == "xyz" and values is not None and math.hypot(*values) > MAX_OFFSET_M:
+                    refuse_implausible(f"{where}: xyz={origin.get(key)!r} is "
+                                       f"{math.hypot(*values):.4g} m from its frame's origin, "
+                                       f"above {MAX_OFFSET_M:g} m: not a tabletop object",
+                                       SceneError)
+
+
 def _joint_physics(joint: ElementTree.Element, path: Path, name: str, kind: str) -> None:
     """SceneError for a joint's axis, limits or dynamics no joint can have (module
     docstring)."""
@@ -201,7 +237,8 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
             hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
             raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
         try:
-            pybullet_mesh(found)  # a broken STL crashes PyBullet: refused here
+            check_mesh(found)  # PyBullet crashes on some broken meshes, drops others
+            pybullet_mesh(found)  # an ASCII STL: its binary copy, written here
         except SceneError as exc:
             raise SceneError(f"{path}: link {name!r}: mesh {filename!r}: {exc}") from None
 
@@ -272,6 +309,7 @@ def check_urdf(path: str | Path) -> None:
     if repeated:
         raise SceneError(f"{path}: joint name(s) {', '.join(map(repr, repeated))} used twice")
     _tree(root, path, names)
+    _origins(root, path)
     for link, name in zip(elements, names):
         _inertia(link, path, name)
         if link.find("collision") is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,9 @@ def urdf_info(path: Path) -> UrdfInfo:
 @functools.lru_cache(maxsize=32)
 def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
     check_urdf(path)
+    # PyBullet loads a continuous joint as revolute, with the <limit> it ignores
+    continuous = {joint.get("name") for joint in ElementTree.parse(path).getroot()
+                  .findall("joint") if joint.get("type") == "continuous"}
     load_path = loadable_urdf(path)
     client = _info_client()
     try:
@@ -114,7 +118,8 @@ def _urdf_info(path: Path, allowed: bool) -> UrdfInfo:
                 indices.append(index)
                 types.append(kind)
                 friction.append(float(info[7]))
-                limits.append((float(info[8]), float(info[9])) if info[8] <= info[9]
+                limited = info[8] <= info[9] and names[-1] not in continuous
+                limits.append((float(info[8]), float(info[9])) if limited
                               else None)  # PyBullet: lower 0, upper -1 without limits
         masses = [base[0]] + [pb.getDynamicsInfo(body, k, physicsClientId=client)[0]
                               for k in range(n_links)]

@@ -107,9 +107,9 @@ def _mesh_vertices(path: Path, where: str) -> np.ndarray:
         raise ParameterError(f"{where}: mesh {path} not found")
     suffix = path.suffix.lower()
     if suffix == ".obj":
-        rows = [line.split()[1:4] for line in path.read_text(errors="replace").splitlines()
-                if line.startswith("v ")]
-        vertices = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        from residualsim.sim.scenes.mesh_check import obj_vertices
+
+        vertices = obj_vertices(path)
     elif suffix == ".stl":
         from residualsim.sim.scenes.stl import read_stl
 
