@@ -28,7 +28,7 @@ from residualsim.errors import ParameterError
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
-           "event_outcome", "PENETRATION_TOLERANCE_M"]
+           "event_outcome", "event_outcomes", "PENETRATION_TOLERANCE_M"]
 
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
@@ -215,6 +215,13 @@ class BeliefStep:
     accepted sigma points' post-event states with the mean residual, and
     ``rejected_mass`` is the removed probability mass over the mass that met an event
     (what ``rejected_fraction`` then reports).
+
+    What the engine did, for benchmarks (``bench beliefs``): ``engine_steps`` the
+    recording periods PyBullet stepped, summed over the drawn particles (the rest flew in
+    closed form or rested; a batched world step counts once per particle in it);
+    ``engine_runs`` (starts (n_drawn, state size), steps (n_drawn,)): where each particle's
+    stepping began (NaN: it never stepped) and how many periods; ``rollout_s`` the wall
+    time of the step's rollouts (the workers' map call), s.
     """
 
     belief: GaussianMixtureBelief | None
@@ -226,6 +233,9 @@ class BeliefStep:
     n_rejected_energy: int
     method: str = "particles"
     rejected_mass: float | None = None
+    engine_steps: int = 0
+    engine_runs: tuple | None = None
+    rollout_s: float = 0.0
 
     @property
     def rejected_fraction(self) -> float:
@@ -274,3 +284,25 @@ def event_outcome(engine, run, guard, penetration_tolerance_m: float) -> tuple[s
     if run.n_engine_energy_gain or budget < 0.0:
         return "energy", budget
     return "ok", budget
+
+
+def event_outcomes(scene, runs, guard, penetration_tolerance_m: float) -> list[str]:
+    """:func:`event_outcome`'s status for each particle of a batch
+    (:class:`~residualsim.sim.batch.FirstEvents` on ``scene``), energies of all particles
+    at once."""
+    energies = scene.energy(np.concatenate([runs.pre_states, runs.post_states]))
+    before, after = np.split(energies, 2)
+    statuses = []
+    for events, deepest, gain, start, end in zip(runs.n_events.tolist(),
+                                                 runs.max_penetration_m.tolist(),
+                                                 runs.engine_gain.tolist(), before.tolist(),
+                                                 after.tolist()):
+        if events == 0:
+            statuses.append("no_event")
+        elif deepest > penetration_tolerance_m:
+            statuses.append("penetration")
+        elif gain or guard.energy_budget_j(start, end) < 0.0:
+            statuses.append("energy")
+        else:
+            statuses.append("ok")
+    return statuses
