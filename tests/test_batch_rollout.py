@@ -187,3 +187,39 @@ def test_a_particle_step_reports_the_engine_work(model):
     assert step.engine_steps == steps.sum() > 0 and step.rollout_s > 0
     assert (starts[steps > 0, 2] < 0.2).all()  # stepping begins near the table: it flew there
     assert PENETRATION_TOLERANCE_M > 0
+
+
+def test_seeded_draws_are_default_rngs_draws():
+    from residualsim.sim.batch_events import seeded_draws
+
+    seeds = [[2 ** 62 + 5, i] for i in range(300)] + [[0, 0], [2 ** 40, 7], [123, 2 ** 33],
+                                                     [1, 2, 3, 4, 5, 6], [9], 11]
+    u, z = seeded_draws(seeds, 3)
+    for i, seed in enumerate(seeds):
+        rng = np.random.default_rng(seed)
+        assert u[i] == rng.random()
+        np.testing.assert_array_equal(z[i], rng.standard_normal(3))
+
+
+def test_bench_reports_engine_steps_and_the_bare_loop_per_method(model):
+    """``bench beliefs --methods particles --batch-sizes 1,auto`` on one synthetic toss: each
+    row counts the same engine steps (same particles), replays them in a bare loop, and
+    gives finite overheads; the formatted report names both rows."""
+    from residualsim.data.trajectory import Trajectory
+    from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
+
+    state, n = _particles()[0], 40
+    toss = Trajectory("synthetic", np.arange(n) * model.dt_s, np.tile(state[:3], (n, 1)),
+                      np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)),
+                      np.tile(state[10:], (n, 1)), source="test")
+    report = bench_beliefs(model, {"synthetic": toss}, particles=6, n_workers=1, n_events=2,
+                           methods=("particles",), reference_particles=8, distance_samples=50,
+                           batch_sizes=(1, None))
+    lone, batched = report["methods"]["particles[batch=1]"], report["methods"]["particles"]
+    assert lone["engine_steps"] == batched["engine_steps"] > 0
+    assert lone["distance_to_reference"] == pytest.approx(batched["distance_to_reference"])
+    for row in (lone, batched):
+        assert row["bare_s"] > 0 and np.isfinite(row["overhead"]) and row["overhead"] > 0
+        assert 0 < row["rollout_s"] <= row["wall_s"]
+    text = format_beliefs_report(report)
+    assert "particles[batch=1]" in text and "engine steps" in text and "overhead" in text
