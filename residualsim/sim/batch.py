@@ -297,7 +297,7 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
                 fresh = [q for q in mine if far_from(q[on], recent, spacing2)] if recent \
                     else mine
                 if (fresh and _approaching(fresh, on, raws[-1], raw, approach)) or every:
-                    p.events, p.event = 1, (raws[-1], raw, _canonical(fresh or mine, flip),
+                    p.events, p.event = 1, (_canonical(fresh or mine, flip),
                                             _canonical(mine, flip))
                 recent.append([q[on] for q in mine])
                 if len(recent) > MEMORY_STEPS:
@@ -373,8 +373,9 @@ def _flights(flight, raws: list, n_steps: int) -> list:
     """The first check's closed-form flight of each particle from its raw record: None
     when it does not fly, else (samples added, the last up to CHECK_EVERY + 1 of them as
     raw records). The handover sample is found with numpy for all particles, then it and
-    the next are recomputed and checked with :class:`FreeFlight`'s own float operations;
-    a particle whose check disagrees flies sample by sample as the lone path does. The
+    the next are checked with :class:`FreeFlight`'s own float operations (the next only
+    when numpy's margin is within 1e-9 m), the handover sample recomputed with them; a
+    particle whose check disagrees flies sample by sample as the lone path does. The
     samples before the handover stand as :data:`_UNSEEN`: only a rest check reads them,
     and no flight sample passes for rest (its position changes by g dt²/2 = 0.2 mm a
     sample at least, the check's limit is 2 mm/s × dt = 0.014 mm)."""
@@ -384,26 +385,30 @@ def _flights(flight, raws: list, n_steps: int) -> list:
         return out
     poses = np.array([(*raws[k][0][0], *raws[k][0][1]) for k in starting])
     velocities = np.array([(*raws[k][1][0], *raws[k][1][1]) for k in starting])
-    first_blocked = np.full(len(starting), _HUGE)
+    first_blocked, blocked_by = np.full(len(starting), _HUGE), np.zeros(len(starting))
     chunk, offset = 64, 0
     while offset < n_steps and (first_blocked == _HUGE).any():
         samples = np.arange(offset + 1, min(offset + chunk, n_steps) + 1)
-        clear = _clear_samples(flight, poses, velocities, samples)
-        blocked = ~clear.all(axis=1) & (first_blocked == _HUGE)
-        first_blocked[blocked] = samples[np.argmin(clear[blocked], axis=1)]
+        margin = _clearances(flight, poses, velocities, samples)
+        blocked = (margin < 0).any(axis=1) & (first_blocked == _HUGE)
+        column = np.argmax(margin[blocked] < 0, axis=1)
+        first_blocked[blocked] = samples[column]
+        blocked_by[blocked] = margin[blocked, column]
         offset, chunk = samples[-1], chunk * 4
     for row, k in enumerate(starting):
         pose, velocity = raws[k]
         n_flown = int(min(first_blocked[row] - 1, n_steps))
-        agrees = (n_flown == 0 or flight.clear(_record(flight, pose, velocity, n_flown)[0])) \
-            and (n_flown == n_steps
-                 or not flight.clear(_record(flight, pose, velocity, n_flown + 1)[0]))
+        handover = _record(flight, pose, velocity, n_flown) if n_flown else None
+        # numpy's float operations may round otherwise than the scalar ones (about 1e-17 m):
+        # the lone path's own check decides where the margin is within 1e-9 m
+        agrees = (n_flown == 0 or flight.clear(handover[0])) and (
+            n_flown == n_steps or blocked_by[row] < -1e-9
+            or not flight.clear(_record(flight, pose, velocity, n_flown + 1)[0]))
         if not agrees:
             records = flight.fly(pose, velocity, n_steps)
             n_flown, tail = len(records), records[-(CHECK_EVERY + 1):]
         elif n_flown:
-            tail = [_UNSEEN] * min(n_flown - 1, CHECK_EVERY) + \
-                [_record(flight, pose, velocity, n_flown)]
+            tail = [_UNSEEN] * min(n_flown - 1, CHECK_EVERY) + [handover]
         if n_flown:
             out[k] = (n_flown, tail)
     return out
@@ -429,11 +434,11 @@ def _record(flight, pose: tuple, velocity: tuple, j: int) -> tuple:
     return sample, ((vx + t * gx, vy + t * gy, vz + t * gz), omega)
 
 
-def _clear_samples(flight, poses: np.ndarray, velocities: np.ndarray,
-                   samples: np.ndarray) -> np.ndarray:
-    """(P, J) whether particle p at flight sample j is clear of the table
-    (:meth:`FreeFlight.clear`), from base poses (P, 7) (position m, quaternion x-y-z-w)
-    and velocities (P, 6) (m/s, rad/s), world frame."""
+def _clearances(flight, poses: np.ndarray, velocities: np.ndarray,
+                samples: np.ndarray) -> np.ndarray:
+    """(P, J) m by how much particle p at flight sample j is clear of the handover level
+    (:meth:`FreeFlight.clear`: clear where >= 0), from base poses (P, 7) (position m,
+    quaternion x-y-z-w) and velocities (P, 6) (m/s, rad/s), world frame."""
     c0, c1, c2, e0, e1, e2, level = flight._floats
     h = flight.h
     m = samples.astype(np.float64) * flight.substeps
@@ -453,7 +458,7 @@ def _clear_samples(flight, poses: np.ndarray, velocities: np.ndarray,
     height = poses[:, 2:3] + t * velocities[:, 2:3] + a * flight._gravity[2]
     r0, r1, r2 = 2 * (qx * qz - qw * qy), 2 * (qy * qz + qw * qx), 1 - 2 * (qx * qx + qy * qy)
     return (height + r0 * c0 + r1 * c1 + r2 * c2 - np.abs(r0) * e0 - np.abs(r1) * e1
-            - np.abs(r2) * e2 >= level)
+            - np.abs(r2) * e2) - level
 
 
 def _approaching(points: list, on: int, pre: tuple, post: tuple, min_approach_mps: float
@@ -487,9 +492,10 @@ def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, 
     post, gain = last[:, 1], np.zeros(len(particles), dtype=bool)
     owners = [k for k, p in enumerate(particles) if p.event is not None]
     if owners:
-        post[owners], gain[owners] = correct_events(scene, world.engine.dt_s,
-                                              [particles[k].event for k in owners], owners,
-                                              policy, seeds, guard)
+        post[owners], gain[owners] = correct_events(
+            scene, world.engine.dt_s, last[owners, 0], last[owners, 1],
+            [particles[k].event[0] for k in owners], [particles[k].event[1] for k in owners],
+            owners, policy, seeds, guard)
     starts = np.full(states.shape, np.nan)
     for k, p in enumerate(particles):
         if p.stepped:

@@ -26,24 +26,26 @@ from residualsim.sim.contact import SLIP_TOLERANCE_MPS, largest_steps
 __all__ = ["correct_events", "seeded_draws"]
 
 
-def correct_events(scene, dt_s: float, events: list, owners: list, policy, seeds, guard
-             ) -> tuple[np.ndarray, np.ndarray]:
+def correct_events(scene, dt_s: float, pre: np.ndarray, post: np.ndarray, points: list,
+                   touching: list, owners: list, policy, seeds, guard
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """The event corrector (:class:`~residualsim.sim.rollout._EventCorrector`) for every
     event at once, after the particles stopped: the contact model at the points'
-    force-weighted mean, the residual and its limits. ``events``: (raw record before the
-    step, after it, model points, touching points) of particle ``owners[e]``. Returns the
-    post-event states (E, 13), residual applied, and whether the engine's own step had
-    gained energy (E,)."""
-    pre = scene.raw_to_states([e[0] for e in events])
-    post = scene.raw_to_states([e[1] for e in events])
+    force-weighted mean, the residual and its limits. Event e is particle ``owners[e]``'s:
+    ``pre`` and ``post`` (E, 13) its states before and after the event's step (scene
+    layout, world frame), ``points[e]`` the contact tuples the model averages (the new
+    ones) and ``touching[e]`` all touching after the step (as ``getContactPoints(body,
+    table)`` gives them). Returns the post-event states (E, 13), residual applied, and
+    whether the engine's own step had gained energy (E,)."""
+    post = post.copy()
     if policy is None:
-        return post, np.zeros(len(events), dtype=bool)
+        return post, np.zeros(len(post), dtype=bool)
     centre, rotation = post[:, 0:3], _rotations(post[:, 3:7])
-    mass = np.zeros((len(events), 6, 6))
+    mass = np.zeros((len(post), 6, 6))
     mass[:, [0, 1, 2], [0, 1, 2]] = scene.mass_kg
     mass[:, 3:, 3:] = np.einsum("eij,jk,elk->eil", rotation, np.asarray(scene.inertia_body),
                                 rotation)
-    point, normal = _weighted_points([e[2] for e in events])
+    point, normal = _weighted_points(points)
     offset = point - centre
     qdot_pre = pre[:, 7:13]
     point_velocity = qdot_pre[:, 0:3] + np.cross(qdot_pre[:, 3:6], offset)
@@ -58,11 +60,11 @@ def correct_events(scene, dt_s: float, events: list, owners: list, policy, seeds
         features = np.concatenate([features, scene.radius_of_gyration_m * np.einsum(
             "eij,ej->ei", frame, qdot_pre[:, 3:6])], axis=1)
     if getattr(policy, "contact_mode", False):
-        features = np.concatenate([features, [[float(len(e[3]))] for e in events]], axis=1)
+        features = np.concatenate([features, [[float(len(t))] for t in touching]], axis=1)
     impulse = _impulses(policy, features, seeds, owners)
     qdot = post[:, 7:13]
     delta = np.einsum("eij,ej->ei", inverse_jt, impulse)
-    cap = _caps([e[3] for e in events], centre, qdot, delta,
+    cap = _caps(touching, centre, qdot, delta,
                 guard.penetration_tolerance_m / dt_s)
     energy_before, energy_now = _energies(scene, pre), _energies(scene, post)
     kinetic_now = 0.5 * np.einsum("ei,eij,ej->e", qdot, mass, qdot)
@@ -72,7 +74,8 @@ def correct_events(scene, dt_s: float, events: list, owners: list, policy, seeds
     alpha = largest_steps(a, b, kinetic_now - limit, cap)
     post[:, 7:13] = qdot + alpha[:, None] * delta
     gain = np.array([guard.energy_budget_j(before, now) < 0.0
-                     for before, now in zip(energy_before.tolist(), energy_now.tolist())])
+                     for before, now in zip(energy_before.tolist(), energy_now.tolist())],
+                    dtype=bool)
     return post, gain
 
 
