@@ -65,11 +65,13 @@ from residualsim.sim.skips import CHECK_EVERY, _bullet_sign
 
 __all__ = ["FirstEvents", "first_events", "batch_unsupported", "AUTO_BATCH"]
 
-#: Copies in one world when the caller leaves the batch size to us: the broadphase pairs of
-#: copies in one place grow with its square; at 5 substeps a body-step cost 25 µs alone,
-#: 15 µs in 8 copies, 20 µs in 32, 25 µs in 64 and 44 µs in 128 (measured on falling cubes).
+#: Copies in one world when the caller leaves the batch size to us. The broadphase pairs of
+#: copies in one place grow with its square: at 5 substeps a body-step of cubes near the
+#: table cost 25 µs alone, 15 µs in 8 copies, 20 µs in 32, 25 µs in 64 and 44 µs in 128;
+#: whole particle steps (3 contacts of a validation toss, 500 particles) ran 20 % slower
+#: with 8 copies than with 16, and within the busy machine's noise of 16 with 24 to 48.
 AUTO_BATCH = 16
-_PARK_M = 1000.0  # parking height, m: the lone path's far-away reset
+_PARK_M = 1000.0  # parking height, m, as the lone path's reset puts its body far away
 _PARK_SPACING_M = 3.0  # parked copies side by side along x, m: their boxes never overlap
 _HUGE = 1 << 62
 #: A raw record that is close to nothing (NaN compares false): a flight sample for the rest
@@ -135,7 +137,7 @@ class _World:
             self.scene.body = body
             self.scene.apply_params(engine.params)
             pb.setCollisionFilterGroupMask(body, -1, 1, 2, physicsClientId=cid)
-        self.staging = bodies.pop()
+        self.scene.body, self.staging = first, bodies.pop()
         pb.setCollisionFilterGroupMask(self.staging, -1, 1, 0, physicsClientId=cid)
         self.copies = bodies
         # Parked copies fall while the others step: side by side beyond the table's edge,
@@ -207,7 +209,7 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
 
     ``policy`` None (the engine alone), or a policy with ``sample(features, rng)`` and
     ``mean(features)`` (a :class:`~residualsim.residual.policy.NumpyPolicy` is evaluated for
-    all events of a step at once); ``seeds`` None (the policy's mean) or one seed per
+    all events at once); ``seeds`` None (the policy's mean) or one seed per
     particle for ``numpy.random.default_rng``; ``guard`` the
     :class:`~residualsim.sim.rollout.ContactGuard`. The world (kept for the next call in
     this process) has the engine's scene, settings and parameters. Raises ValueError when
@@ -219,10 +221,7 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
     world = _world(engine, size)
     world.park_all()
-    try:
-        return _run(world, states, int(n_steps), policy, seeds, guard, size)
-    finally:
-        world.scene.body = world.copies[0]
+    return _run(world, states, int(n_steps), policy, seeds, guard, size)
 
 
 def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
