@@ -95,10 +95,10 @@ from residualsim.sim.bullet import pb
 
 from residualsim.sim.contact import ContactModel
 from residualsim.data.trajectory import Trajectory
-from residualsim.sim.contact import is_touching
+from residualsim.sim.contact import MEMORY_STEPS, far_from, is_touching
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError, SceneError
-from residualsim.sim.rollout import _MEMORY_STEPS, ContactGuard, _far_from, event_contact_model
+from residualsim.sim.rollout import ContactGuard, event_contact_model
 
 __all__ = ["JUMP_THRESHOLD_MPS", "JUMP_EDGE_MPS", "EXTRA_STEPS", "MIN_SAMPLES",
            "REST_SPEED_MPS", "REST_SAMPLES", "TABLE_OFFSET_TOLERANCE_M", "LIFT_TOLERANCE_M",
@@ -424,13 +424,13 @@ def _engine_window(engine: Engine, initial_state: np.ndarray, n_steps: int,
         touching = [p for p in get_contacts(body, static, link, -1, physicsClientId=cid)
                     if is_touching(p)]
         if touching:
-            fresh = [p for p in touching if _far_from(p[6], recent, spacing2)]
+            fresh = [p for p in touching if far_from(p[6], recent, spacing2)]
             if fresh:
                 model = event_contact_model(engine, scene.raw_to_states([raws[-1]])[0], fresh)
                 if model.velocity[0] <= -guard.min_approach_mps:
                     events.append(_EngineEvent(index, model))
             recent.append([p[6] for p in touching])
-            del recent[:-_MEMORY_STEPS]
+            del recent[:-MEMORY_STEPS]
         elif recent:
             recent = []
         raws.append(raw)

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any
 
 import numpy as np
@@ -232,8 +233,10 @@ def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
                            request.guard, stop_after_events=1)
     steps = len(run.states) - 1
     status, budget = event_outcome(engine, run, request.guard, request.penetration_tolerance_m)
+    stepped = (run.engine_steps, np.full(len(state), np.nan) if run.engine_start is None
+               else run.engine_start)  # for the beliefs bench's bare loop
     if status != "ok":
-        return status, run.states[-1], steps, None
+        return status, run.states[-1], steps, None, *stepped
     scene = engine.scene
     model = run.contact_models[-1]
     jump = np.linalg.solve(model.mass_matrix, model.jacobian.T)
@@ -243,7 +246,7 @@ def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
     floors = np.minimum(0.0, normal) - request.guard.penetration_tolerance_m / engine.dt_s
     return "ok", run.states[-1], steps, (run.features[-1], jump, model.jacobian @ qdot,
                                          model.jacobian @ jump, float(budget),
-                                         (normal, rows @ jump, floors))
+                                         (normal, rows @ jump, floors)), *stepped
 
 
 def _touching_normal_rows(engine, guard) -> np.ndarray:
@@ -418,15 +421,19 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         probe=probe,
         guard=model.guard, max_steps=int(max_steps),
         penetration_tolerance_m=float(penetration_tolerance_m))
+    start = time.perf_counter()
     results = dict(pair for chunk in workers.map(_sigma_tasks, request) for pair in chunk)
     outcomes = [results[i] for i in range(len(states))]
+    stepped = dict(engine_steps=sum(o[4] for o in outcomes), rollout_s=time.perf_counter() -
+                   start, engine_runs=(np.array([o[5] for o in outcomes]),
+                                       np.array([o[4] for o in outcomes])))
     statuses = np.array([o[0] for o in outcomes])
     mass = belief.weights[owner] * point_weights  # each sigma point's share of the belief
     accepted = np.flatnonzero(statuses == "ok")
     met_mass = float(mass[statuses != "no_event"].sum())
     counts = dict(n_drawn=len(states), n_no_event=int((statuses == "no_event").sum()),
                   n_rejected_penetration=int((statuses == "penetration").sum()),
-                  n_rejected_energy=int((statuses == "energy").sum()))
+                  n_rejected_energy=int((statuses == "energy").sum()), **stepped)
     if len(accepted) == 0:
         return BeliefStep(belief=None, particles=np.empty((0, states.shape[1])),
                           elapsed_s=np.empty(0), rejected_mass=1.0 if met_mass else 0.0,

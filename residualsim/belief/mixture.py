@@ -28,7 +28,7 @@ from residualsim.errors import ParameterError
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
-           "event_outcome", "PENETRATION_TOLERANCE_M"]
+           "event_outcome", "event_outcomes", "PENETRATION_TOLERANCE_M"]
 
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
@@ -151,12 +151,14 @@ class GaussianMixtureBelief:
             raise ParameterError(f"n_components must be an integer >= 1 or 'bic', got "
                                  f"{n_components!r}")
         best, best_bic = None, math.inf
-        for k in candidates:
-            model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6, random_state=rng)
-            model.fit(unit)
-            bic = model.bic(unit)
-            if bic < best_bic:
-                best, best_bic = model, bic
+        with _one_blas_thread():
+            for k in candidates:
+                model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6,
+                                        random_state=rng)
+                model.fit(unit)
+                bic = model.bic(unit)
+                if bic < best_bic:
+                    best, best_bic = model, bic
         covariances = best.covariances_ * np.outer(scale, scale)[None]
         return cls(best.weights_ / best.weights_.sum(), best.means_ * scale + centre,
                    covariances, tangent)
@@ -183,6 +185,19 @@ class GaussianMixtureBelief:
                 "reference_wxyz": list(self.tangent.reference_wxyz)}
 
 
+def _one_blas_thread():
+    """BLAS limited to one thread: the fit's matrices are small, and on a busy 2-core
+    machine a second thread only contends (a 1000-particle BIC fit took 4.8 s with BLAS's
+    own threads and 0.16 s with one)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # scikit-learn depends on it; keep going without the limit
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
+
+
 @dataclasses.dataclass(frozen=True)
 class BeliefStep:
     """One dynamic stochastic step.
@@ -200,6 +215,13 @@ class BeliefStep:
     accepted sigma points' post-event states with the mean residual, and
     ``rejected_mass`` is the removed probability mass over the mass that met an event
     (what ``rejected_fraction`` then reports).
+
+    What the engine did, for benchmarks (``bench beliefs``): ``engine_steps`` the
+    recording periods PyBullet stepped, summed over the drawn particles (the rest flew in
+    closed form or rested; a batched world step counts once per particle in it);
+    ``engine_runs`` (starts (n_drawn, state size), steps (n_drawn,)): where each particle's
+    stepping began (NaN: it never stepped) and how many periods; ``rollout_s`` the wall
+    time of the step's rollouts (the workers' map call), s.
     """
 
     belief: GaussianMixtureBelief | None
@@ -211,6 +233,9 @@ class BeliefStep:
     n_rejected_energy: int
     method: str = "particles"
     rejected_mass: float | None = None
+    engine_steps: int = 0
+    engine_runs: tuple | None = None
+    rollout_s: float = 0.0
 
     @property
     def rejected_fraction(self) -> float:
@@ -259,3 +284,25 @@ def event_outcome(engine, run, guard, penetration_tolerance_m: float) -> tuple[s
     if run.n_engine_energy_gain or budget < 0.0:
         return "energy", budget
     return "ok", budget
+
+
+def event_outcomes(scene, runs, guard, penetration_tolerance_m: float) -> list[str]:
+    """:func:`event_outcome`'s status for each particle of a batch
+    (:class:`~residualsim.sim.batch.FirstEvents` on ``scene``), energies of all particles
+    at once."""
+    energies = scene.energy(np.concatenate([runs.pre_states, runs.post_states]))
+    before, after = np.split(energies, 2)
+    statuses = []
+    for events, deepest, gain, start, end in zip(runs.n_events.tolist(),
+                                                 runs.max_penetration_m.tolist(),
+                                                 runs.engine_gain.tolist(), before.tolist(),
+                                                 after.tolist()):
+        if events == 0:
+            statuses.append("no_event")
+        elif deepest > penetration_tolerance_m:
+            statuses.append("penetration")
+        elif gain or guard.energy_budget_j(start, end) < 0.0:
+            statuses.append("energy")
+        else:
+            statuses.append("ok")
+    return statuses

@@ -16,13 +16,14 @@ BIC or fixed). :func:`propagate_belief` chains the steps.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, event_outcome,
-                                        slot_particles)
+                                        event_outcomes, slot_particles)
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
@@ -93,11 +94,19 @@ def _to_next_event(engine, state: np.ndarray, max_steps: int, policy, rng, guard
                    penetration_tolerance_m: float) -> tuple:
     """One particle to the end of its next contact event: (status, post state, steps).
     status: "ok", "no_event", "penetration" or "energy" (:func:`.mixture.event_outcome`)."""
+    return _lone_next_event(engine, state, max_steps, policy, rng, guard,
+                            penetration_tolerance_m)[:3]
+
+
+def _lone_next_event(engine, state: np.ndarray, max_steps: int, policy, rng, guard,
+                     penetration_tolerance_m: float) -> tuple:
+    """:func:`_to_next_event`, then the engine's steps and where they began (NaN: none)."""
     from residualsim.sim.rollout import residual_rollout
 
     run = residual_rollout(engine, state, max_steps, policy, rng, guard, stop_after_events=1)
     status, _ = event_outcome(engine, run, guard, penetration_tolerance_m)
-    return status, run.states[-1], len(run.states) - 1
+    start = np.full(len(state), np.nan) if run.engine_start is None else run.engine_start
+    return status, run.states[-1], len(run.states) - 1, run.engine_steps, start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,19 +121,44 @@ class _StepRequest:
     guard: Any
     max_steps: int
     penetration_tolerance_m: float
+    batch_size: int | None = None
 
 
-def _particle_tasks(engine, slot: int, request: _StepRequest) -> list:
-    return [(index, _to_next_event(engine, state, request.max_steps, request.policy, rng,
-                                   request.guard, request.penetration_tolerance_m))
-            for index, state, rng in slot_particles(engine, slot, request)]
+def _particle_tasks(engine, slot: int, request: _StepRequest) -> tuple:
+    """Worker function: the particles of ``slot`` to their next events, as arrays in the
+    order of their indices: (indices, statuses, post states, steps, engine steps, engine
+    starts); in batched worlds (:func:`~residualsim.sim.batch.first_events`) unless
+    ``batch_size`` is 1 or the scene or policy needs the lone path
+    (:func:`~residualsim.sim.batch.batch_unsupported`)."""
+    from residualsim.sim.batch import batch_unsupported, first_events
+
+    indices = list(range(slot, len(request.states), request.n_slots))
+    if not indices or request.batch_size == 1 or batch_unsupported(
+            engine.scene, request.policy, request.guard) is not None:
+        runs = [_lone_next_event(engine, state, request.max_steps, request.policy, rng,
+                                 request.guard, request.penetration_tolerance_m)
+                for _, state, rng in slot_particles(engine, slot, request)]
+        width = request.states.shape[1]
+        return (indices, [run[0] for run in runs],
+                np.array([run[1] for run in runs]).reshape(-1, width),
+                np.array([run[2] for run in runs], dtype=np.int64),
+                np.array([run[3] for run in runs], dtype=np.int64),
+                np.array([run[4] for run in runs]).reshape(-1, width))
+    if engine.params != request.params:
+        engine.set_params(request.params)
+    runs = first_events(engine, request.states[indices], request.max_steps, request.policy,
+                        None if request.seeds is None else [request.seeds[i] for i in indices],
+                        request.guard, request.batch_size)
+    return (indices, event_outcomes(engine.scene, runs, request.guard,
+                                    request.penetration_tolerance_m),
+            runs.post_states, runs.samples, runs.engine_steps, runs.engine_starts)
 
 
 def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: int,
                     rng: np.random.Generator, max_steps: int, residual: bool = True,
                     deterministic_residual: bool = False,
                     penetration_tolerance_m: float = PENETRATION_TOLERANCE_M,
-                    n_components: int | str = "bic"
+                    n_components: int | str = "bic", batch_size: int | None = None
                     ) -> BeliefStep:
     """The dynamic stochastic step from ``belief`` (see the module docstring).
 
@@ -135,7 +169,19 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
     drawn from ``default_rng([seed, i])``, ``seed`` drawn from ``rng``
     (``deterministic_residual``: the policy mean). ``max_steps`` recording periods bound
     the search for the next event.
+
+    ``batch_size``: copies of the body each worker steps in one PyBullet world
+    (:mod:`residualsim.sim.batch`; None: :data:`~residualsim.sim.batch.AUTO_BATCH`), 1:
+    one particle at a time (:func:`~residualsim.sim.rollout.residual_rollout`). Scenes and
+    policies the batch does not support (planar and articulated bodies, scene files,
+    sustained-contact residuals, hidden-impact guards) take the one-at-a-time path
+    whatever ``batch_size`` says. Both give each particle the same run: the same status,
+    steps and post-event position bit for bit, the velocity within rounding of the
+    residual's correction (the tests hold it to 1e-9 m/s and rad/s).
     """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+            batch_size, (int, np.integer)) or batch_size < 1):
+        raise ParameterError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
     states = belief.sample(int(n_particles), rng)
     base = int(rng.integers(2 ** 63))
     request = _StepRequest(
@@ -143,21 +189,29 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
         seeds=None if deterministic_residual else [[base, i] for i in range(len(states))],
         params=model.params, policy=model.sampling_policy() if residual else None,
         guard=model.guard, max_steps=int(max_steps),
-        penetration_tolerance_m=float(penetration_tolerance_m))
-    results = dict(pair for chunk in workers.map(_particle_tasks, request) for pair in chunk)
-    outcomes = [results[i] for i in range(len(states))]
-    statuses = [status for status, _, _ in outcomes]
-    accepted = [(state, steps) for status, state, steps in outcomes if status == "ok"]
-    particles = np.array([state for state, _ in accepted]).reshape(-1, states.shape[1])
+        penetration_tolerance_m=float(penetration_tolerance_m),
+        batch_size=None if batch_size is None else int(batch_size))
+    start = time.perf_counter()
+    chunks = workers.map(_particle_tasks, request)
+    rollout_s = time.perf_counter() - start
+    order = np.argsort(np.concatenate([chunk[0] for chunk in chunks]).astype(np.int64))
+    statuses = np.array([s for chunk in chunks for s in chunk[1]], dtype=object)[order]
+    post, steps, stepped, starts = (np.concatenate([chunk[k] for chunk in chunks])[order]
+                                    for k in range(2, 6))
+    ok = statuses == "ok"
+    particles = post[ok].reshape(-1, states.shape[1])
+    statuses = statuses.tolist()
     refit = None
     if len(particles) >= 2:
         refit = GaussianMixtureBelief.fit(particles, belief.tangent.planar, n_components,
                                           rng=int(rng.integers(2 ** 31)))
     return BeliefStep(belief=refit, particles=particles,
-                      elapsed_s=np.array([steps * model.dt_s for _, steps in accepted]),
+                      elapsed_s=np.array([k * model.dt_s for k in steps[ok].tolist()]),
                       n_drawn=len(states), n_no_event=statuses.count("no_event"),
                       n_rejected_penetration=statuses.count("penetration"),
-                      n_rejected_energy=statuses.count("energy"))
+                      n_rejected_energy=statuses.count("energy"),
+                      engine_steps=int(stepped.sum()), engine_runs=(starts, stepped),
+                      rollout_s=rollout_s)
 
 
 #: The belief steps :func:`propagate_belief` offers, the default first.
@@ -175,7 +229,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
     residual's Gaussians added exactly; ``n_particles`` unused). Stops early when a step
     leaves no belief. ``horizon_s`` bounds the time searched for each event;
-    ``step_options`` go to the step function. ``workers``: running
+    ``step_options`` go to the step function (the particle step's ``batch_size``: bodies
+    per PyBullet world, None automatic, 1 one particle at a time). ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
     same steps for any number of workers.

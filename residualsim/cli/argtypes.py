@@ -12,7 +12,7 @@ from residualsim.errors import ParameterError
 
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
            "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
-           "worker_count", "seed"]
+           "worker_count", "seed", "belief_methods", "batch_sizes"]
 
 
 def count(minimum: int, maximum: int | None = None):
@@ -131,3 +131,23 @@ def split_fractions(text: str) -> tuple[float, float, float]:
         return parse_split_fractions(text)
     except ParameterError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def belief_methods(text: str) -> tuple[str, ...]:
+    """--methods: a comma-separated list of belief steps."""
+    from residualsim.belief.propagation import METHODS
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names or any(name not in METHODS for name in names):
+        raise argparse.ArgumentTypeError(f"methods must be a comma-separated list of "
+                                         f"{', '.join(METHODS)}, got {text!r}")
+    return names
+
+
+def batch_sizes(text: str) -> tuple:
+    """--batch-sizes: a comma-separated list of integers >= 1 or "auto" (None)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or not all(n == "auto" or (n.isdigit() and int(n) >= 1) for n in names):
+        raise argparse.ArgumentTypeError(f"batch sizes must be integers >= 1 or 'auto', "
+                                         f"comma-separated, got {text!r}")
+    return tuple(None if name == "auto" else int(name) for name in names)

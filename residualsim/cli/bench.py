@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from residualsim.cli.argtypes import seed, worker_count
+from residualsim.cli.argtypes import batch_sizes, belief_methods as _methods, seed, worker_count
 from residualsim.cli.options import SCENE_HELP, add_seed, count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 
@@ -52,12 +52,13 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench import bench_beliefs, format_beliefs_report
+    from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
                            n_events=args.events, seed=args.seed, methods=args.methods,
-                           reference_particles=args.reference_particles)
+                           reference_particles=args.reference_particles,
+                           batch_sizes=args.batch_sizes)
     print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
@@ -108,18 +109,6 @@ def cmd_bench_mpec(args: argparse.Namespace) -> None:
                                          n_workers=args.workers, mh_substeps=args.mh_substeps)
     print(format_mpec_report(report))
     json_line({"command": "bench mpec", **report})
-
-
-def _methods(text: str) -> tuple[str, ...]:
-    """--methods: a comma-separated list of belief steps."""
-    from residualsim.belief.propagation import METHODS
-
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in METHODS]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"methods must be a comma-separated list of "
-                                         f"{', '.join(METHODS)}, got {text!r}")
-    return names
 
 
 def register(commands) -> None:
@@ -190,6 +179,9 @@ def register(commands) -> None:
                       "rollouts and the energy distance to a reference belief, per method")
     bbel.add_argument("--reference-particles", type=count(2), default=20000,
                       help="particles of the reference belief for --methods (default 20000)")
+    bbel.add_argument("--batch-sizes", type=batch_sizes, default=(None,), help="the "
+                      "particles method once per batch size (bodies per PyBullet world; 1: "
+                      "one at a time), e.g. 1,auto (default auto)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

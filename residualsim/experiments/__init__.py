@@ -23,7 +23,7 @@ _EXPORTS = {
     'bench_residual': 'residualsim.experiments.bench',
     'bench_executors': 'residualsim.experiments.bench',
     'bench_identify_loop': 'residualsim.experiments.bench',
-    'bench_beliefs': 'residualsim.experiments.bench',
+    'bench_beliefs': 'residualsim.experiments.bench_beliefs',
     'bench_engine_job': 'residualsim.experiments.bench',
     'bench_calibration_job': 'residualsim.experiments.bench_calibration',
     'format_engine_report': 'residualsim.experiments.bench',

@@ -20,12 +20,12 @@ loads them (:func:`residualsim.sim.recordings.load_recordings`).
 * arm + loop stiffness identification: generate, identify, error and wall time
   (:func:`bench_identify_loop`).
 * beliefs: particles through whole real tosses against real time, the engine alone and the
-  bare PyBullet loop, with the belief filter's rejection counts (:func:`bench_beliefs`).
+  bare PyBullet loop, with the belief filter's rejection counts (:func:`bench_beliefs`, in
+  :mod:`.bench_beliefs`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -36,6 +36,7 @@ from residualsim.sim.bullet import pb
 from residualsim.data.datasets import resolve_data
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError
+from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
 from residualsim.sim.engine import Engine
 from residualsim.sim.recordings import load_recordings
 from residualsim.sim.rollout import simulate_one, recording_settings, simulation_items
@@ -391,174 +392,6 @@ def bench_identify_loop(method: str = "lsq", seed_kappa=(5.0, 5.0), n_links: int
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _BareRequest:
-    n_slots: int
-    states: np.ndarray
-    n_steps: int
-    params: object
-    seeds: None = None
-
-
-def _bare_tasks(engine, slot: int, request: _BareRequest) -> None:
-    """Worker function: the bare engine loop (:meth:`Engine.rollout_poses`: step and read
-    the pose, no contact queries, no residual) for every ``n_slots``-th state."""
-    from residualsim.belief.propagation import slot_particles
-
-    for _, state, _ in slot_particles(engine, slot, request):
-        engine.rollout_poses(state, request.n_steps)
-
-
-def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
-                  n_workers: int = 2, n_events: int = 3, seed: int = 0,
-                  bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
-                  reference_particles: int = 20000, distance_samples: int = 2000) -> dict:
-    """Particles through whole real tosses, against real time and the plain engine.
-
-    For each toss (initial state from its first sample, horizon its recorded length), in
-    the same run: ``particles`` residual rollouts drawn from the initial belief (a Gaussian
-    of :func:`~residualsim.belief.simulator.default_initial_std` about the recorded state), the same number
-    of rollouts of the calibrated engine alone from the same initial states, and the
-    event-to-event belief propagation (:func:`~residualsim.belief.propagation.propagate_belief`) over
-    ``n_events`` contacts with its rejection counts. Ratios: wall time / simulated time
-    (below 1: faster than real time) and residual / engine.
-
-    The floor any PyBullet propagation pays: the same particles through the bare engine
-    loop (step and read the pose, nothing else) at the model's substeps and at each of
-    ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
-    meaningful at other substep counts: the model was calibrated at its own. Every pool
-    runs one short rollout before the clocks start, so no row pays for starting workers.
-
-    ``methods`` (e.g. ``("particles", "conjugate")``): each belief method of
-    :func:`~residualsim.belief.propagation.propagate_belief` through the same ``n_events``
-    contacts from the same initial belief, timed in the same run, against a reference belief
-    (the particle step with ``reference_particles``, another seed): per method
-    ``over_real_time`` (its wall time over the simulated time, the recorded tosses' length
-    as for the other rows), ``rollouts`` (engine rollouts to an event, all tosses) and
-    ``distance_to_reference`` (:func:`~residualsim.belief.distance.belief_distance`,
-    ``distance_samples`` draws from each belief, summed over the contacts, averaged over
-    the tosses; a contact that a method's belief did not reach is left out and counted in
-    ``missing``).
-    """
-    from residualsim.belief.propagation import GaussianMixtureBelief
-    from residualsim.sim.scenes import make_scene
-    from residualsim.belief.simulator import StochasticSimulator, default_initial_std
-
-    scene = make_scene(model.scene)
-    rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
-                        "rejected_penetration": 0, "rejected_energy": 0}
-    slots = list(range(max(1, int(n_workers))))
-    bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
-    bare_s = dict.fromkeys(bare_counts, 0.0)
-    method_rows: dict = {name: [] for name in methods}
-    with contextlib.ExitStack() as stack:
-        residual = stack.enter_context(StochasticSimulator(model, n_workers))
-        engine = stack.enter_context(StochasticSimulator(model, n_workers, residual=False))
-        bare_pools = {n: stack.enter_context(engine_workers(
-            model.scene, slots, len(slots), dataclasses.replace(model.settings(), substeps=n)))
-            for n in bare_counts}
-        first = scene.state_from_trajectory(next(iter(trajectories.values())), 0)
-        for simulator in (residual, engine):  # start the workers before any clock runs
-            simulator.rollout(first, model.dt_s, samples=len(slots))
-        for pool in bare_pools.values():
-            pool.map(_bare_tasks, _BareRequest(len(slots), first[None], 1, model.params))
-        for traj_id, traj in trajectories.items():
-            state = scene.state_from_trajectory(traj, 0)
-            belief = GaussianMixtureBelief.gaussian(state, default_initial_std(model),
-                                                    planar=scene.planar)
-            horizon = float(traj.times_s[-1] - traj.times_s[0])
-            start = time.perf_counter()
-            runs = residual.rollout(belief, horizon, samples=particles, seed=seed)
-            residual_s = time.perf_counter() - start
-            start = time.perf_counter()
-            engine.rollout(belief, horizon, samples=particles, seed=seed)
-            engine_s = time.perf_counter() - start
-            start = time.perf_counter()
-            steps = residual.beliefs(belief, n_events=n_events, n_particles=particles,
-                                     seed=seed)
-            belief_s = time.perf_counter() - start
-            request = _BareRequest(
-                n_slots=len(slots), params=model.params,
-                states=runs.initial_states,  # the residual rollouts' own draws
-                n_steps=max(1, int(round(horizon / model.dt_s))))
-            for n, pool in bare_pools.items():
-                start = time.perf_counter()
-                pool.map(_bare_tasks, request)
-                bare_s[n] += time.perf_counter() - start
-            if methods:
-                _bench_methods(residual, model, belief, methods, n_events, particles,
-                               reference_particles, distance_samples, seed, horizon,
-                               method_rows)
-            for step in steps:
-                summary = step.summary()
-                totals["propagated"] += summary["drawn"]
-                for key in ("accepted", "no_event", "rejected_penetration",
-                            "rejected_energy"):
-                    totals[key] += summary[key]
-            rows.append({"toss": traj_id, "simulated_s": horizon, "residual_s": residual_s,
-                         "engine_s": engine_s, "beliefs_s": belief_s,
-                         "events": len(steps),
-                         "max_penetration_m": float(runs.max_penetration_m.max())})
-    simulated = sum(r["simulated_s"] for r in rows)
-    met = totals["propagated"] - totals["no_event"]
-    extra = {"methods": _method_report(method_rows, simulated),
-             "reference_particles": reference_particles} if methods else {}
-    return {**extra, "scene": model.scene, "n_trajectories": len(rows), "particles": particles,
-            "workers": n_workers,
-            "substeps": model.substeps, "simulated_s": simulated,
-            "residual_over_real_time": sum(r["residual_s"] for r in rows) / simulated,
-            "engine_over_real_time": sum(r["engine_s"] for r in rows) / simulated,
-            "residual_over_engine": sum(r["residual_s"] for r in rows) /
-            sum(r["engine_s"] for r in rows),
-            "bare_over_real_time": {str(n): t / simulated for n, t in bare_s.items()},
-            "beliefs_s_per_toss": sum(r["beliefs_s"] for r in rows) / len(rows),
-            **totals, "rejected_fraction": (totals["rejected_penetration"] +
-                                            totals["rejected_energy"]) / max(met, 1),
-            "per_toss": rows}
-
-
-def _bench_methods(simulator, model, belief, methods, n_events: int, particles: int,
-                   reference_particles: int, distance_samples: int, seed: int,
-                   horizon_s: float, rows: dict) -> None:
-    """One toss of :func:`bench_beliefs`' method comparison: the reference belief, then each
-    method timed on the same workers; appends a row per method to ``rows``."""
-    from residualsim.belief.distance import belief_distance
-
-    reference = simulator.beliefs(belief, n_events=n_events, n_particles=reference_particles,
-                                  seed=seed + 1, method="particles")
-    for name in methods:
-        start = time.perf_counter()
-        steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles,
-                                  seed=seed, method=name)
-        wall = time.perf_counter() - start
-        distances, missing = [], 0
-        for k, ref in enumerate(reference):
-            ours = steps[k].belief if k < len(steps) else None
-            if ours is None or ref.belief is None:
-                missing += 1
-                continue
-            distances.append(belief_distance(ours, ref.belief, distance_samples, seed=k))
-        rows[name].append({"wall_s": wall, "simulated_s": horizon_s,
-                           "rollouts": int(sum(step.n_drawn for step in steps)),
-                           "distance": float(sum(distances)), "missing": missing,
-                           "per_contact": distances,
-                           "rejected_fraction": [step.rejected_fraction for step in steps]})
-
-
-def _method_report(rows: dict, simulated_s: float) -> dict:
-    """Per method: over_real_time, rollouts, distance_to_reference (see :func:`bench_beliefs`)."""
-    report = {}
-    for name, runs in rows.items():
-        report[name] = {
-            "over_real_time": sum(r["wall_s"] for r in runs) / simulated_s,
-            "rollouts": sum(r["rollouts"] for r in runs),
-            "distance_to_reference": float(np.mean([r["distance"] for r in runs])),
-            "missing": sum(r["missing"] for r in runs),
-            "wall_s": sum(r["wall_s"] for r in runs),
-            "per_toss": runs}
-    return report
-
-
 def format_residual_report(report: dict) -> str:
     """The lines ``residualsim bench residual`` prints for :func:`bench_residual`'s report
     (milliseconds per toss and the residual's cost over the engine's)."""
@@ -572,27 +405,4 @@ def format_residual_report(report: dict) -> str:
                  f"loop), {report['mean_over_engine_rollout']:.3f} (Engine.rollout); per "
                  f"stochastic sample {report['sample_over_engine_poses']:.3f} / "
                  f"{report['sample_over_engine_rollout']:.3f}")
-    return "\n".join(lines)
-
-
-def format_beliefs_report(report: dict) -> str:
-    """The lines ``residualsim bench beliefs`` prints for :func:`bench_beliefs`'s report
-    (wall over simulated time, the bare-loop floor, particle outcomes, per-method rows)."""
-    lines: list[str] = []
-    lines.append(f"{report['n_trajectories']} validation tosses, {report['simulated_s']:.2f} s "
-                 f"simulated, {report['particles']} particles, {report['workers']} workers:")
-    lines.append(f"  wall / simulated time: residual {report['residual_over_real_time']:.2f}, "
-                 f"engine alone {report['engine_over_real_time']:.2f} (below 1: faster than real "
-                 f"time); residual / engine {report['residual_over_engine']:.2f}")
-    floor = ", ".join(f"{ratio:.2f} at {n} substep{'s' if n != '1' else ''}"
-                      for n, ratio in report["bare_over_real_time"].items())
-    lines.append(f"  floor, the bare engine loop (step and read the pose only): {floor}")
-    lines.append(f"  beliefs: {report['propagated']} particles propagated to their next event, "
-                 f"{report['accepted']} accepted, {report['rejected_penetration']} rejected for "
-                 f"penetration, {report['rejected_energy']} for energy gain "
-                 f"(fraction {report['rejected_fraction']:.4f}), {report['no_event']} met no event")
-    for name, row in report.get("methods", {}).items():
-        lines.append(f"  {name:>10}: {row['over_real_time']:.3f} x real time, {row['rollouts']} "
-                     f"rollouts, distance to the {report['reference_particles']}-particle "
-                     f"reference {row['distance_to_reference']:.3f} (summed over contacts)")
     return "\n".join(lines)

@@ -97,14 +97,20 @@ class NumpyPolicy:
     spin: bool = False
     contact_mode: bool = False
 
-    def components(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def components(self, features: np.ndarray, rowwise: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Mixture of one contact (features (n,)) or of N contacts (features (N, n)):
-        weights (..., K), means (..., K, k) and std (..., K, k) in N s."""
+        weights (..., K), means (..., K, k) and std (..., K, k) in N s. ``rowwise``: each
+        row on its own (products summed along the last axis, not a BLAS matrix product,
+        whose rounding may depend on N), so that a row's result does not depend on the
+        others (the batched rollouts, :mod:`residualsim.sim.batch`, rely on it)."""
+        def affine(h: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+            return ((h[..., None, :] * weight).sum(axis=-1) if rowwise else h @ weight.T) + bias
+
         h = (np.asarray(features, dtype=np.float64) - self.feature_mean) / self.feature_std
         for weight, bias in self.layers[:-1]:
-            h = np.tanh(h @ weight.T + bias)
-        weight, bias = self.layers[-1]
-        out = h @ weight.T + bias
+            h = np.tanh(affine(h, weight, bias))
+        out = affine(h, *self.layers[-1])
         k, d = self.n_components, self.n_outputs
         logits = out[..., :k] - out[..., :k].max(axis=-1, keepdims=True)
         weights = np.exp(logits)

@@ -6,6 +6,8 @@
 * :mod:`~residualsim.sim.rotations`: w-x-y-z quaternion helpers.
 * :mod:`~residualsim.sim.rollout`: single rollouts and the paper's Algorithm 1 (residual
   impulse at each contact event), and their batches over worker pools.
+* :mod:`~residualsim.sim.batch`: particles to their first contact event with many copies of
+  the body in one world (one step call, one contact query, numpy events).
 * :mod:`~residualsim.sim.pool`: worker pools holding one engine each.
 * :mod:`~residualsim.sim.synthesize`: synthetic recordings with known truth.
 """
@@ -33,6 +35,9 @@ _EXPORTS = {
     'ContactEvent': 'residualsim.sim.engine',
     'Rollout': 'residualsim.sim.engine',
     'ContactPoint': 'residualsim.sim.engine',
+    'FirstEvents': 'residualsim.sim.batch',
+    'first_events': 'residualsim.sim.batch',
+    'batch_unsupported': 'residualsim.sim.batch',
     'EngineFactory': 'residualsim.sim.pool',
     'engine_workers': 'residualsim.sim.pool',
     'SimulatedTrajectory': 'residualsim.sim.rollout',

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CONTACT_DISTANCE_M", "is_touching", 
+__all__ = ["CONTACT_DISTANCE_M", "is_touching", "MEMORY_STEPS", "far_from",
     "SLIP_TOLERANCE_MPS",
     "skew",
     "free_body_mass_matrix",
@@ -58,6 +58,23 @@ def is_touching(point: tuple) -> bool:
     """Whether a PyBullet contact point (a ``getContactPoints`` tuple) is in contact: closer
     than :data:`CONTACT_DISTANCE_M` or pushed by a normal force."""
     return point[8] <= CONTACT_DISTANCE_M or point[9] > 0.0
+
+
+#: A touched point is new when it is far from every point touched in this many previous steps
+#: (contact points flicker while a body rests or slides).
+MEMORY_STEPS = 5
+
+
+def far_from(point: tuple, recent: list[list[tuple]], spacing2: float) -> bool:
+    """Whether ``point`` (x, y, z) m is farther than sqrt(``spacing2``) m from every point of
+    ``recent`` (the touched points of the last :data:`MEMORY_STEPS` contact steps, world
+    frame): a new contact point."""
+    x, y, z = point
+    for points in recent:
+        for a, b, c in points:
+            if (x - a) ** 2 + (y - b) ** 2 + (z - c) ** 2 <= spacing2:
+                return False
+    return True
 
 _TRIU = {k: np.triu_indices(k) for k in (1, 2, 3)}
 

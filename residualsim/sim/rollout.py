@@ -21,8 +21,8 @@ import numpy as np
 from residualsim.sim.bullet import pb
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.sim.contact import (ContactModel, contact_model, feature_width, is_touching,
-                                     largest_steps, spin_features)
+from residualsim.sim.contact import (MEMORY_STEPS, ContactModel, contact_model, far_from,
+                                     feature_width, is_touching, largest_steps, spin_features)
 from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError
@@ -284,7 +284,9 @@ class ResidualRollout:
     number of points touching the ground after each event's step (the contact mode: 1 a
     corner, 2 an edge, 3 or more a face); ``contact_models`` (E,) each event's
     :class:`~residualsim.sim.contact.ContactModel` (M, J at the post-step configuration: the
-    velocity change of an impulse p is M⁻¹Jᵀp, which the conjugate beliefs add analytically).
+    velocity change of an impulse p is M⁻¹Jᵀp, which the conjugate beliefs add analytically);
+    ``engine_steps`` the periods the engine stepped (the others flew in closed form or
+    rested), from ``engine_start`` (state, scene layout; None: it never stepped).
     """
 
     positions_m: np.ndarray
@@ -300,6 +302,8 @@ class ResidualRollout:
     frames: np.ndarray
     touching_counts: np.ndarray
     contact_models: tuple = ()
+    engine_steps: int = 0
+    engine_start: np.ndarray | None = None
 
 
 def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
@@ -408,20 +412,6 @@ def velocity_jump(engine: Engine, raw_before, raw_after) -> float:
     return float(np.linalg.norm(velocity[1] - velocity[0] - gravity_step))
 
 
-#: A touched point is new when it is far from every point touched in this many previous steps
-#: (contact points flicker while a body rests or slides).
-_MEMORY_STEPS = 5
-
-
-def _far_from(point: tuple, recent: list[list[tuple]], spacing2: float) -> bool:
-    x, y, z = point
-    for points in recent:
-        for a, b, c in points:
-            if (x - a) ** 2 + (y - b) ** 2 + (z - c) ** 2 <= spacing2:
-                return False
-    return True
-
-
 def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy=None,
                      rng: np.random.Generator | None = None,
                      guard: ContactGuard = ContactGuard(),
@@ -495,7 +485,7 @@ def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rn
     spacing2 = guard.new_point_distance_m ** 2
     every_step = guard.every_contact_step
     hidden = guard.hidden_impact_mps
-    index, scaled = 0, False
+    index, scaled, stepped, start = 0, False, 0, None
     while index < n_steps:
         if index % CHECK_EVERY == 0:
             added, resting = engine.skip_ahead(flight, rest, raws, n_steps - index)
@@ -508,21 +498,22 @@ def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rn
                     scene.apply_params(engine.params)
                     scaled = False
                 continue
+        start = raws[-1] if start is None else start
         step(physicsClientId=cid)
-        index += 1
+        index, stepped = index + 1, stepped + 1
         raw = read()
         touching = [p for p in get_contacts(body, static, link, -1, physicsClientId=cid)
                     if is_touching(p)]
         if touching:
             deepest = max(deepest, -min(p[8] for p in touching))
-            fresh = [p for p in touching if _far_from(p[6], recent, spacing2)]
+            fresh = [p for p in touching if far_from(p[6], recent, spacing2)]
             if fresh or every_step:
                 if correct(scene.raw_to_states([raws[-1]])[0], fresh or touching, touching):
                     events += 1
                     if policy is not None:
                         raw = read()
             recent.append([p[6] for p in touching])
-            del recent[:-_MEMORY_STEPS]
+            del recent[:-MEMORY_STEPS]
             if coefficients is not None:
                 coefficients.apply(engine, _sustained_features(engine, raw, touching))
                 scaled = True
@@ -557,7 +548,8 @@ def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rn
         impulses=np.array(correct.impulses).reshape(-1, width),
         frames=np.array(correct.frames).reshape(-1, width, 3),
         touching_counts=np.array(correct.touching_counts, dtype=np.int64),
-        contact_models=tuple(correct.models))
+        contact_models=tuple(correct.models), engine_steps=stepped,
+        engine_start=None if start is None else scene.raw_to_states([start])[0])
 
 
 # --- batches of residual rollouts over worker processes -------------------------------------------

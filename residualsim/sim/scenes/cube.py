@@ -61,7 +61,10 @@ class CubeScene(Scene):
         self._read_pose = lambda: get_pose(body, physicsClientId=cid)
 
     def set_state(self, state: np.ndarray) -> None:
-        s = np.asarray(state, dtype=np.float64)
+        # A contiguous copy: the quaternion's norm (a BLAS dot) rounds differently for a
+        # strided row (one of an F-ordered array), and a state must not set differently
+        # by where it was stored (the batched rollouts rely on it).
+        s = np.array(state, dtype=np.float64)
         if s.shape != (13,):
             from residualsim.errors import SceneError
             raise SceneError(f"cube state must have shape (13,), got {s.shape}")
