@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from residualsim.atomic import atomic_open, atomic_write_text, read_json
+from residualsim.atomic import (atomic_open, atomic_write_text, path_for_file,
+                                path_from_file, read_json)
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.contact import feature_width
 
@@ -577,27 +578,18 @@ class ResidualModel:
 
 def _scene_for_header(scene: str, directory: Path) -> str:
     """``model.json``'s scene: a built-in name as is; a scene file's path relative to the
-    model directory (a model and its object then move together, from any working
-    directory)."""
-    import os
-
+    model directory (:func:`~residualsim.atomic.path_for_file`: they move together)."""
     from residualsim.sim.scenes import is_scene_path
 
-    if not is_scene_path(scene):
-        return scene
-    return Path(os.path.relpath(Path(scene).resolve(), directory.resolve())).as_posix()
+    return path_for_file(scene, directory) if is_scene_path(scene) else scene
 
 
 def _scene_from_header(scene: str, directory: Path) -> str:
-    """The scene of ``model.json`` as a ``--scene`` value: a relative scene-file path is
-    read relative to the model directory (earlier models stored it relative to the working
-    directory, which is tried second)."""
+    """The scene of ``model.json`` as a ``--scene`` value (a scene file's path read back by
+    :func:`~residualsim.atomic.path_from_file`)."""
     from residualsim.sim.scenes import is_scene_path
 
-    if not is_scene_path(scene) or Path(scene).is_absolute():
-        return scene
-    beside = (directory / scene).resolve()
-    return str(beside) if beside.exists() or not Path(scene).exists() else scene
+    return str(path_from_file(scene, directory)) if is_scene_path(scene) else scene
 
 
 def params_sha256(policy: ResidualPolicy) -> str:
