@@ -30,10 +30,11 @@ velocity columns) are returned unchanged.
 Plausibility (refused by default, allowed inside :func:`allow_implausible`, the CLI's
 ``--allow-implausible``): a recording sampled below ``MIN_RATE_HZ`` (checked first: time
 stamps in milliseconds or nanoseconds slipped through when the free flight was too short
-for the gravity check, and 1e300 s ones ended in a traceback there); a recording whose base moves faster than ``MAX_SPEED_MPS`` between
-two consecutive samples or records such a velocity (the real cube tosses peak at 2.0 m/s; a
-tracking spike of 1e30 m is caught here), or records an angular velocity above
-``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19 rad/s); and a state given by hand
+for the gravity check, and 1e300 s ones ended in a traceback there); a recording whose
+base moves faster than ``MAX_SPEED_MPS`` between two consecutive samples or records such a
+velocity (the real cube tosses peak at 2.0 m/s; a tracking spike of 1e30 m is caught here),
+or records an angular velocity above ``MAX_ANGULAR_SPEED_RADPS`` (the real tosses peak at 19
+rad/s); and a state given by hand
 (:func:`check_start_state`, ``rollout --state``) deeper than ``START_PENETRATION_M`` into the
 table, beyond its edge, more than ``MAX_START_HEIGHT_M`` above it, or whose base moves
 faster than those bounds.
@@ -64,7 +65,8 @@ from residualsim.sim.scenes import make_scene
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
            "free_flight_samples", "check_plausible", "check_start_state", "check_state_bounds",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
-           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MIN_RATE_HZ", "check_rate", "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
+           "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MIN_RATE_HZ", "check_rate",
+           "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
            "initial_state_draws", "offset_initial_state", "with_initial_state", "FITTED_START",
            "fit_starts", "RECORDED_FIRST_STATE",
            "rollout_residuals"]
@@ -96,6 +98,9 @@ FITTED_START = "fitted by rollout"
 #: Metadata key of a fitted recording's first state as recorded (scene layout), from which
 #: a fit with another body starts again (:func:`fit_starts`).
 RECORDED_FIRST_STATE = "recorded_first_state"
+#: The metadata :func:`fit_initial_state` writes (dropped before a recording is fitted again).
+_FIT_NOTES = ("initial_state", RECORDED_FIRST_STATE, "free_flight_samples", "initial_fit_rms_m",
+              "initial_state_covariance")
 #: Fastest plausible motion of a recorded base (m/s), between two consecutive samples or as a
 #: recorded velocity: ten times the fastest real cube toss (2.0 m/s).
 MAX_SPEED_MPS = 20.0
@@ -390,6 +395,8 @@ def fit_initial_state(engine: Engine, trajectory: Trajectory,
     recorded_first = trajectory.metadata.get(RECORDED_FIRST_STATE)
     if recorded_first is not None:  # fitted before (another body): start from the data
         trajectory = with_initial_state(trajectory, scene, np.asarray(recorded_first), {})
+        trajectory = dataclasses.replace(trajectory, metadata={  # the earlier fit's notes go
+            k: v for k, v in trajectory.metadata.items() if k not in _FIT_NOTES})
     else:
         recorded_first = scene.state_from_trajectory(trajectory, 0).tolist()
     n_free = free_flight_samples(engine, trajectory)
