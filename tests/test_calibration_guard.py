@@ -179,7 +179,11 @@ def test_the_guard_scores_unused_training_recordings_beside_validation(monkeypat
     assert seen == [sorted(SPLIT["validation"] + SPLIT["train"][1:])]
     assert summary["held_out_counts"] == {"validation": 4, "unused_training": 3}
     assert summary["validation_count"] == 4
-    assert "held out: validation (4 recordings + 3 training recordings" in stderr
+    assert "held out (4 validation + 3 unused training recordings)" in stderr
+    from residualsim.sysid.held_out import held_out_note
+
+    only_unused = {**summary, "held_out_counts": {"validation": 0, "unused_training": 3}}
+    assert held_out_note(only_unused).startswith("held out (3 unused training recordings)")
 
 
 def test_calibration_data_holds_out_nothing_with_split_all_and_caps_the_unused(

@@ -203,12 +203,12 @@ def held_out_note(summary: Mapping[str, Any], export: str | None = None) -> str 
     counts = summary.get("held_out_counts") or {
         "validation": summary.get("validation_count") or 0, "unused_training": 0}
     unit = "recordings" if trajectories else "impacts"
-    what = "validation" + (f" ({counts['validation']} {unit}" if counts["validation"] else "")
-    if counts.get("unused_training"):
-        what = (f"held out: {what} + {counts['unused_training']} training {unit} "
-                "--max-trajectories left unused)")
-    elif counts["validation"]:
-        what += ")"
+    valid, unused = counts.get("validation") or 0, counts.get("unused_training") or 0
+    if unused:  # the training recordings --max-trajectories left out count as held out
+        what = "held out (" + (f"{valid} validation + " if valid else "") + (
+            f"{unused} unused training {unit})")
+    else:
+        what = "validation" + (f" ({valid} {unit})" if valid else "")
     what += ", position RMSE" if trajectories else ", RMSE of (dx, dy, k dtheta)"
     scores = ", ".join(f"{label} {f[key]:.4g} {'m' if trajectories else 'm/s'}"
                        for label, f in figures.items() if key in f)
