@@ -20,17 +20,19 @@ file ``{"train": [...], "validation": [...], "test": [...]}`` (``--split-ids FIL
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from residualsim.errors import DataError, ParameterError
 
-__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "select_impacts", "SPLITS", "split_recordings",
+__all__ = ["SPLIT_NAMES", "split_ids", "split_value", "select_recordings", "recording_selector",
+           "select_impacts", "SPLITS", "split_recordings",
            "DEFAULT_FRACTIONS", "parse_split_fractions", "split_from_lists", "load_split_ids",
            "SMALL_SET", "split_sizes", "split_rule", "check_split"]
 
@@ -196,6 +198,19 @@ def select_recordings(trajectories: dict, split: str = "all", limit: int | None 
     if limit is not None:
         trajectories = dict(list(trajectories.items())[:limit])
     return trajectories
+
+
+def recording_selector(split: str = "all", limit: int | None = None, *,
+                       fractions: Sequence[float] | None = None,
+                       lists: Mapping[str, Sequence[str]] | None = None, source: str = ""
+                       ) -> Callable[[dict], dict]:
+    """:func:`select_recordings` with these arguments (``fractions`` None: the default
+    ones), as a function of the recordings: what
+    :func:`~residualsim.sim.recordings.load_recordings` takes as ``select``, so only the
+    recordings asked for are checked and fitted."""
+    return functools.partial(select_recordings, split=split, limit=limit,
+                             fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
+                             source=source)
 
 
 def select_impacts(impacts, split: str = "all", limit: int | None = None):

@@ -19,7 +19,6 @@ Positions are metres and quaternions w-x-y-z, world frame, as everywhere in resi
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -31,8 +30,8 @@ import numpy as np
 
 from residualsim.data import detect_format, load_impacts, load_trajectories
 from residualsim.data.datasets import resolve_data
-from residualsim.data.splits import (DEFAULT_FRACTIONS, select_impacts, select_recordings,
-                                     split_ids)
+from residualsim.data.splits import (DEFAULT_FRACTIONS, recording_selector, select_impacts,
+                                     select_recordings, split_ids)
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.recordings import load_recordings, prepare_recordings
 
@@ -135,10 +134,8 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
                                         meta={**meta, "convention": "upstream"})
         return predictions, impacts.n_impacts
     trajectories = load_recordings(data, scene, calibration_rate_hz(params), engine_params,
-                                   select=functools.partial(
-                                       select_recordings, split=split, limit=limit,
-                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                       source=str(data)))
+                                   select=recording_selector(split, limit, fractions=fractions,
+                                                             lists=lists, source=str(data)))
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     meta["dt_s"] = float(np.diff(next(iter(trajectories.values())).times_s).mean())
     layout = make_scene(scene)
@@ -228,10 +225,8 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
     from residualsim.sim.rollout import predict_trajectories
 
     trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params,
-                                   select=functools.partial(
-                                       select_recordings, split=split, limit=limit,
-                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                       source=str(data)))
+                                   select=recording_selector(split, limit, fractions=fractions,
+                                                             lists=lists, source=str(data)))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual,
                                               policy=policy)

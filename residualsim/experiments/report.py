@@ -32,7 +32,6 @@ model and data folders by their names only (no absolute path). It is written ato
 from __future__ import annotations
 
 import base64
-import functools
 import html
 import io
 import os
@@ -48,7 +47,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text
 from residualsim.data.datasets import resolve_data
-from residualsim.data.splits import DEFAULT_FRACTIONS, select_recordings
+from residualsim.data.splits import DEFAULT_FRACTIONS, recording_selector
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.recordings import load_recordings
 
@@ -367,9 +366,8 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     # pose-only starts fitted with the body that rolls them out (the model's, else the
     # calibration's)
     body_params = (loaded_model or loaded_cal).params
-    recordings = load_recordings(path, scene, params=body_params, select=functools.partial(
-        select_recordings, split=split, fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-        source=str(path)))
+    recordings = load_recordings(path, scene, params=body_params, select=recording_selector(
+        split, fractions=fractions, lists=lists, source=str(path)))
     select = dict(split=split, fractions=fractions, lists=lists)
     where = ["--data", path, *_split_args(split, fractions, lists_file)]
     noise_only_policy = (state_noise_policy(loaded_model)

@@ -36,14 +36,13 @@ first row of the ratio scores better. The full scores are kept in each row's ``s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from residualsim.data.datasets import resolve_data
-from residualsim.data.splits import DEFAULT_FRACTIONS, select_recordings
+from residualsim.data.splits import recording_selector
 from residualsim.errors import DataError
 
 __all__ = ["MeanResidual", "uncertainty_decomposition", "format_decomposition",
@@ -185,10 +184,8 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
                         "trajectory models (their initial-state noise)")
     path = resolve_data(data, model.scene)
     trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s, model.params,
-                                   select=functools.partial(
-                                       select_recordings, split=split, limit=limit,
-                                       fractions=fractions or DEFAULT_FRACTIONS, lists=lists,
-                                       source=str(path)))
+                                   select=recording_selector(split, limit, fractions=fractions,
+                                                             lists=lists, source=str(path)))
     if not trajectories:
         raise DataError(f"{path}: no recordings in the {split} split")
     layout = make_scene(model.scene)
