@@ -577,19 +577,21 @@ class ResidualModel:
 
 
 def _scene_for_header(scene: str, directory: Path) -> str:
-    """``model.json``'s scene: a built-in name as is; a scene file's path relative to the
-    model directory (:func:`~residualsim.atomic.path_for_file`: they move together)."""
+    """``model.json``'s scene: a built-in name as is, a scene file's path relative to the
+    model directory (:func:`~residualsim.atomic.path_for_file`)."""
     from residualsim.sim.scenes import is_scene_path
 
     return path_for_file(scene, directory) if is_scene_path(scene) else scene
 
 
 def _scene_from_header(scene: str, directory: Path) -> str:
-    """The scene of ``model.json`` as a ``--scene`` value (a scene file's path read back by
-    :func:`~residualsim.atomic.path_from_file`)."""
+    """``model.json``'s scene as a ``--scene`` value (:func:`~residualsim.atomic.path_from_file`)."""
     from residualsim.sim.scenes import is_scene_path
 
-    return str(path_from_file(scene, directory)) if is_scene_path(scene) else scene
+    if not is_scene_path(scene):
+        return scene
+    found = path_from_file(scene, directory)
+    return scene if found == Path(scene) else str(found.resolve())
 
 
 def params_sha256(policy: ResidualPolicy) -> str:

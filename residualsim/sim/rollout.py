@@ -243,9 +243,11 @@ class ContactGuard:
         for name in ("new_point_distance_m", "min_approach_mps", "energy_tolerance_j",
                      "penetration_tolerance_m"):
             value = getattr(self, name)
+            least = -np.inf if name == "energy_tolerance_j" else 0.0  # < 0: each event loses
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
-                    not 0 <= value < np.inf:
-                raise ParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+                    not least <= value < np.inf or not np.isfinite(value):
+                raise ParameterError(f"{name} must be a finite number"
+                                     + ("" if least < 0 else " >= 0") + f", got {value!r}")
         if not isinstance(self.every_contact_step, bool):
             raise ParameterError(f"every_contact_step must be true or false, got "
                                  f"{self.every_contact_step!r}")
