@@ -549,11 +549,8 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     e.g. one whose samples are its mean: state noise only). A model with an
     ``observation_noise`` adds the recordings' pose noise to each stochastic sample's
     positions, from ``default_rng([seed, k, s, 1])``
-    (:mod:`residualsim.residual.observation_noise`). ``batch_size``: the S >= 2 samples of
-    a recording go through batched worlds of up to this many copies of the body
-    (:func:`~residualsim.sim.batch.batched_rollouts`; None:
-    :data:`~residualsim.sim.batch.AUTO_BATCH`), 1 (the default) one at a time; the
-    predictions are the same bit for bit (``tests/test_batch_trajectories.py``). Returns
+    (:mod:`residualsim.residual.observation_noise`). ``batch_size``: as
+    :class:`RolloutRequest`'s (the same predictions, bit for bit). Returns
     (TrajectoryPredictions, stats) with stats summing the event, clamp and penetration
     counts of every rollout.
     """
