@@ -12,6 +12,16 @@ normal-velocity cap and the energy clamp) are computed for all particles at once
 end (:mod:`.batch_events`): a particle stops right after its event, so its corrected
 velocity never goes back into the world.
 
+:func:`batched_rollouts` runs whole rollouts through the same loop (``predict --samples``
+with ``--batch-size``): no stop after the first event; each event is corrected when it
+happens, on its copy, by the lone path's own
+:class:`~residualsim.sim.corrector.EventCorrector` (its residual drawn from the particle's
+own generator), so the rollout equals the lone one bit for bit; every flight goes through
+:meth:`FreeFlight.fly` (every sample is recorded) and rest repeats the last sample to the
+horizon. It saves no time: a whole toss is mostly sustained contact, whose engine steps
+(~85 µs a body-step at 5 substeps, 75 % of a lone rollout) cost the same per body alone or
+among copies (train/README.md §10).
+
 Free flight stays in closed form (:class:`~residualsim.sim.skips.FreeFlight`), as the lone
 path has it: the handover sample of every particle is searched with numpy (about 12 µs a
 particle, where stepping the 30-60 flight samples in the world would cost a body-step of
@@ -46,7 +56,7 @@ Same physics per particle:
 Supported (:func:`batch_unsupported`): 3D single free bodies of a registry scene whose
 state is the base pose and velocity (the cube scenes), without a sustained-contact policy
 or hidden-impact events. Everything else (planar and articulated bodies, scene files)
-keeps the lone path; the belief step falls back to it by itself.
+keeps the lone path; the belief step and the predictions fall back to it by themselves.
 """
 
 from __future__ import annotations
