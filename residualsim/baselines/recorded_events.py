@@ -31,7 +31,7 @@ Events, in two stages
    table at a point more than ``guard.new_point_distance_m`` from the points touched in the
    previous steps, with the contact point approaching faster than ``guard.min_approach_mps``
    before the step; the event point is the normal-force-weighted mean of the new points, M
-   and J_p are taken after the step and q̇ before it, as ``_EventCorrector`` does). So the
+   and J_p are taken after the step and q̇ before it, as ``EventCorrector`` does). So the
    features x = (M_c upper triangle, v_c) and the contact frame (n, t1, t2) of each training
    event are those at which a rollout later queries the policy; a test checks that they
    agree to the bit with what ``residual_rollout`` reports. Running the engine from the

@@ -12,7 +12,7 @@ from residualsim.errors import ParameterError
 
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
            "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
-           "worker_count", "seed", "belief_methods", "batch_sizes"]
+           "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size"]
 
 
 def count(minimum: int, maximum: int | None = None):
@@ -151,3 +151,12 @@ def batch_sizes(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"batch sizes must be integers >= 1 or 'auto', "
                                          f"comma-separated, got {text!r}")
     return tuple(None if name == "auto" else int(name) for name in names)
+
+
+def batch_size(text: str) -> int | None:
+    """--batch-size: an integer >= 1, or "auto" (None)."""
+    sizes = batch_sizes(text)
+    if len(sizes) != 1:
+        raise argparse.ArgumentTypeError(f"one batch size (an integer >= 1 or 'auto'), "
+                                         f"got {text!r}")
+    return sizes[0]

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
+from residualsim.cli.argtypes import batch_size
 from residualsim.cli.options import (add_allow_implausible, add_force, add_scene, add_seed,
                                      add_selection, add_split_options, add_workers, count,
                                      json_line, split_options)
@@ -77,7 +78,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     predictions, figures = predict_dataset(
         args.model, args.data, samples=args.samples, seed=args.seed, n_workers=args.workers,
         residual=not args.no_residual, split=args.split, limit=args.limit,
-        **split_options(args))
+        batch_size=args.batch_size, **split_options(args))
     save_predictions(make_parent(args.out), predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
     json_line({"command": "predict", "model": str(args.model), "split": args.split,
@@ -162,6 +163,10 @@ def register(commands) -> None:
     pr.add_argument("--samples", type=count(0), default=0,
                     help="stochastic samples per recording (default 0: the mean prediction)")
     add_seed(pr, "seed of the sampled rollouts")
+    pr.add_argument("--batch-size", type=batch_size, default=1,
+                    help="copies of the body a worker steps in one PyBullet world for a "
+                    "recording's --samples (cube scenes; the same predictions bit for bit): "
+                    "an integer or auto (default 1: one rollout at a time)")
     pr.add_argument("--no-residual", action="store_true",
                     help="the model's calibrated engine alone")
     add_selection(pr)

@@ -193,12 +193,14 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
-                    limit: int | None = None, fractions=None, lists=None, policy=None):
+                    limit: int | None = None, fractions=None, lists=None, policy=None,
+                    batch_size: int | None = 1):
     """A trained model (trajectories or single impacts) on ``data``: ``(predictions, figures)``.
 
     ``samples`` = 0 gives the mean prediction; ``residual=False`` the model's calibrated
     engine alone; ``policy`` (trajectories only) replaces the model's sampling policy (as
-    :func:`~residualsim.sim.rollout.predict_trajectories` takes it). ``data`` defaults to
+    :func:`~residualsim.sim.rollout.predict_trajectories` takes it, as its ``batch_size``:
+    copies of the body per PyBullet world for the samples). ``data`` defaults to
     ``$RESIDUALSIM_DATA/<the model scene's set>``. DataError when the data and the model
     are of different kinds.
     """
@@ -229,7 +231,7 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                                                              lists=lists, source=str(data)))
     predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
                                               n_workers=n_workers, residual=residual,
-                                              policy=policy)
+                                              policy=policy, batch_size=batch_size)
     predictions.meta.update(meta)
     return predictions, {"count": len(trajectories), "samples": predictions.n_samples,
                          **stats}

@@ -12,6 +12,16 @@ normal-velocity cap and the energy clamp) are computed for all particles at once
 end (:mod:`.batch_events`): a particle stops right after its event, so its corrected
 velocity never goes back into the world.
 
+:func:`batched_rollouts` runs whole rollouts through the same loop (``predict --samples``
+with ``--batch-size``): no stop after the first event; each event is corrected when it
+happens, on its copy, by the lone path's own
+:class:`~residualsim.sim.corrector.EventCorrector` (its residual drawn from the particle's
+own generator), so the rollout equals the lone one bit for bit; every flight goes through
+:meth:`FreeFlight.fly` (every sample is recorded) and rest repeats the last sample to the
+horizon. It saves no time: a whole toss is mostly sustained contact, whose engine steps
+(~85 µs a body-step at 5 substeps, 75 % of a lone rollout) cost the same per body alone or
+among copies (train/README.md §10).
+
 Free flight stays in closed form (:class:`~residualsim.sim.skips.FreeFlight`), as the lone
 path has it: the handover sample of every particle is searched with numpy (about 12 µs a
 particle, where stepping the 30-60 flight samples in the world would cost a body-step of
@@ -32,7 +42,7 @@ Same physics per particle:
   operations, rest detection, the new-point memory, the minimum approach speed, the stop
   after its first event. Steps, statuses, positions and the pre-event state come out bit
   for bit as the lone path's.
-* The corrections follow :class:`~residualsim.sim.rollout._EventCorrector`'s formulas,
+* The corrections follow :class:`~residualsim.sim.corrector.EventCorrector`'s formulas,
   summed in another order (numpy row by row, where the lone corrector uses BLAS
   matrix-vector products), so the post-event velocities differ from the lone path's by
   rounding (up to 4e-14 m/s and rad/s measured; the tests hold them to 1e-9). No
@@ -46,7 +56,7 @@ Same physics per particle:
 Supported (:func:`batch_unsupported`): 3D single free bodies of a registry scene whose
 state is the base pose and velocity (the cube scenes), without a sustained-contact policy
 or hidden-impact events. Everything else (planar and articulated bodies, scene files)
-keeps the lone path; the belief step falls back to it by itself.
+keeps the lone path; the belief step and the predictions fall back to it by themselves.
 """
 
 from __future__ import annotations
@@ -60,10 +70,13 @@ import numpy as np
 from residualsim.sim.bullet import pb
 from residualsim.sim.batch_events import correct_events
 from residualsim.sim.contact import MEMORY_STEPS, far_from
+from residualsim.sim.corrector import EventCorrector, rollout_record
 from residualsim.sim.engine import Engine
-from residualsim.sim.skips import CHECK_EVERY, _bullet_sign
+from residualsim.sim.batch_flight import flights
+from residualsim.sim.skips import CHECK_EVERY
 
-__all__ = ["FirstEvents", "first_events", "batch_unsupported", "AUTO_BATCH"]
+__all__ = ["FirstEvents", "first_events", "batched_rollouts", "batch_unsupported",
+           "AUTO_BATCH"]
 
 #: Copies in one world when the caller leaves the batch size to us. The broadphase pairs of
 #: copies in one place grow with its square: at 5 substeps a body-step of cubes near the
@@ -73,10 +86,6 @@ __all__ = ["FirstEvents", "first_events", "batch_unsupported", "AUTO_BATCH"]
 AUTO_BATCH = 16
 _PARK_M = 1000.0  # parking height, m, as the lone path's reset puts its body far away
 _PARK_SPACING_M = 3.0  # parked copies side by side along x, m: their boxes never overlap
-_HUGE = 1 << 62
-#: A raw record that is close to nothing (NaN compares false): a flight sample for the rest
-#: check (:func:`_flights`).
-_UNSEEN = ((math.nan,) * 3, (math.nan,) * 4), ((math.nan,) * 3, (math.nan,) * 3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +143,11 @@ class _World:
         first = self.scene.body
         bodies = [first] + [self._load() for _ in range(capacity)]
         for body in bodies:
-            self.scene.body = body
+            self.scene.use_body(body)
             self.scene.apply_params(engine.params)
             pb.setCollisionFilterGroupMask(body, -1, 1, 2, physicsClientId=cid)
-        self.scene.body, self.staging = first, bodies.pop()
+        self.scene.use_body(first)
+        self.staging = bodies.pop()
         pb.setCollisionFilterGroupMask(self.staging, -1, 1, 0, physicsClientId=cid)
         self.copies = bodies
         # Parked copies fall while the others step: side by side beyond the table's edge,
@@ -189,16 +199,18 @@ def _world(engine: Engine, capacity: int) -> _World:
 
 
 class _Particle:
-    """One particle's loop state (the lone loop's locals) while it goes to its event."""
+    """One particle's loop state (the lone loop's locals) while it goes to its event (or
+    its horizon); ``correct`` its event corrector in a whole rollout, else None."""
 
     __slots__ = ("number", "index", "raws", "recent", "deepest", "rest", "body", "reset",
-                 "events", "event", "stepped", "start")
+                 "events", "event", "stepped", "start", "first_raw", "correct")
 
-    def __init__(self, number: int, raws: list, rest) -> None:
+    def __init__(self, number: int, raws: list, rest, correct) -> None:
         self.number, self.index, self.raws, self.rest = number, 0, raws, rest
         self.recent: list = []
         self.deepest, self.events, self.event, self.stepped = 0.0, 0, None, 0
-        self.body, self.reset, self.start = None, False, None
+        self.body, self.reset, self.start, self.first_raw = None, False, None, None
+        self.correct = correct
 
 
 def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds, guard,
@@ -221,14 +233,57 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
     world = _world(engine, size)
     world.park_all()
-    return _run(world, states, int(n_steps), policy, seeds, guard, size)
+    particles = _run(world, states, int(n_steps), guard, size, None)
+    return _results(world, particles, states, policy, seeds, guard)
 
 
-def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
-         size: int) -> FirstEvents:
+def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, rngs, guard,
+                     batch_size: int | None = None) -> list:
+    """Whole rollouts of ``states`` (n, state size; scene layout, world frame) over
+    ``n_steps`` recording periods, what :func:`~residualsim.sim.rollout.residual_rollout`
+    gives for each alone, with up to ``batch_size`` copies of ``engine``'s body in one world
+    (None: :data:`AUTO_BATCH`). Each particle goes through every contact event of its
+    horizon: its events are corrected as they happen (the corrected velocity goes back into
+    its copy) by its own :class:`~residualsim.sim.corrector.EventCorrector`, drawing from
+    ``rngs[i]`` (a numpy Generator per state, or ``rngs`` None: the policy's mean); flight,
+    rest and the horizon as the lone loop has them. Returns a
+    :class:`~residualsim.sim.corrector.ResidualRollout` per state, in order, equal to the
+    lone path's (same float operations; tests/test_batch_trajectories.py). Raises ValueError
+    when :func:`batch_unsupported` gives a reason."""
+    reason = batch_unsupported(engine.scene, policy, guard)
+    if reason is not None:
+        raise ValueError(f"batched rollouts do not support this: {reason}")
+    states = np.asarray(states, dtype=np.float64).reshape(-1, engine.scene.state_size)
+    rngs = [None] * len(states) if rngs is None else list(rngs)
+    if len(rngs) != len(states):
+        raise ValueError(f"{len(states)} states but {len(rngs)} random streams")
+    size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
+    world = _world(engine, size)
+    world.park_all()
+    correctors = [EventCorrector(world.engine, policy, rng, guard) for rng in rngs]
+    particles = _run(world, states, int(n_steps), guard, size, correctors)
+    return [rollout_record(world.scene, p.raws, policy, p.correct, p.deepest, p.stepped,
+                           p.first_raw if p.stepped else None) for p in particles]
+
+
+def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
+         correctors: list | None) -> list:
+    """The particles (:class:`_Particle`) of ``states`` run to their first events
+    (``correctors`` None) or, with an event corrector per state, over the whole horizon."""
+    scene, home = world.scene, world.scene.body
+    try:
+        return _loop(world, states, n_steps, guard, size, correctors)
+    finally:
+        scene.use_body(home)  # a whole rollout's corrector pointed it at each copy
+
+
+def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
+          correctors: list | None) -> list:
     from residualsim.sim.skips import RestDetector
 
     scene, cid, flight = world.scene, world.engine.client, world.flight
+    whole = correctors is not None
+    limit = n_steps + 1 if whole else 1  # events after which a particle stops
     reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
     get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
     placements, raws0 = _placements(states), []
@@ -238,10 +293,13 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
         raws0.append((get_pose(world.staging, physicsClientId=cid),
                       get_velocity(world.staging, physicsClientId=cid)))
     world.park(world.staging)
-    flown = _flights(flight, raws0, n_steps) if flight is not None else [None] * len(states)
+    # a whole rollout needs every flight sample: the lone path's own flight, in _prepare
+    flown = flights(flight, raws0, n_steps) if flight is not None and not whole \
+        else [None] * len(states)
     particles = []
     for k, (raw, tail) in enumerate(zip(raws0, flown)):
-        particle = _Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None)
+        particle = _Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None,
+                             correctors[k] if whole else None)
         if tail:  # the first check's flight: samples added, reset at the last one
             particle.index, particle.raws = tail[0], [raw] + tail[1]
         particles.append(particle)
@@ -258,11 +316,12 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
         while queue and free:  # the lone loop's top until the particle steps or ends
             p = queue.popleft()
             index = p.index
-            if not _prepare(p, flight, n_steps, first=True):
+            if not _prepare(p, flight, n_steps, first=not whole, fill=whole):
                 continue
-            if p.index != index:  # a second flight before its first step
+            if p.index != index:  # a (second) flight before its first step
                 placements[p.number] = _placements(scene.raw_to_states(p.raws[-1:]))[0]
             p.body, p.start, p.reset = free.pop(), placements[p.number], False
+            p.first_raw = p.raws[-1]
             reset_pose(p.body, *p.start[:2], physicsClientId=cid)
             reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
             active.append(p)
@@ -295,7 +354,15 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
                 recent = p.recent
                 fresh = [q for q in mine if far_from(q[on], recent, spacing2)] if recent \
                     else mine
-                if (fresh and _approaching(fresh, on, raws[-1], raw, approach)) or every:
+                if whole and (fresh or every):  # the lone loop's correction, on this copy
+                    scene.use_body(body)
+                    if p.correct(scene.raw_to_states([raws[-1]])[0],
+                                 _canonical(fresh or mine, flip), _canonical(mine, flip)):
+                        p.events += 1
+                        if p.correct.policy is not None:
+                            raw = (get_pose(body, cid), get_velocity(body, cid))
+                elif not whole and ((fresh and _approaching(fresh, on, raws[-1], raw, approach))
+                                    or every):
                     p.events, p.event = 1, (_canonical(fresh or mine, flip),
                                             _canonical(mine, flip))
                 recent.append([q[on] for q in mine])
@@ -304,10 +371,10 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
             elif p.recent:
                 p.recent = []
             raws.append(raw)
-            if len(raws) > 4 * CHECK_EVERY:
+            if not whole and len(raws) > 4 * CHECK_EVERY:
                 del raws[:-(CHECK_EVERY + 2)]  # the rest check looks 6 samples back
-            if p.events or ((p.index % CHECK_EVERY == 0 or p.index >= n_steps)
-                            and not _prepare(p, flight, n_steps)):
+            if p.events >= limit or ((p.index % CHECK_EVERY == 0 or p.index >= n_steps)
+                                     and not _prepare(p, flight, n_steps, fill=whole)):
                 world.park(body)
                 cooling.append(body)
             elif p.reset:  # it flew: the lone path's reset, a collision pass away
@@ -317,7 +384,7 @@ def _run(world: _World, states: np.ndarray, n_steps: int, policy, seeds, guard,
             else:
                 still.append(p)
         active = still
-    return _results(world, particles, states, policy, seeds, guard)
+    return particles
 
 
 def _canonical(points: list, flip: bool) -> list:
@@ -340,11 +407,13 @@ def _placements(states: np.ndarray) -> list:
                     states[:, 7:10].tolist(), states[:, 10:13].tolist()))
 
 
-def _prepare(p: _Particle, flight, n_steps: int, first: bool = False) -> bool:
+def _prepare(p: _Particle, flight, n_steps: int, first: bool = False,
+             fill: bool = False) -> bool:
     """The top of the lone loop (:func:`~residualsim.sim.rollout.residual_rollout`) for one
     particle: the flight and rest checks every ``CHECK_EVERY`` samples, until it is to step
     (True) or has ended (False: the horizon, or at rest). ``first``: the first check's
-    flight was done already (:func:`_flights`)."""
+    flight was done already (:func:`~.batch_flight.flights`); ``fill``: a body at rest
+    repeats its last sample to the horizon (a whole rollout's records)."""
     while p.index < n_steps:
         if p.index % CHECK_EVERY == 0 and not (first and p.index == 0):
             last = p.raws[-1]
@@ -360,104 +429,14 @@ def _prepare(p: _Particle, flight, n_steps: int, first: bool = False) -> bool:
                     continue
             if p.rest is not None and p.index >= CHECK_EVERY and p.rest.at_rest(
                     last[0], p.raws[-2][0], p.raws[-1 - CHECK_EVERY][0]):
+                if fill:
+                    p.raws.extend([last] * (n_steps - p.index))
                 p.index = n_steps  # the lone path fills the rest with the last sample
                 return False
         first = False
         if p.index < n_steps:
             return True
     return False
-
-
-def _flights(flight, raws: list, n_steps: int) -> list:
-    """The first check's closed-form flight of each particle from its raw record: None
-    when it does not fly, else (samples added, the last up to CHECK_EVERY + 1 of them as
-    raw records). The handover sample is found with numpy for all particles, then it and
-    the next are checked with :class:`FreeFlight`'s own float operations (the next only
-    when numpy's margin is within 1e-9 m), the handover sample recomputed with them; a
-    particle whose check disagrees flies sample by sample as the lone path does. The
-    samples before the handover stand as :data:`_UNSEEN`: only a rest check reads them,
-    and no flight sample passes for rest (its position changes by g dt²/2 = 0.2 mm a
-    sample at least, the check's limit is 2 mm/s × dt = 0.014 mm)."""
-    out: list = [None] * len(raws)
-    starting = [k for k, raw in enumerate(raws) if flight.clear(raw[0])]
-    if not starting:
-        return out
-    poses = np.array([(*raws[k][0][0], *raws[k][0][1]) for k in starting])
-    velocities = np.array([(*raws[k][1][0], *raws[k][1][1]) for k in starting])
-    first_blocked, blocked_by = np.full(len(starting), _HUGE), np.zeros(len(starting))
-    chunk, offset = 64, 0
-    while offset < n_steps and (first_blocked == _HUGE).any():
-        samples = np.arange(offset + 1, min(offset + chunk, n_steps) + 1)
-        margin = _clearances(flight, poses, velocities, samples)
-        blocked = (margin < 0).any(axis=1) & (first_blocked == _HUGE)
-        column = np.argmax(margin[blocked] < 0, axis=1)
-        first_blocked[blocked] = samples[column]
-        blocked_by[blocked] = margin[blocked, column]
-        offset, chunk = samples[-1], chunk * 4
-    for row, k in enumerate(starting):
-        pose, velocity = raws[k]
-        n_flown = int(min(first_blocked[row] - 1, n_steps))
-        handover = _record(flight, pose, velocity, n_flown) if n_flown else None
-        # numpy's float operations may round otherwise than the scalar ones (about 1e-17 m):
-        # the lone path's own check decides where the margin is within 1e-9 m
-        agrees = (n_flown == 0 or flight.clear(handover[0])) and (
-            n_flown == n_steps or blocked_by[row] < -1e-9
-            or not flight.clear(_record(flight, pose, velocity, n_flown + 1)[0]))
-        if not agrees:
-            records = flight.fly(pose, velocity, n_steps)
-            n_flown, tail = len(records), records[-(CHECK_EVERY + 1):]
-        elif n_flown:
-            tail = [_UNSEEN] * min(n_flown - 1, CHECK_EVERY) + [handover]
-        if n_flown:
-            out[k] = (n_flown, tail)
-    return out
-
-
-def _record(flight, pose: tuple, velocity: tuple, j: int) -> tuple:
-    """Sample ``j`` of :meth:`FreeFlight.fly` from (``pose``, ``velocity``), PyBullet base
-    records, world frame: the same float operations, so the same bits."""
-    (px, py, pz), (x, y, z, w) = pose
-    (vx, vy, vz), omega = velocity
-    wx, wy, wz = omega
-    gx, gy, gz = flight._gravity
-    h, substeps = flight.h, flight.substeps
-    rate = math.sqrt(wx * wx + wy * wy + wz * wz)
-    m = j * substeps
-    t, a = m * h, h * h * m * (m + 1) / 2
-    half = 0.5 * rate * t
-    c, s = math.cos(half), (math.sin(half) / rate if rate else 0.0)
-    dx, dy, dz = wx * s, wy * s, wz * s
-    quat = _bullet_sign(c * x + dx * w + dy * z - dz * y, c * y - dx * z + dy * w + dz * x,
-                        c * z + dx * y - dy * x + dz * w, c * w - dx * x - dy * y - dz * z)
-    sample = ((px + t * vx + a * gx, py + t * vy + a * gy, pz + t * vz + a * gz), quat)
-    return sample, ((vx + t * gx, vy + t * gy, vz + t * gz), omega)
-
-
-def _clearances(flight, poses: np.ndarray, velocities: np.ndarray,
-                samples: np.ndarray) -> np.ndarray:
-    """(P, J) m by how much particle p at flight sample j is clear of the handover level
-    (:meth:`FreeFlight.clear`: clear where >= 0), from base poses (P, 7) (position m,
-    quaternion x-y-z-w) and velocities (P, 6) (m/s, rad/s), world frame."""
-    c0, c1, c2, e0, e1, e2, level = flight._floats
-    h = flight.h
-    m = samples.astype(np.float64) * flight.substeps
-    t, a = m * h, h * h * m * (m + 1) / 2
-    omega = velocities[:, 3:6]
-    rate = np.sqrt((omega * omega).sum(axis=1))[:, None]
-    half = 0.5 * rate * t
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s = np.where(rate > 0, np.sin(half) / rate, 0.0)
-    c = np.cos(half)
-    dx, dy, dz = (omega[:, i:i + 1] * s for i in range(3))
-    x, y, z, w = (poses[:, 3 + i:4 + i] for i in range(4))
-    qx = c * x + dx * w + dy * z - dz * y
-    qy = c * y - dx * z + dy * w + dz * x
-    qz = c * z + dx * y - dy * x + dz * w
-    qw = c * w - dx * x - dy * y - dz * z
-    height = poses[:, 2:3] + t * velocities[:, 2:3] + a * flight._gravity[2]
-    r0, r1, r2 = 2 * (qx * qz - qw * qy), 2 * (qy * qz + qw * qx), 1 - 2 * (qx * qx + qy * qy)
-    return (height + r0 * c0 + r1 * c1 + r2 * c2 - np.abs(r0) * e0 - np.abs(r1) * e1
-            - np.abs(r2) * e2) - level
 
 
 def _approaching(points: list, on: int, pre: tuple, post: tuple, min_approach_mps: float

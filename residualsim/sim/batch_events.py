@@ -1,8 +1,8 @@
 """The contact-event corrections of many particles at once (numpy), for
 :mod:`residualsim.sim.batch`.
 
-:func:`correct_events` is :class:`~residualsim.sim.rollout._EventCorrector` for E events
-(one per particle, after the particles stopped): the contact model at the event's points
+:func:`correct_events` is :class:`~residualsim.sim.corrector.EventCorrector` for E
+events (one per particle, after the particles stopped): the contact model at the event's points
 (M = diag(m I, R I_body Rᵀ) at the post-step pose, J = C [I, −[r]×] with the contact frame
 C = (n, t1, t2) world rows and r the point's offset from the centre of mass, M_c =
 (J M⁻¹ Jᵀ)⁻¹ kg, v_c = J q̇ m/s before the step), the residual impulse p (N s, contact frame)
@@ -29,7 +29,7 @@ __all__ = ["correct_events", "seeded_draws"]
 def correct_events(scene, dt_s: float, pre: np.ndarray, post: np.ndarray, points: list,
                    touching: list, owners: list, policy, seeds, guard
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The event corrector (:class:`~residualsim.sim.rollout._EventCorrector`) for every
+    """The event corrector (:class:`~residualsim.sim.corrector.EventCorrector`) for every
     event at once, after the particles stopped: the contact model at the points'
     force-weighted mean, the residual and its limits. Event e is particle ``owners[e]``'s:
     ``pre`` and ``post`` (E, 13) its states before and after the event's step (scene
@@ -95,7 +95,7 @@ def _rotations(quat_wxyz: np.ndarray) -> np.ndarray:
 def _weighted_points(groups: list) -> tuple[np.ndarray, np.ndarray]:
     """Per event, the normal-force-weighted mean contact point (E, 3) m (equal weights when
     no force acts) and the unit mean normal (E, 3), as
-    :func:`~residualsim.sim.rollout.event_contact_model` takes them (world frame)."""
+    :func:`~residualsim.sim.corrector.event_contact_model` takes them (world frame)."""
     table = np.array([(*q[6], *q[7], max(q[9], 0.0)) for group in groups for q in group])
     starts = np.cumsum([0] + [len(group) for group in groups])[:-1]
     forces = np.add.reduceat(table[:, 6], starts)

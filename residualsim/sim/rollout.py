@@ -6,8 +6,9 @@ learned correction: at each contact event it computes the contact features x = (
 draws p_res from the policy (or takes its mean) and adds M⁻¹Jᵀp_res to the velocity the
 engine resolved, within physical limits (:class:`ContactGuard`). Batches are spread over
 worker processes; results come back in the order given, identical for any number of
-workers. (Past 600 lines on purpose: the rollout loop, its event corrector and the worker
-functions that run it share private helpers and are read together.)
+workers. The event corrector and the rollout record are in :mod:`.corrector` (the batched
+loop of :mod:`.batch` shares them); a recording's stochastic samples may go through that
+loop (``batch_size``), with the same results.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 from residualsim.sim.bullet import pb
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.sim.contact import (MEMORY_STEPS, ContactModel, contact_model, far_from,
-                                     feature_width, is_touching, largest_steps, spin_features)
+from residualsim.sim.contact import MEMORY_STEPS, far_from, is_touching
+from residualsim.sim.corrector import (EventCorrector, ResidualRollout, event_contact_model,
+                                       rollout_record)
 from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError, ParameterError
@@ -35,7 +37,7 @@ __all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simu
            "impact_settings", "ContactGuard", "ResidualRollout", "residual_rollout",
            "RolloutRequest", "trajectory_items", "item_rollouts", "interleave",
            "residual_errors", "predict_trajectories",
-           "residual_trajectories", "velocity_jump", "ENERGY_ROUNDING"]
+           "residual_trajectories", "velocity_jump", "ENERGY_ROUNDING", "event_contact_model"]
 
 #: The energy rule's allowance for floating-point rounding (:meth:`ContactGuard.energy_budget_j`),
 #: relative to the energy scale max(1 J, |E before|, |E after|): about 4500 double-precision
@@ -269,141 +271,6 @@ class ContactGuard:
         return max(budget, 0.0) if budget >= -rounding else budget
 
 
-@dataclasses.dataclass(frozen=True)
-class ResidualRollout:
-    """One rollout of Algorithm 1.
-
-    ``positions_m`` (T, 3) world, ``quat_wxyz`` (T, 4) body to world, ``states`` (T, n)
-    scene layout; ``n_events`` contact events (residual applied, possibly clamped);
-    ``n_energy_clamped`` / ``n_normal_clamped`` events whose residual was scaled down by the
-    energy / normal-velocity limit; ``n_engine_energy_gain`` events where the engine alone
-    had already gained energy (the residual was then limited to what does not add more, or
-    dropped);
-    ``max_penetration_m`` the deepest penetration seen after any step (>= 0);
-    ``features`` (E, n_features) and ``impulses`` (E, k) N s the applied residuals, in the
-    contact frames ``frames`` (E, k, 3) (rows n, t1[, t2]: world-frame unit vectors, so the
-    world-frame impulse is ``frames[e].T @ impulses[e]``); ``touching_counts`` (E,) the
-    number of points touching the ground after each event's step (the contact mode: 1 a
-    corner, 2 an edge, 3 or more a face); ``contact_models`` (E,) each event's
-    :class:`~residualsim.sim.contact.ContactModel` (M, J at the post-step configuration: the
-    velocity change of an impulse p is M⁻¹Jᵀp, which the conjugate beliefs add analytically);
-    ``engine_steps`` the periods the engine stepped (the others flew in closed form or
-    rested), from ``engine_start`` (state, scene layout; None: it never stepped).
-    """
-
-    positions_m: np.ndarray
-    quat_wxyz: np.ndarray
-    states: np.ndarray
-    n_events: int
-    n_energy_clamped: int
-    n_normal_clamped: int
-    n_engine_energy_gain: int
-    max_penetration_m: float
-    features: np.ndarray
-    impulses: np.ndarray
-    frames: np.ndarray
-    touching_counts: np.ndarray
-    contact_models: tuple = ()
-    engine_steps: int = 0
-    engine_start: np.ndarray | None = None
-
-
-def event_contact_model(engine: Engine, pre_state: np.ndarray, points: list[tuple]
-                        ) -> ContactModel:
-    """The contact model of an event: at the normal-force-weighted mean of the new contact
-    ``points`` (PyBullet contact tuples; equal weights when no force acts yet) and their mean
-    normal, with the pre-step velocity of ``pre_state`` (scene layout). On a body of several
-    links, only the points of the link pressed hardest count (the features describe one
-    contact on one link: still the 9 numbers, whatever the number of links). Every learner
-    that pairs recorded events with the rollout's uses this, so their features agree."""
-    scene = engine.scene
-    links = {p[3] for p in points}
-    if len(links) > 1:  # an articulated body: the link pressed hardest carries the event
-        link = max(links, key=lambda k: (sum(max(p[9], 0.0) for p in points if p[3] == k),
-                                         -k))
-        points = [p for p in points if p[3] == link]
-    table = np.array([(*p[6], *p[7], max(p[9], 0.0)) for p in points])
-    weights = table[:, 6] if table[:, 6].sum() > 0 else np.ones(len(points))
-    point = weights @ table[:, 0:3] / weights.sum()
-    normal = weights @ table[:, 3:6]
-    normal /= np.linalg.norm(normal)
-    return contact_model(engine.mass_matrix(), engine.point_jacobian(point, points[0][3]),
-                         scene.generalized_velocity_of(pre_state), point, normal,
-                         planar=scene.planar)
-
-
-class _EventCorrector:
-    """Applies the residual at contact events of one rollout and keeps the counts."""
-
-    def __init__(self, engine: Engine, policy, rng: np.random.Generator | None,
-                 guard: ContactGuard) -> None:
-        self.engine, self.policy, self.rng, self.guard = engine, policy, rng, guard
-        self.features: list[np.ndarray] = []
-        self.impulses: list[np.ndarray] = []
-        self.frames: list[np.ndarray] = []
-        self.touching_counts: list[int] = []
-        self.models: list[ContactModel] = []
-        self.energy_clamped = self.normal_clamped = self.engine_gain = 0
-
-    def __call__(self, pre_state: np.ndarray, points: list[tuple], touching: list[tuple]
-                 ) -> bool:
-        """Correct the velocity after a step that began an event at the new ``points``
-        (``touching``: all points touching now); True when the step is an event."""
-        engine, scene = self.engine, self.engine.scene
-        model = event_contact_model(engine, pre_state, points)
-        mass = model.mass_matrix
-        if model.velocity[0] > -self.guard.min_approach_mps and \
-                not self.guard.every_contact_step:
-            return False
-        features = model.features
-        if getattr(self.policy, "spin", False):
-            omega = scene.rigid_motion(pre_state[None])[3][0]
-            features = np.concatenate([features, spin_features(
-                model.frame, omega, scene.radius_of_gyration_m)])
-        if getattr(self.policy, "contact_mode", False):
-            features = np.append(features, float(len(touching)))
-        self.touching_counts.append(len(touching))
-        self.models.append(model)
-        self.features.append(features)
-        self.frames.append(model.frame)
-        if self.policy is None or getattr(self.policy, "observes_only", False):
-            # engine alone, or a probe that only records events: count and describe the
-            # event, apply nothing (so no guard to check)
-            self.impulses.append(np.zeros(len(model.velocity)))
-            return True
-        if self.rng is None:
-            impulse = self.policy.mean(features)
-        else:
-            impulse = self.policy.sample(features, self.rng)
-        qdot = scene.generalized_velocity()
-        delta = model.velocity_change(impulse)
-        # No touching point's normal velocity may be pushed below min(0, engine's).
-        cap = 1.0
-        for p in touching:
-            row = np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]), p[3])
-            normal_now, normal_change = float(row @ qdot), float(row @ delta)
-            floor = min(0.0, normal_now) - self.guard.penetration_tolerance_m / engine.dt_s
-            if normal_now + cap * normal_change < floor:
-                cap = max(0.0, (floor - normal_now) / normal_change)
-        if cap < 1.0:
-            self.normal_clamped += 1
-        # Total energy must not exceed the pre-step energy.
-        energy_before, energy_now = scene.energy(pre_state), scene.energy(engine.state())
-        kinetic_now = 0.5 * qdot @ mass @ qdot
-        limit = energy_before + self.guard.energy_tolerance_j - (energy_now - kinetic_now)
-        a = 0.5 * delta @ mass @ delta
-        b = qdot @ mass @ delta
-        c = kinetic_now - limit
-        engine_gain = self.guard.energy_budget_j(energy_before, energy_now) < 0.0
-        self.engine_gain += engine_gain
-        alpha = float(largest_steps(a, b, c, cap))
-        if alpha < cap and not engine_gain:
-            self.energy_clamped += 1
-        scene.set_generalized_velocity(qdot + alpha * delta)
-        self.impulses.append(alpha * np.asarray(impulse))
-        return True
-
-
 def velocity_jump(engine: Engine, raw_before, raw_after) -> float:
     """How much the body's linear velocity (m/s, world frame) changed over one step beyond
     gravity's change: ‖v_after − v_before − g dt‖, from two raw scene readings. Large with
@@ -480,7 +347,7 @@ def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rn
     engine.reset(initial_state)
     read, step, get_contacts = scene.read_raw, pb.stepSimulation, pb.getContactPoints
     body, static, link = scene.body, scene.static_body, scene.link
-    correct = _EventCorrector(engine, policy, rng, guard)
+    correct = EventCorrector(engine, policy, rng, guard)
     raws = [read()]
     recent: list[list[tuple]] = []  # touched points of the last MEMORY_STEPS contact steps
     events, deepest = 0, 0.0
@@ -537,21 +404,7 @@ def _rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy, rn
         raws.append(raw)
         if stop_after_events is not None and events >= stop_after_events:
             break
-    states = scene.raw_to_states(raws)
-    positions, quat, _, _ = scene.rigid_motion(states)
-    width = 2 if scene.planar else 3
-    n_features = feature_width(scene.planar, getattr(policy, "spin", False),
-                               getattr(policy, "contact_mode", False))
-    return ResidualRollout(
-        positions_m=positions, quat_wxyz=quat, states=states, n_events=events,
-        n_energy_clamped=correct.energy_clamped, n_normal_clamped=correct.normal_clamped,
-        n_engine_energy_gain=correct.engine_gain, max_penetration_m=float(deepest),
-        features=np.array(correct.features).reshape(-1, n_features),
-        impulses=np.array(correct.impulses).reshape(-1, width),
-        frames=np.array(correct.frames).reshape(-1, width, 3),
-        touching_counts=np.array(correct.touching_counts, dtype=np.int64),
-        contact_models=tuple(correct.models), engine_steps=stepped,
-        engine_start=None if start is None else scene.raw_to_states([start])[0])
+    return rollout_record(scene, raws, policy, correct, deepest, stepped, start)
 
 
 # --- batches of residual rollouts over worker processes -------------------------------------------
@@ -565,7 +418,12 @@ class RolloutRequest:
     candidate (common random numbers); ``split`` restricts the rollout to items of that
     split (the others return None); ``state_noise`` (a
     :class:`~residualsim.residual.state_noise.StateNoise` or None) perturbs each stochastic
-    sample's initial velocities, drawn first from the sample's stream.
+    sample's initial velocities, drawn first from the sample's stream. ``batch_size``: the
+    stochastic samples of an item go through
+    :func:`~residualsim.sim.batch.batched_rollouts` with up to this many copies of the body
+    in one world (None: :data:`~residualsim.sim.batch.AUTO_BATCH`); 1 (the default) rolls
+    each out alone. Either gives the same rollouts; scenes and policies the batch does not
+    support (:func:`~residualsim.sim.batch.batch_unsupported`) always go alone.
     """
 
     params: EngineParams
@@ -575,6 +433,7 @@ class RolloutRequest:
     guard: ContactGuard = ContactGuard()
     split: str | None = None
     state_noise: Any = None
+    batch_size: int | None = 1
 
 
 def trajectory_items(scene: str, trajectories: Mapping[str, Trajectory],
@@ -611,19 +470,28 @@ def item_rollouts(engine: Engine, item: tuple, request: RolloutRequest
             runs.append([residual_rollout(engine, initial_state, n_steps, policy, None,
                                           request.guard)])
         else:
-            runs.append([_sample_rollout(engine, initial_state, n_steps, policy, request,
-                                         np.random.default_rng([request.seed, index, s]))
-                         for s in range(request.samples)])
+            runs.append(_sample_rollouts(engine, initial_state, n_steps, policy, request,
+                                         index))
     return runs
 
 
-def _sample_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy,
-                    request: RolloutRequest, rng: np.random.Generator) -> ResidualRollout:
-    """One stochastic rollout: the initial state perturbed by the request's state noise
-    (if any), then residual samples, all from ``rng``."""
-    if request.state_noise is not None:
-        initial_state = request.state_noise.perturb(initial_state, rng)
-    return residual_rollout(engine, initial_state, n_steps, policy, rng, request.guard)
+def _sample_rollouts(engine: Engine, initial_state: np.ndarray, n_steps: int, policy,
+                     request: RolloutRequest, index: int) -> list[ResidualRollout]:
+    """The item's stochastic rollouts: sample s starts from the initial state perturbed by
+    the request's state noise (if any), then draws its residuals, all from
+    ``default_rng([seed, index, s])``; alone or in one batch (``request.batch_size``)."""
+    from residualsim.sim.batch import batch_unsupported, batched_rollouts
+
+    rngs = [np.random.default_rng([request.seed, index, s]) for s in range(request.samples)]
+    noise = request.state_noise
+    starts = [initial_state if noise is None else noise.perturb(initial_state, rng)
+              for rng in rngs]
+    if request.batch_size == 1 or len(starts) == 1 or batch_unsupported(
+            engine.scene, policy, request.guard):
+        return [residual_rollout(engine, start, n_steps, policy, rng, request.guard)
+                for start, rng in zip(starts, rngs)]
+    return batched_rollouts(engine, np.array(starts), n_steps, policy, rngs, request.guard,
+                            request.batch_size)
 
 
 def residual_errors(engine: Engine, item: tuple, request: RolloutRequest) -> np.ndarray | None:
@@ -670,7 +538,8 @@ def residual_trajectories(engine: Engine, item: tuple, request: RolloutRequest):
 
 def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples: int = 0,
                          seed: int = 0, n_workers: int = 1, residual: bool = True,
-                         guard: ContactGuard | None = None, policy: Any = None):
+                         guard: ContactGuard | None = None, policy: Any = None,
+                         batch_size: int | None = 1):
     """Predictions of a :class:`~residualsim.residual.policy.ResidualModel` for recordings.
 
     Rolls out each recording from its first sample over its recorded length with the
@@ -682,13 +551,18 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
     e.g. one whose samples are its mean: state noise only). A model with an
     ``observation_noise`` adds the recordings' pose noise to each stochastic sample's
     positions, from ``default_rng([seed, k, s, 1])``
-    (:mod:`residualsim.residual.observation_noise`). Returns (TrajectoryPredictions,
-    stats) with stats summing the event, clamp and penetration counts of every rollout.
+    (:mod:`residualsim.residual.observation_noise`). ``batch_size``: as
+    :class:`RolloutRequest`'s (the same predictions, bit for bit). Returns
+    (TrajectoryPredictions, stats) with stats summing the event, clamp and penetration
+    counts of every rollout.
     """
     from residualsim.evaluation.predictions import TrajectoryPredictions
 
     if int(samples) != samples or samples < 0:
         raise DataError(f"samples must be an integer >= 0, got {samples!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+            batch_size, (int, np.integer)) or batch_size < 1):
+        raise ParameterError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
     if not trajectories:
         raise DataError("no recordings to predict")
     settings = recording_settings(model.scene, trajectories, model.substeps)
@@ -701,7 +575,8 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
         policy = None
     request = RolloutRequest(params=model.params, policies=(policy,), samples=int(samples),
                              seed=int(seed), guard=guard or model.guard,
-                             state_noise=model.state_noise if residual else None)
+                             state_noise=model.state_noise if residual else None,
+                             batch_size=None if batch_size is None else int(batch_size))
     items = trajectory_items(model.scene, trajectories)
     with engine_workers(model.scene, items, n_workers, settings) as workers:
         results = workers.map(residual_trajectories, request)

@@ -54,8 +54,15 @@ class CubeScene(Scene):
         # Multibodies get linear and angular damping 0.04 by default: a free body has none.
         pb.changeDynamics(self.body, -1, linearDamping=0.0, angularDamping=0.0,
                           physicsClientId=client)
-        body, cid = self.body, client
+        self.use_body(self.body)
+
+    def use_body(self, body: int) -> None:
+        """Make ``body`` (another copy of the cube in this scene's world, as the batched
+        rollouts of :mod:`residualsim.sim.batch` load them) the one this scene reads, sets
+        and describes."""
+        cid = self.client
         get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
+        self.body = body
         self._read = lambda: (get_pose(body, physicsClientId=cid),
                               get_velocity(body, physicsClientId=cid))
         self._read_pose = lambda: get_pose(body, physicsClientId=cid)
