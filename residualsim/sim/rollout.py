@@ -6,9 +6,8 @@ learned correction: at each contact event it computes the contact features x = (
 draws p_res from the policy (or takes its mean) and adds M⁻¹Jᵀp_res to the velocity the
 engine resolved, within physical limits (:class:`ContactGuard`). Batches are spread over
 worker processes; results come back in the order given, identical for any number of
-workers. The event corrector and the rollout record are in :mod:`.corrector` (the batched
-loop of :mod:`.batch` shares them); a recording's stochastic samples may go through that
-loop (``batch_size``), with the same results.
+workers. The event corrector and the rollout record are in :mod:`.corrector`, shared with
+the batched loop of :mod:`.batch` (``batch_size``: a recording's samples, same results).
 """
 
 from __future__ import annotations
@@ -244,12 +243,11 @@ class ContactGuard:
     def __post_init__(self) -> None:
         for name in ("new_point_distance_m", "min_approach_mps", "energy_tolerance_j",
                      "penetration_tolerance_m"):
-            value = getattr(self, name)
-            least = -np.inf if name == "energy_tolerance_j" else 0.0  # < 0: each event loses
+            value, signed = getattr(self, name), name == "energy_tolerance_j"  # < 0: a loss
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
-                    not least <= value < np.inf or not np.isfinite(value):
-                raise ParameterError(f"{name} must be a finite number"
-                                     + ("" if least < 0 else " >= 0") + f", got {value!r}")
+                    not np.isfinite(value) or (value < 0 and not signed):
+                raise ParameterError(f"{name} must be a finite number{'' if signed else ' >= 0'}"
+                                     f", got {value!r}")
         if not isinstance(self.every_contact_step, bool):
             raise ParameterError(f"every_contact_step must be true or false, got "
                                  f"{self.every_contact_step!r}")
