@@ -63,13 +63,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fit_recorded=True)")
     parser.add_argument("--initial-draws", type=int, default=4,
                         help="K initial states per recording for --initial-state fit")
-    parser.add_argument("--weighting", choices=("curvature", "scalar", "nu-only",
+    parser.add_argument("--weighting", choices=("curvature", "tempered", "scalar", "nu-only",
                                                  "recording"),
                         default="curvature",
                         help="curvature: each recording weighs as its effective number of "
                              "independent residuals at a pilot fit, the likelihood's "
                              "curvature adjusted to the scatter between recordings, chains "
-                             "start at its mode (calibrate's --weighting effective); scalar: "
+                             "start at its mode (calibrate's --weighting effective); "
+                             "tempered: a power w on the likelihood and Chandler-Bate for the "
+                             "rest, both from the sandwich's envelope (tempered_adjustment); "
+                             "scalar: "
                              "one factor on every ν_i instead; nu-only: no adjustment; "
                              "recording: one observation each (ν_i = 1, the old likelihood)")
     parser.add_argument("--pilot-evaluations", type=int, default=40,
@@ -128,6 +131,32 @@ def thin(samples: np.ndarray, count: int) -> np.ndarray:
     return np.concatenate(picks)[:count]
 
 
+def tempered_adjustment(likelihood, space, center: np.ndarray, log_like):
+    """(the adjusted log-likelihood, its summary): the sandwich's envelope fits (H, J at
+    ``center``, :func:`~residualsim.sysid.weighting.sandwich_posterior`'s design) give the
+    target curvature H_adj = H (J + H)⁻¹ H (the sandwich covariance's inverse); the power
+    w ≤ 1 on every ν_i is the largest eigenvalue of H^-1/2 H_adj H^-1/2 (no direction is
+    widened by more than it needs; the likelihood's spikes shrink by w), and the
+    Chandler-Bate map C (Cᵀ wH C = H_adj) widens the remaining directions. Unadjusted when
+    no positive-definite envelope is found."""
+    from residualsim.sysid.weighting import (_local_quadratics, adjusted_log_likelihood,
+                                             curvature_transform)
+
+    found = _local_quadratics(likelihood, space, center, sandwich=True)
+    if found.get("information") is None:
+        return log_like, {"w": None}
+    information, spread = found["information"], found["spread"]
+    target = information @ np.linalg.solve(spread + information, information)
+    values, vectors = np.linalg.eigh(information)
+    inverse_root = vectors @ np.diag(1 / np.sqrt(values)) @ vectors.T
+    w = float(np.clip(np.linalg.eigvalsh(inverse_root @ target @ inverse_root).max(), 1e-3,
+                      1.0))
+    transform = curvature_transform(w * information, w * w * (spread + information))
+    likelihood.scale_weights(w)
+    return (adjusted_log_likelihood(log_like, space, center, transform),
+            {"w": w, "transform": transform.tolist(), "evaluations": found["evaluations"]})
+
+
 def one_dataset(args: argparse.Namespace, index: int) -> dict:
     """Draw a truth, synthesize, sample the posterior; the result line of data set ``index``."""
     from residualsim.sim.scenes import EngineParams
@@ -168,6 +197,12 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                 adjustment = magnitude_adjustment(likelihood, space, start)
                 likelihood.scale_weights(adjustment["w"])
                 weights["adjustment"] = _jsonable(adjustment)
+            elif args.weighting == "tempered":  # a power w, then Chandler-Bate for the rest
+                start = pilot_reference(log_like, space, start=start, evaluations=30,
+                                        simplex=0.01)
+                log_like, weights["adjustment"] = tempered_adjustment(
+                    likelihood, space, start, log_like)
+                weights["mode"] = start.tolist()
             elif args.weighting == "curvature":  # the ν-weighted mode, then Chandler-Bate
                 start = pilot_reference(log_like, space, start=start, evaluations=30,
                                         simplex=0.01)
