@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from residualsim.sim.skips import CHECK_EVERY, _bullet_sign
+from residualsim.sim.skips import CHECK_EVERY
 
 __all__ = ["flights", "UNSEEN"]
 
@@ -52,12 +52,12 @@ def flights(flight, raws: list, n_steps: int) -> list:
     for row, k in enumerate(starting):
         pose, velocity = raws[k]
         n_flown = int(min(first_blocked[row] - 1, n_steps))
-        handover = _record(flight, pose, velocity, n_flown) if n_flown else None
+        handover = flight.sample(pose, velocity, n_flown) if n_flown else None
         # numpy's float operations may round otherwise than the scalar ones (about 1e-17 m):
         # the lone path's own check decides where the margin is within 1e-9 m
         agrees = (n_flown == 0 or flight.clear(handover[0])) and (
             n_flown == n_steps or blocked_by[row] < -1e-9
-            or not flight.clear(_record(flight, pose, velocity, n_flown + 1)[0]))
+            or not flight.clear(flight.sample(pose, velocity, n_flown + 1)[0]))
         if not agrees:
             records = flight.fly(pose, velocity, n_steps)
             n_flown, tail = len(records), records[-(CHECK_EVERY + 1):]
@@ -66,26 +66,6 @@ def flights(flight, raws: list, n_steps: int) -> list:
         if n_flown:
             out[k] = (n_flown, tail)
     return out
-
-
-def _record(flight, pose: tuple, velocity: tuple, j: int) -> tuple:
-    """Sample ``j`` of :meth:`FreeFlight.fly` from (``pose``, ``velocity``), PyBullet base
-    records, world frame: the same float operations, so the same bits."""
-    (px, py, pz), (x, y, z, w) = pose
-    (vx, vy, vz), omega = velocity
-    wx, wy, wz = omega
-    gx, gy, gz = flight._gravity
-    h, substeps = flight.h, flight.substeps
-    rate = math.sqrt(wx * wx + wy * wy + wz * wz)
-    m = j * substeps
-    t, a = m * h, h * h * m * (m + 1) / 2
-    half = 0.5 * rate * t
-    c, s = math.cos(half), (math.sin(half) / rate if rate else 0.0)
-    dx, dy, dz = wx * s, wy * s, wz * s
-    quat = _bullet_sign(c * x + dx * w + dy * z - dz * y, c * y - dx * z + dy * w + dz * x,
-                        c * z + dx * y - dy * x + dz * w, c * w - dx * x - dy * y - dz * z)
-    sample = ((px + t * vx + a * gx, py + t * vy + a * gy, pz + t * vz + a * gz), quat)
-    return sample, ((vx + t * gx, vy + t * gy, vz + t * gz), omega)
 
 
 def _clearances(flight, poses: np.ndarray, velocities: np.ndarray,

@@ -111,26 +111,35 @@ class FreeFlight:
         as long as the body stays clear of the table; a list of (pose, velocity) records.
         Plain Python: a flight is a few dozen samples, where numpy's per-call cost would
         outweigh the engine steps saved at 1 substep."""
+        out = []
+        for j in range(1, max_samples + 1):
+            record = self.sample(pose, velocity, j)
+            if not self.clear(record[0]):
+                break
+            out.append(record)
+        return out
+
+    def sample(self, pose: tuple, velocity: tuple, j: int) -> tuple:
+        """Sample ``j`` (>= 0, recording periods) after (``pose``, ``velocity``), PyBullet
+        base records in the world frame as :meth:`fly` takes them, as a (pose, velocity)
+        record, whether or not the body is clear of the table. The one formula of the
+        closed-form flight: :meth:`fly` and the batched rollouts' handover
+        (:mod:`residualsim.sim.batch_flight`) use it, so both get the same bits."""
         (px, py, pz), (x, y, z, w) = pose
         (vx, vy, vz), omega = velocity
         wx, wy, wz = omega
         gx, gy, gz = self._gravity
         h, substeps = self.h, self.substeps
         rate = math.sqrt(wx * wx + wy * wy + wz * wz)
-        out = []
-        for j in range(1, max_samples + 1):
-            m = j * substeps
-            t, a = m * h, h * h * m * (m + 1) / 2
-            half = 0.5 * rate * t
-            c, s = math.cos(half), (math.sin(half) / rate if rate else 0.0)
-            dx, dy, dz = wx * s, wy * s, wz * s
-            quat = _bullet_sign(c * x + dx * w + dy * z - dz * y, c * y - dx * z + dy * w + dz * x,
-                                c * z + dx * y - dy * x + dz * w, c * w - dx * x - dy * y - dz * z)
-            sample = ((px + t * vx + a * gx, py + t * vy + a * gy, pz + t * vz + a * gz), quat)
-            if not self.clear(sample):
-                break
-            out.append((sample, ((vx + t * gx, vy + t * gy, vz + t * gz), omega)))
-        return out
+        m = j * substeps
+        t, a = m * h, h * h * m * (m + 1) / 2
+        half = 0.5 * rate * t
+        c, s = math.cos(half), (math.sin(half) / rate if rate else 0.0)
+        dx, dy, dz = wx * s, wy * s, wz * s
+        quat = _bullet_sign(c * x + dx * w + dy * z - dz * y, c * y - dx * z + dy * w + dz * x,
+                            c * z + dx * y - dy * x + dz * w, c * w - dx * x - dy * y - dz * z)
+        sample = ((px + t * vx + a * gx, py + t * vy + a * gy, pz + t * vz + a * gz), quat)
+        return sample, ((vx + t * gx, vy + t * gy, vz + t * gz), omega)
 
 
 def _bullet_sign(x: float, y: float, z: float, w: float) -> tuple:
