@@ -38,14 +38,6 @@ VELOCITY_TOLERANCE = 1e-9  # m/s and rad/s: rounding of the event correction, <=
 MAX_STEPS = 150
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_blas_thread():
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        yield
-
-
 @pytest.fixture(scope="module")
 def model() -> ResidualModel:
     return ResidualModel.load(MODEL_DIR)
