@@ -144,6 +144,8 @@ GOOD = [ROW, ROW.replace("0.0", "0.01", 1), ROW.replace("0.0", "0.02", 1)]
     ([HEADER, GOOD[0], GOOD[1] + ",5", GOOD[2]], "line 3 has 9 cells, the header 8"),
     ([HEADER, GOOD[0], GOOD[1].replace(",1,", ",abc,", 1), GOOD[2]],
      "line 3, column 'z': 'abc' is not a number"),
+    ([HEADER, GOOD[0], GOOD[1].replace(",1,", ",1_0,", 1), GOOD[2]],
+     "line 3, column 'z': '1_0' is not a number"),  # Python's float would read 10
     ([HEADER, GOOD[0], GOOD[1].replace(",1,", ",nan,", 1), GOOD[2]],
      "line 3, column 'z': 'nan' is not a finite number"),
     ([HEADER, GOOD[0], GOOD[2], GOOD[1]], r"line 4: t = 0\.01 does not increase"),

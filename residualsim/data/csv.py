@@ -202,7 +202,8 @@ class _LazyRows:
         :func:`numpy.fromstring` of the joined text (the lengths checked first); None when
         a cell holds anything but digits, signs, points and exponents (the caller then
         converts column by column and names a bad cell): ``nan``, ``inf`` and what only
-        Python's ``float`` reads (``1_000``) take that path, so the two agree."""
+        Python's ``float`` reads take that path (where ``1_000``, which Python reads as 1000,
+        is refused), so the two agree."""
         sep = self.sep or " "
         text = sep.join(self.lines)
         if text.encode("utf-8").translate(None, _PLAIN):
@@ -274,10 +275,14 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
     for j, name in enumerate(header):
         cells = [r[j] for r in rows]
         try:
+            if any("_" in cell for cell in cells):  # Python reads 1_0 as 10; no export does
+                raise ValueError
             table[:, j] = np.array(cells, dtype=np.float64)
         except ValueError:
             for i, cell in enumerate(cells):
                 try:
+                    if "_" in cell:
+                        raise ValueError
                     float(cell)
                 except ValueError:
                     if _DECIMAL_COMMA.match(cell):
