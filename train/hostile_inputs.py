@@ -281,6 +281,11 @@ CASES: list[Case] = [
         ls, "qw", lambda v, r: v + 0.5)), "norm"),
     Case("CSV: an export in millimetres", _info(_scaled("x,y,z,vx,vy,vz", 1000.0), every=True),
          "millimetres"),
+    Case("CSV: t times 1e300 with --allow-implausible (a LinAlgError traceback)",
+         lambda d: _info(_scaled("t", 1e300), every=True)(d) + ["--allow-implausible"],
+         "longer than 1e+06 s"),
+    Case("CSV: a cell 1_0 (Python's float reads 10)", _info(lambda ls: ls[:4] + [
+        ls[4].replace(ls[4].split(",")[3], "1_0", 1)] + ls[5:]), "'1_0' is not a number"),
     Case("CSV: an export with times in milliseconds", _info(_scaled("t", 1000.0), every=True),
          "millisecond"),
     Case("CSV: one file's times in milliseconds, its flight too short to check (exit 0)",

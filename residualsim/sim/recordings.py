@@ -112,6 +112,8 @@ MAX_ANGULAR_SPEED_RADPS = 500.0
 #: real recordings are tracked at 148 and 250 Hz. Slower is most likely a time column in
 #: milliseconds, microseconds or nanoseconds (named by the factor that brings it above).
 MIN_RATE_HZ = 10.0
+#: Longest recording read even with --allow-implausible (s): 11.6 days.
+MAX_DURATION_S = 1e6
 _TIME_UNITS = ((1e3, "milliseconds"), (1e6, "microseconds"), (1e9, "nanoseconds"))
 
 #: Highest plausible start of a hand-given state above the table top (m): tosses start
@@ -124,15 +126,20 @@ def _implausible(message: str) -> None:
 
 
 def check_rate(trajectory: Trajectory) -> None:
-    """Refuse a recording sampled below ``MIN_RATE_HZ`` (its time stamps in another unit?)."""
+    """Refuse a recording sampled below ``MIN_RATE_HZ`` (its time stamps in another unit?),
+    and, even with ``--allow-implausible``, one longer than ``MAX_DURATION_S``: its time
+    steps square past float64 in the gravity and velocity fits."""
     rate = trajectory.rate_hz
     if rate >= MIN_RATE_HZ:
         return
     cause = next((f": times look like {unit} (divide t by {factor:g})"
                   for factor, unit in _TIME_UNITS if MIN_RATE_HZ <= rate * factor < 1e5), "")
-    _implausible(f"{trajectory.source or trajectory.traj_id}: {trajectory.n_samples} samples "
-                 f"over {trajectory.duration_s:.4g} s, {rate:.3g} Hz, slower than "
-                 f"{MIN_RATE_HZ:g} Hz (t in seconds){cause}")
+    what = (f"{trajectory.source or trajectory.traj_id}: {trajectory.n_samples} samples "
+            f"over {trajectory.duration_s:.4g} s, {rate:.3g} Hz")
+    if not trajectory.duration_s <= MAX_DURATION_S:
+        raise DataError(f"{what}: longer than {MAX_DURATION_S:g} s, not a recording with t in "
+                        f"seconds{cause} (--allow-implausible does not accept it)")
+    _implausible(f"{what}, slower than {MIN_RATE_HZ:g} Hz (t in seconds){cause}")
 
 
 def check_plausible(trajectory: Trajectory) -> None:
