@@ -255,6 +255,9 @@ CASES: list[Case] = [
     _urdf_case("URDF: box size with a zero (the body sank)",
                _robot(_link("a", geometry='<box size="0.1 0 0.1"/>')),
                "must be three finite positive numbers"),
+    _urdf_case("URDF: the cube in millimetres (read as a 105 m box, exit 0)",
+               _robot(_link("a", geometry='<box size="104.8 104.8 104.8"/>')),
+               "a URDF in millimetres"),
     _urdf_case("URDF: a 1e6 kg link (it fell through the table)",
                _robot(_link("a", mass="1e6")), "--allow-implausible"),
     Case("scene file: substeps = 1e9", lambda d: [

@@ -35,7 +35,8 @@ naming the file and the element:
 * a ``<collision>`` shape with a size that is not finite and positive: a ``box`` ``size``
   entry, a ``sphere``, ``cylinder`` or ``capsule`` ``radius`` or ``length`` (m); a ``mesh``
   ``scale`` entry that is zero or not finite (a negative one mirrors the mesh, as robot
-  descriptions do for left and right parts). An attribute that is absent is left to
+  descriptions do for left and right parts); a shape whose every size is above
+  ``MAX_OFFSET_M`` (10 m), most likely millimetres, is implausible. An attribute that is absent is left to
   PyBullet, which names it. ``<visual>`` shapes do not take part in the physics and are
   not checked;
 * a link without any ``<collision>`` element: it would pass through the table, since
@@ -154,6 +155,7 @@ def _geometry(link: ElementTree.Element, path: Path, name: str) -> None:
     for element in link.findall("collision"):
         for shape in element.findall("geometry/*"):
             where = f"{path}: link {name!r}: <collision> {shape.tag}"
+            sizes: list[float] = []
             for key in _SIZES.get(shape.tag, ()):
                 values = _numbers(shape, key, where)
                 if values is None:
@@ -167,6 +169,13 @@ def _geometry(link: ElementTree.Element, path: Path, name: str) -> None:
                                      f"{'non-zero' if scale else 'positive'} "
                                      f"number{'s' if count == 3 else ''}"
                                      f"{'' if scale else ' (m)'}")
+                if not scale:
+                    sizes.extend(values)
+            if sizes and min(sizes) > MAX_OFFSET_M:  # a floor may be long, not thick too
+                refuse_implausible(f"{where}: every size above {MAX_OFFSET_M:g} m "
+                                   f"({', '.join(f'{v:.4g}' for v in sizes)} m): not a tabletop "
+                                   "object (a URDF in millimetres? its lengths are metres)",
+                                   SceneError)
 
 
 def _origins(root: ElementTree.Element, path: Path) -> None:
