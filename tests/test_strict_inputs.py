@@ -63,6 +63,8 @@ def test_params_text_is_strict(text, words):
     ('{"lateral_friction": 0.3, "lateral_friction": 0.5}', "duplicate key 'lateral_friction'"),
     ('{"params": {"restitution": 0.1, "restitution": 0.2}}', "duplicate key 'restitution'"),
     ('{"restitution": NaN}', "restitution must be finite"),
+    ('{"method": "lsq", "budget": 600}', "not engine parameters: unknown name.*'budget', "
+     "'method'.*a \"params\" object"),  # a summary.json without its params
 ])
 def test_params_json_is_strict(tmp_path, content, words):
     path = tmp_path / "params.json"

@@ -300,6 +300,12 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                     break
         if not isinstance(content, dict):
             raise ParameterError(f"{path}: expected a JSON object of parameter values")
+        unknown = sorted(set(content) - set(_SPECS))
+        if unknown:  # a summary without "params", a model.json: say what the file lacks
+            raise ParameterError(f"{path}: not engine parameters: unknown name(s) "
+                                 f"{', '.join(map(repr, unknown[:5]))}; give a JSON object of "
+                                 f"parameter values, or a calibration summary with a \"params\" "
+                                 f"object (known names: {', '.join(_SPECS)})")
         for name, value in content.items():  # JSON true is not friction 1.0
             if isinstance(value, bool) or not (isinstance(value, (int, float)) or value in (
                     "inf", "Infinity")):
