@@ -17,8 +17,8 @@ HINGE = Path(__file__).resolve().parents[1] / "assets" / "examples" / "hinge.tom
 
 @pytest.fixture(scope="module")
 def hinge_tosses(tmp_path_factory):
-    """(truth with velocities, the same read back as poses only with fitted starts): 6
-    hinge tosses, 70 samples at 100 Hz, 0.1 mm noise."""
+    """(truth with velocities, the same read back as poses only with fitted starts, their
+    folder): 6 hinge tosses, 70 samples at 100 Hz, 0.1 mm noise."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.synthesize import synthesize_tosses
@@ -28,7 +28,7 @@ def hinge_tosses(tmp_path_factory):
                               noise_m=1e-4)
     folder = tmp_path_factory.mktemp("segments") / "poses"
     save_csv_trajectories(folder, truth, with_velocities=False)
-    return truth, load_recordings(folder, str(HINGE))
+    return truth, load_recordings(folder, str(HINGE)), folder
 
 
 def _distance(engine, trajectory, index):
@@ -44,7 +44,7 @@ def test_later_flights_lie_after_the_first_contact_away_from_the_table(hinge_tos
     from residualsim.sim.engine import Engine
     from residualsim.sim.recordings import CONTACT_TOLERANCE_M, free_flight_samples
 
-    truth, _ = hinge_tosses
+    truth, _, _ = hinge_tosses
     found = 0
     with Engine(str(HINGE)) as engine:
         for trajectory in truth.values():
@@ -67,7 +67,7 @@ def test_later_flights_lie_after_the_first_contact_away_from_the_table(hinge_tos
 
 
 def test_a_segment_is_its_samples_as_a_recording_of_their_own(hinge_tosses):
-    truth, _ = hinge_tosses
+    truth, _, _ = hinge_tosses
     trajectory = next(iter(truth.values()))
     trajectory = dataclasses.replace(trajectory, metadata={
         "velocities": "estimated", "recorded_first_state": [0.0] * 15,
@@ -90,7 +90,7 @@ def test_pose_only_segments_start_from_states_fitted_to_their_flight(hinge_tosse
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import EngineParams
 
-    truth, poses = hinge_tosses
+    truth, poses, _ = hinge_tosses
     settings = recording_settings(str(HINGE), poses)
     one = flight_segments(str(HINGE), poses, settings, EngineParams(), n_workers=1)
     two = flight_segments(str(HINGE), poses, settings, EngineParams(), n_workers=2)
@@ -108,3 +108,21 @@ def test_pose_only_segments_start_from_states_fitted_to_their_flight(hinge_tosse
                                    truth[parent].angular_velocity_world_radps[first], atol=0.3)
         np.testing.assert_allclose(segment.joint_velocities[0],
                                    truth[parent].joint_velocities[first], atol=0.3)
+
+
+def test_the_body_stage_fits_the_segments_the_same_for_any_worker_count(hinge_tosses,
+                                                                         tmp_path):
+    """lsq on pose-only tosses: the body stage solves the first flights' and the later
+    flights' starts (counted in its summary) and finds the same damping with 1 or 2
+    workers."""
+    from residualsim.sysid.calibrate import calibrate
+
+    _, poses, folder = hinge_tosses
+    found = [calibrate(str(HINGE), folder, ["joint.elbow.damping"], tmp_path / f"cal{n}",
+                       method="lsq", budget=20, split="all", plots=False, ground=False,
+                       n_workers=n) for n in (1, 2)]
+    (stage,) = found[0]["lsq_stages"]
+    assert stage["flight_segments"] >= 2
+    assert stage["initial_states"] == len(poses) + stage["flight_segments"]
+    assert found[0]["best"] == found[1]["best"]
+    assert found[0]["lsq_stages"] == found[1]["lsq_stages"]
