@@ -1,4 +1,5 @@
-"""calibrate's method when none is named: lsq for body or joint names (issue 48)."""
+"""calibrate's method when none is named: lsq for body or joint names; mh and nevergrad
+refused for them (issue 48)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from residualsim.errors import ParameterError
 from residualsim.sysid.bodyspace import (BODY_LSQ_BUDGET, DEFAULT_BUDGET, default_budget,
                                          resolve_method)
 
@@ -23,16 +25,34 @@ HINGE = ROOT / "assets" / "examples" / "hinge.toml"
     (["joint.hinge.damping"], "lsq"),
 ])
 def test_no_method_named_is_lsq_exactly_when_body_or_joint_names_are(names, method):
-    assert resolve_method(None, names) == (method, None)
+    assert resolve_method(None, names) == method
 
 
-def test_a_named_method_is_kept_and_mh_or_nevergrad_on_the_body_is_warned():
-    assert resolve_method("sandwich", ["contact"]) == ("sandwich", None)
-    assert resolve_method("nevergrad", ["contact"]) == ("nevergrad", None)
-    assert resolve_method("lsq", ["body"]) == ("lsq", None)
+def test_a_named_method_is_kept_and_mh_or_nevergrad_on_the_body_is_refused():
+    assert resolve_method("sandwich", ["contact"]) == "sandwich"
+    assert resolve_method("nevergrad", ["contact"]) == "nevergrad"
+    assert resolve_method("lsq", ["body"]) == "lsq"
     for method in ("mh", "nevergrad"):
-        kept, warning = resolve_method(method, ["contact", "body"])
-        assert kept == method and "lsq" in warning and method in warning
+        for names in (["contact", "body"], ["joint.elbow.damping"], [" joints"]):
+            with pytest.raises(ParameterError, match=f"--method {method} is refused.*"
+                                                     "use --method lsq"):
+                resolve_method(method, names)
+
+
+@pytest.mark.parametrize("method", ["mh", "nevergrad"])
+def test_the_command_line_refuses_mh_and_nevergrad_on_the_body(tmp_path, capsys, method):
+    """Exit 2, one line naming the method that works, nothing written."""
+    from residualsim.cli import main
+
+    code = main(["calibrate", "--scene", str(HINGE), "--data", str(ROOT / "data" / "samples" /
+                 "contactnets-cube"), "--params", "contact,body,joints", "--method", method,
+                 "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--method {method} is refused for body or joint parameters" in err
+    assert "use --method lsq" in err and "free flight -> contact -> weak directions" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "c").exists()
 
 
 def test_the_default_budget_is_larger_only_for_lsq_on_the_body():
@@ -62,7 +82,7 @@ def test_the_command_line_runs_lsq_on_joints_when_no_method_is_named(tmp_path, c
 @pytest.mark.parametrize("params, extra, method, budget", [
     ("contact,body,joints", [], "lsq", BODY_LSQ_BUDGET),
     ("contact", ["--method", "lsq"], "lsq", DEFAULT_BUDGET),
-    ("contact,body", ["--method", "nevergrad"], "nevergrad", DEFAULT_BUDGET),
+    ("contact", ["--method", "nevergrad"], "nevergrad", DEFAULT_BUDGET),
     ("contact,body", ["--budget", "7"], "lsq", 7),
 ])
 def test_the_command_line_passes_the_resolved_method_and_budget(tmp_path, monkeypatch,

@@ -91,6 +91,6 @@ def test_the_command_line_gives_the_same_reason(hinge_csv, tmp_path):
     code, _, stderr = quiet_main(*["calibrate", "--scene", str(HINGE), "--data", str(hinge_csv),
                                   "--out", str(tmp_path / "cal"), "--params",
                                   "lateral_friction,body.nolink.com_x", "--method",
-                                  "nevergrad", "--budget", "2"])
+                                  "lsq", "--budget", "2"])
     assert code == 2 and "the object has no link 'nolink': its links are base, arm" in stderr
     assert "Traceback" not in stderr

@@ -117,7 +117,7 @@ def test_body_calibration_and_export_outside_the_package(package_object, tmp_pat
     urdf, data = package_object
     export = tmp_path / "exports" / "thing_calibrated.urdf"
     code, _, stderr = quiet_main("calibrate", "--scene", urdf, "--data", data, "--params",
-                                 "contact,body", "--method", "nevergrad", "--budget", "2",
+                                 "contact,body", "--method", "lsq", "--budget", "23",
                                  "--split", "all", "--no-plots", "--quiet", "--out",
                                  tmp_path / "cal", "--export-urdf", export)
     assert code == 0, stderr
@@ -216,7 +216,7 @@ def test_calibrate_on_a_missing_mesh_is_one_error_and_no_output(package_object, 
     broken.write_text(urdf.read_text().replace("meshes/box.obj", "meshes/gone.obj"))
     try:
         code, _, stderr = quiet_main("calibrate", "--scene", broken, "--data", data,
-                                     "--params", "contact,body", "--method", "nevergrad",
+                                     "--params", "contact,body", "--method", "lsq",
                                      "--budget", "2", "--out", tmp_path / "cal",
                                      "--export-urdf", tmp_path / "x.urdf")
     finally:

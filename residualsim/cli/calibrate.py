@@ -41,10 +41,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.held_out import held_out_note
 
     check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
-    args.method, warning = resolve_method(args.method, args.params.split(","))
+    args.method = resolve_method(args.method, args.params.split(","))
     args.budget = args.budget or default_budget(args.method, args.params.split(","))
-    if warning:
-        _note(args, warning)
     if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
         raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
                              "trajectories of a free body")
@@ -152,7 +150,8 @@ def register(commands) -> None:
                      "trajectory error, finite differences, --budget parameter sets; body and "
                      "joints in stages) or mpec (complementarity-constrained, no simulator; fits "
                      "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
-                     "homotopy or mh (default: lsq with body or joint names, else mh)")
+                     "homotopy or mh (default: lsq with body or joint names, else mh; mh "
+                     "and nevergrad are refused for body or joint names)")
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
                      help="mh: start the chains at the best Sobol points (default) or at the "
                      "MPEC estimate (written to OUT/mpec-init)")

@@ -82,25 +82,29 @@ def names_body(names: Sequence[str]) -> bool:
     return any(n.strip() in ("body", "joints") or is_body_name(n.strip()) for n in names)
 
 
-def resolve_method(method: str | None, names: Sequence[str]) -> tuple[str, str | None]:
-    """``calibrate``'s method and a warning for the user, or None.
+def resolve_method(method: str | None, names: Sequence[str]) -> str:
+    """``calibrate``'s method: ``lsq`` when none is named and ``names`` hold body or joint
+    parameters (or their groups ``body``, ``joints``), else ``mh``.
 
-    With no method named: ``lsq`` when ``names`` hold body or joint parameters (or their
-    groups ``body``, ``joints``), else ``mh``. Only ``lsq`` fits the body in stages (free
-    flight, then contact, then the weak directions) with each pose-only recording's initial
-    state solved beside the body; on pose-only real recordings nevergrad over body, joints
-    and contact together returned a body predicting held-out recordings 1.745x worse than
-    PyBullet's defaults, lsq 0.887x (issue 48; train/README.md §22). ``mh`` or
-    ``nevergrad`` named with body names runs, with a warning saying so.
+    Only ``lsq`` fits the body in stages (free flight, then contact, then the weak
+    directions) with each pose-only recording's initial state solved beside the body; on
+    pose-only recordings nevergrad over body, joints and contact together returned a body
+    predicting held-out recordings 1.745x worse than PyBullet's defaults, lsq 0.887x (issue
+    48; train/README.md §22). ``mh`` or ``nevergrad`` named with body or joint names is
+    therefore refused (:class:`ParameterError` naming ``--method lsq``); the library's
+    :func:`~residualsim.sysid.calibrate.calibrate` still takes them, for studies.
     """
     body = names_body(names)
     if method is None:
-        return ("lsq" if body else "mh"), None
+        return "lsq" if body else "mh"
     if body and method in ("mh", "nevergrad"):
-        return method, (f"warning: --method {method} searches the body, joints and contact "
-                        "together; lsq (the default with body or joint names) fits them in "
-                        "stages and did better on pose-only recordings (train/README.md §22)")
-    return method, None
+        raise ParameterError(
+            f"--method {method} is refused for body or joint parameters: it searches them "
+            "together with the contact, which on pose-only recordings found bodies worse "
+            "than PyBullet's defaults; use --method lsq (the default with body or joint "
+            "names), which stages free flight -> contact -> weak directions "
+            "(train/README.md §22)")
+    return method
 
 
 #: ``calibrate --budget`` when none is given, and for ``lsq`` with body or joint names:

@@ -7,7 +7,9 @@ recording and for all of them together, what that stage would see at the user's 
 forward-difference Jacobian (:func:`~residualsim.sysid.lsq.forward_differences`, the same
 step and horizon: the samples before the first contact less
 :data:`~residualsim.sysid.lsq.FLIGHT_MARGIN_S`) of the free flight's pose residuals over the
-parameters' unit coordinates, at each recording's initial state.
+parameters' unit coordinates, at each recording's initial state. The report covers the
+first flights only: the body stage also fits the later flights between bounces
+(:mod:`residualsim.sysid.flight_segments`), so it sees at least this much.
 
 A recording of poses only had its initial state fitted when it was read; the body stage
 searches that state beside the body (:mod:`residualsim.sysid.joint_states`), so whatever a

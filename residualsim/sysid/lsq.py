@@ -24,7 +24,8 @@ Contact segments identify the contact coefficients. So with body or joint names:
 
 1. ``body``: body and joints on each recording's free flight (the samples before its first
    contact, :func:`residualsim.sim.recordings.free_flight_samples`, at most 30; difference
-   step 0.5 %), ``budget`` parameter sets;
+   step 0.5 %) and on its later flights between bounces, each fitted as a recording of its
+   own (:mod:`residualsim.sysid.flight_segments`), ``budget`` parameter sets;
 2. ``contact``: the contact coefficients with that body on the free flight plus the first
    :data:`IMPACT_SECONDS` of contact, at most 12 (k + 1) sets for k coefficients. Whole
    recordings were tried first: their later contacts are chaotic, and with 210 synthetic
@@ -425,6 +426,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     from residualsim.sysid.bodyspace import is_body_name
     from residualsim.sysid.identifiability import (WeakSubspace, describe, weak_basis,
                                                    weak_directions)
+    from residualsim.sysid.flight_segments import flight_segments
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
     from residualsim.sim.recordings import fit_starts
 
@@ -441,7 +443,6 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
         plan = [("all", space.names, budget, DEFAULT_STEP)]
     stages, history, evaluations, failed, found = [], [], 0, 0, None
     weak, flight_weak, flight_ridge, warnings = [], [], None, []  # the body stage's weak ones
-    estimated = estimated_ids(train) if body else []
     for stage, names, stage_budget, step in plan:
         index = [space.names.index(n) for n in names]
         sub = ParamSpace(names, bounds={n: (space.parameters[i].low, space.parameters[i].high)
@@ -465,14 +466,19 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             train = likelihood.trajectories if stage == "all" else fit_starts(
                 scene, train, likelihood.settings, space.engine_params(values), n_workers,
                 estimated=False, recorded=True)  # pose-only: solved in the body stage
+        fitted, segments = train, {}
+        if stage == "body":  # the later flights too, each a recording of its own
+            segments = flight_segments(scene, train, likelihood.settings,
+                                       space.engine_params(values), n_workers)
+            fitted = {**train, **segments}
         if stage == "all":
             target, block = likelihood, None
         else:
-            horizons = flight_horizons(scene, train, likelihood.settings,
+            horizons = flight_horizons(scene, fitted, likelihood.settings,
                                        0.0 if stage == "body" else IMPACT_SECONDS)
-            target = OffsetResiduals(scene, train, likelihood.settings, horizons,
-                                     estimated if stage == "body" else [], n_workers,
-                                     rotation_weight)
+            target = OffsetResiduals(scene, fitted, likelihood.settings, horizons,
+                                     estimated_ids(fitted) if stage == "body" else [],
+                                     n_workers, rotation_weight)
             block = target.block if target.block.items else None
 
         def evaluate(x: np.ndarray, offsets: np.ndarray | None = None, target=target,
@@ -502,15 +508,18 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                 evaluate, sub, budget=stage_budget, step=step, n_items=likelihood.n_items,
                 start=start, checkpoint=out / "lsq-checkpoint" / stage,
                 resume=resume, fingerprint={**fingerprint, "stage": stage,
-                                            "fixed": fixed.tolist()}, progress=progress,
+                                            "fixed": fixed.tolist(),
+                                            **({"segments": list(segments)} if segments
+                                               else {})}, progress=progress,
                 states=block, simplex=stage in ("all", "contact"),
                 anchor=ridge if stage == "impact" else any(is_body_name(n) for n in names))
         finally:
             if target is not likelihood:
                 target.close()
-        if "offsets" in found:
-            train = apply_offsets(scene, train, [target.ids[i] for i, _, _ in block.items],
-                                  found["offsets"])
+        if "offsets" in found:  # the recordings' own starts (the segments are dropped)
+            ids = [target.ids[i] for i, _, _ in block.items]
+            own = [j for j, key in enumerate(ids) if key in train]
+            train = apply_offsets(scene, train, [ids[j] for j in own], found["offsets"][own])
         values[index] = found["x"]
         history += [{**row, "stage": stage, "x": full(np.array([row["x"]]))[0].tolist()}
                     for row in found["history"]]
@@ -534,6 +543,7 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                        "loss": found["loss"], "status": found["status"],
                        **({"samples": int(np.sum(horizons))} if stage != "all" else {}),
                        **({"initial_states": len(block.items)} if block else {}),
+                       **({"flight_segments": len(segments)} if stage == "body" else {}),
                        **({"weak_directions": weak} if stage == "body" else {}),
                        **({"directions": [{**w, "step": float(a), "response_m": float(r)}
                                           for w, a, r in zip(weak, moved, seen)]}
