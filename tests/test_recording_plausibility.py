@@ -72,15 +72,23 @@ def test_wrong_units_and_axes_are_refused_naming_the_cause(tosses, change, cause
         prepare_recordings(HINGE, trajs)
 
 
-@pytest.mark.parametrize("factor, unit", [(1e3, "milliseconds"), (1e9, "nanoseconds")])
-def test_times_in_another_unit_are_refused_by_their_rate(tosses, factor, unit):
+@pytest.mark.parametrize("factor, unit, refusal", [
+    (1e3, "milliseconds", r"slower than 10 Hz \(t in seconds\).*pass --allow-implausible"),
+    (1e9, "nanoseconds", r"longer than 1e\+06 s, not a recording with t in seconds.*does not "
+                         r"accept it")])
+def test_times_in_another_unit_are_refused_by_their_rate(tosses, factor, unit, refusal):
     """Checked before gravity: a recording whose free flight is too short for the gravity
-    fit got through in milliseconds or nanoseconds (0.1 Hz, 1e-7 Hz), exit 0."""
+    fit got through in milliseconds or nanoseconds (0.1 Hz, 1e-7 Hz), exit 0. Longer than
+    1e6 s (a 1 s toss in nanoseconds) it is refused even with --allow-implausible (1e300 s
+    was a LinAlgError traceback in the gravity fit)."""
     trajs = _changed(tosses["hinge"], times_s=lambda t: factor * t.times_s)
-    with pytest.raises(DataError, match=rf"csv:.*synthetic-0\.csv: 100 samples over .* Hz, "
-                                        rf"slower than 10 Hz.*times look like {unit}.*pass "
-                                        r"--allow-implausible"):
+    with pytest.raises(DataError, match=rf"csv:.*synthetic-0\.csv: 100 samples over .* Hz"
+                                        rf".*{refusal}"):
         prepare_recordings(HINGE, trajs)
+    with allow_implausible():
+        if factor > 1e6:
+            with pytest.raises(DataError, match=f"times look like {unit}"):
+                prepare_recordings(HINGE, trajs)
 
 
 def test_allow_implausible_lets_the_units_through_with_a_warning(tosses, caplog):
