@@ -255,12 +255,12 @@ class BeliefStep:
                 "components": 0 if self.belief is None else self.belief.n_components}
 
 
-def check_batch_size(batch_size) -> int | None:
+def check_batch_size(batch_size, name: str = "batch_size") -> int | None:
     """``batch_size`` (bodies per PyBullet world in a belief step's rollouts) as None or an
-    int >= 1, else a ParameterError naming it."""
+    int >= 1, else a ParameterError naming it as ``name``."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
             batch_size, (int, np.integer)) or batch_size < 1):
-        raise ParameterError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
+        raise ParameterError(f"{name} must be None or an integer >= 1, got {batch_size!r}")
     return None if batch_size is None else int(batch_size)
 
 
