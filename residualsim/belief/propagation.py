@@ -227,8 +227,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
     residual's Gaussians added exactly; ``n_particles`` unused). Stops early when a step
     leaves no belief. ``horizon_s`` bounds the time searched for each event;
-    ``step_options`` go to the step function (the particle step's ``batch_size``: bodies
-    per PyBullet world, None automatic, 1 one particle at a time). ``workers``: running
+    ``step_options`` go to the step function (either step's ``batch_size``: bodies per
+    PyBullet world in its rollouts, None automatic, 1 one at a time). ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
     same steps for any number of workers.

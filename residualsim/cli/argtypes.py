@@ -12,7 +12,8 @@ from residualsim.errors import ParameterError
 
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
            "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
-           "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size"]
+           "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size",
+           "draw_counts"]
 
 
 def count(minimum: int, maximum: int | None = None):
