@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from residualsim.belief.conjugate_rollouts import EventProbe, SigmaRequest, sigma_tasks
+from residualsim.belief.conjugate_rollouts import (EventProbe, SigmaRequest, sigma_tasks,
+                                                   unpack_outcomes)
 from residualsim.belief.mixture import GaussianMixtureBelief
 from residualsim.belief.propagation import propagate_belief
 from residualsim.belief.simulator import INITIAL_STD, toss_state
@@ -62,9 +63,9 @@ def test_batched_draws_meet_their_lone_events(model, features):
     probe = EventProbe(policy.n_outputs, *features)
     states = _draws()
     with Engine(model.scene, model.params, model.settings()) as engine:
-        runs = {size: dict(sigma_tasks(engine, 0, SigmaRequest(
+        runs = {size: unpack_outcomes([sigma_tasks(engine, 0, SigmaRequest(
             n_slots=1, states=states, params=model.params, probe=probe, guard=model.guard,
-            max_steps=400, penetration_tolerance_m=0.002, batch_size=size)))
+            max_steps=400, penetration_tolerance_m=0.002, batch_size=size))], len(states))
             for size in (1, 7, None)}
     lone = runs[1]
     statuses = [lone[i][0] for i in range(len(states))]

@@ -79,7 +79,8 @@ import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, check_batch_size)
-from residualsim.belief.conjugate_rollouts import EventProbe, SigmaRequest, sigma_tasks
+from residualsim.belief.conjugate_rollouts import (EventProbe, SigmaRequest, sigma_tasks,
+                                                   unpack_outcomes)
 from residualsim.belief.draws import sigma_points, stratified_draws
 from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
                                           mixture_bic, per_draw_moments, positive_definite,
@@ -348,8 +349,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         guard=model.guard, max_steps=int(max_steps),
         penetration_tolerance_m=float(penetration_tolerance_m), batch_size=batch_size)
     start = time.perf_counter()
-    results = dict(pair for chunk in workers.map(sigma_tasks, request) for pair in chunk)
-    outcomes = [results[i] for i in range(len(states))]
+    outcomes = unpack_outcomes(workers.map(sigma_tasks, request), len(states))
     stepped = dict(engine_steps=sum(o[4] for o in outcomes), rollout_s=time.perf_counter() -
                    start, engine_runs=(np.array([o[5] for o in outcomes]),
                                        np.array([o[4] for o in outcomes])))

@@ -27,7 +27,7 @@ import numpy as np
 
 from residualsim.belief.mixture import event_outcome, event_outcomes, slot_particles
 
-__all__ = ["EventProbe", "SigmaRequest", "sigma_outcome", "sigma_tasks"]
+__all__ = ["EventProbe", "SigmaRequest", "sigma_outcome", "sigma_tasks", "unpack_outcomes"]
 
 
 class EventProbe:
@@ -108,26 +108,65 @@ def _touching_normal_rows(engine, guard) -> np.ndarray:
     return np.array(rows).reshape(len(rows), -1)
 
 
-def sigma_tasks(engine, slot: int, request: SigmaRequest) -> list:
-    """Worker function: [(index, :func:`sigma_outcome`'s tuple)] for the draws of ``slot``
-    (every ``n_slots``-th from it), in batched worlds unless ``batch_size`` is 1 or the
-    scene or probe needs the lone path."""
+def sigma_tasks(engine, slot: int, request: SigmaRequest) -> tuple:
+    """Worker function: the outcomes (:func:`sigma_outcome`) of the draws of ``slot``
+    (every ``n_slots``-th from it), packed in a few arrays (:func:`unpack_outcomes` gives the
+    tuples back: thousands of small arrays cost a quarter of the rollouts' time to send);
+    in batched worlds unless ``batch_size`` is 1 or the scene or probe needs the lone
+    path."""
     from residualsim.sim.batch import batch_unsupported, first_events
 
     indices = list(range(slot, len(request.states), request.n_slots))
     if not indices or request.batch_size == 1 or batch_unsupported(
             engine.scene, request.probe, request.guard) is not None:
-        return [(index, sigma_outcome(engine, state, request))
-                for index, state, _ in slot_particles(engine, slot, request)]
+        return _pack(indices, [sigma_outcome(engine, state, request)
+                               for _, state, _ in slot_particles(engine, slot, request)],
+                     request.states.shape[1])
     if engine.params != request.params:
         engine.set_params(request.params)
     runs = first_events(engine, request.states[indices], request.max_steps, request.probe,
                         None, request.guard, request.batch_size)
-    return list(zip(indices, _batched_outcomes(engine, runs, request)))
+    return _batched_outcomes(indices, engine, runs, request)
 
 
-def _batched_outcomes(engine, runs, request: SigmaRequest) -> list:
-    """:func:`sigma_outcome`'s tuples from a batch's first events (``runs``, a
+def _pack(indices: list, outcomes: list, width: int) -> tuple:
+    """(indices, statuses, post states (n, width), steps (n,), engine steps (n,), engine
+    starts (n, width), events) with events None or, over the draws with one in order:
+    (features, M⁻¹Jᵀ, J q̇, J M⁻¹Jᵀ, budgets, touching points per event, normal velocities,
+    their changes, floors), the touching points' rows stacked."""
+    ok = [o[3] for o in outcomes if o[3] is not None]
+    events = None
+    if ok:
+        events = (*(np.array([e[k] for e in ok]) for k in range(5)),
+                  np.array([len(e[5][0]) for e in ok]),
+                  *(np.concatenate([e[5][k] for e in ok]) for k in range(3)))
+    return (indices, [o[0] for o in outcomes],
+            np.array([o[1] for o in outcomes]).reshape(-1, width),
+            np.array([o[2] for o in outcomes], dtype=np.int64),
+            np.array([o[4] for o in outcomes], dtype=np.int64),
+            np.array([o[5] for o in outcomes]).reshape(-1, width), events)
+
+
+def unpack_outcomes(chunks: list, n: int) -> list:
+    """The :func:`sigma_outcome` tuples of draws 0..n-1 from the workers' packed chunks
+    (:func:`sigma_tasks`)."""
+    out: list = [None] * n
+    for indices, statuses, post, steps, stepped, starts, events in chunks:
+        described = iter(())
+        if events is not None:
+            features, jump, velocity, inverse, budget, counts, normal, change, floor = events
+            edges = np.cumsum(counts)[:-1]
+            described = zip(features, jump, velocity, inverse, budget.tolist(),
+                            zip(np.split(normal, edges), np.split(change, edges),
+                                np.split(floor, edges)))
+        for k, (index, status) in enumerate(zip(indices, statuses)):
+            event = next(described) if status == "ok" else None
+            out[index] = (status, post[k], int(steps[k]), event, int(stepped[k]), starts[k])
+    return out
+
+
+def _batched_outcomes(indices: list, engine, runs, request: SigmaRequest) -> tuple:
+    """:func:`sigma_tasks`' packed outcomes from a batch's first events (``runs``, a
     :class:`~residualsim.sim.batch.FirstEvents` run with the probe): the events'
     descriptions computed for all draws at once."""
     from residualsim.sim.batch_events import normal_rows
@@ -136,22 +175,19 @@ def _batched_outcomes(engine, runs, request: SigmaRequest) -> list:
     statuses, budgets = event_outcomes(engine.scene, runs, guard,
                                        request.penetration_tolerance_m, budgets=True)
     owners = np.flatnonzero(runs.n_events)
-    events: dict = {}
-    if len(owners):
+    ok = np.array([statuses[k] == "ok" for k in owners.tolist()], dtype=bool)
+    events = None
+    if ok.any():
         models = runs.models
-        jac, jump = models.jacobian, models.inverse_jt
-        qdot = runs.post_states[owners, 7:13]  # generalised velocity after the step
-        velocity = np.einsum("eij,ej->ei", jac, qdot)
-        inverse_inertia = np.einsum("eij,ejk->eik", jac, jump)
-        rows, owner = normal_rows(runs.touching, models.centre)
+        jac, jump = models.jacobian[ok], models.inverse_jt[ok]
+        qdot = runs.post_states[owners[ok], 7:13]  # generalised velocity after the step
+        touching = [t for t, keep in zip(runs.touching, ok.tolist()) if keep]
+        rows, owner = normal_rows(touching, models.centre[ok])
         normal = (rows * qdot[owner]).sum(axis=1)
-        change = np.einsum("pi,pik->pk", rows, jump[owner])
-        floors = np.minimum(0.0, normal) - guard.penetration_tolerance_m / engine.dt_s
-        for e, k in enumerate(owners.tolist()):
-            if statuses[k] == "ok":
-                mine = owner == e
-                events[k] = (models.features[e], jump[e], velocity[e], inverse_inertia[e],
-                             float(budgets[k]), (normal[mine], change[mine], floors[mine]))
-    return [(status, runs.post_states[k], int(runs.samples[k]), events.get(k),
-             int(runs.engine_steps[k]), runs.engine_starts[k])
-            for k, status in enumerate(statuses)]
+        events = (models.features[ok], jump, np.einsum("eij,ej->ei", jac, qdot),
+                  np.einsum("eij,ejk->eik", jac, jump), budgets[owners[ok]],
+                  np.array([len(t) for t in touching]), normal,
+                  np.einsum("pi,pik->pk", rows, jump[owner]),
+                  np.minimum(0.0, normal) - guard.penetration_tolerance_m / engine.dt_s)
+    return (indices, statuses, runs.post_states, runs.samples, runs.engine_steps,
+            runs.engine_starts, events)
