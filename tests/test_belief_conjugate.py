@@ -502,7 +502,7 @@ def test_the_event_probe_records_the_engine_rollout_without_guard_work(model, in
     """The conjugate step's rollouts apply nothing at the event (``observes_only``): the
     same states, event features and contact model as a rollout whose policy gives a zero
     impulse through the guard, and the same verdict on the engine's own energy."""
-    from residualsim.belief.conjugate import _EventProbe
+    from residualsim.belief.conjugate_rollouts import EventProbe as _EventProbe
     from residualsim.belief.mixture import event_outcome
     from residualsim.sim.pool import EngineFactory
     from residualsim.sim.rollout import residual_rollout

@@ -201,6 +201,7 @@ NAN, INF = float("nan"), float("inf")
     ("belief_events", 0), ("belief_events", 10 ** 9), ("belief_events", True),
     ("n_workers", 0), ("n_workers", -1), ("n_workers", 10 ** 6),
     ("stochastic", "no"), ("belief_method", "magic"), ("render_mode", "human"),
+    ("belief_batch_size", 0), ("belief_batch_size", 2.5),
 ])
 @pytest.mark.filterwarnings("ignore:.*render_mode:UserWarning")  # the bad value
 def test_cube_refuses_bad_arguments_at_construction(cube_model, name, value):

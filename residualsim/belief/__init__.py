@@ -4,7 +4,8 @@
 * :mod:`~residualsim.belief.propagation`: beliefs from contact to contact, the particle step
   (particles rejected when they penetrate or gain energy).
 * :mod:`~residualsim.belief.conjugate`: the conjugate step (sigma points, the residual's
-  Gaussians added exactly), with :mod:`~residualsim.belief.reduction` (Runnalls' merging).
+  Gaussians added exactly), with :mod:`~residualsim.belief.reduction` (Runnalls' merging)
+  and :mod:`~residualsim.belief.conjugate_rollouts` (its rollouts, in batched worlds).
 * :mod:`~residualsim.belief.distance`: the energy distance between two beliefs.
 * :mod:`~residualsim.belief.simulator`: :class:`StochasticSimulator`, sampled rollouts.
 * :mod:`~residualsim.belief.envs`: gymnasium environments (``residualsim/CubeToss-v0``,

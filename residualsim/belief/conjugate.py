@@ -18,9 +18,11 @@ component N(μ_k, Σ_k) of the belief (tangent coordinates, :mod:`.mixture`; d o
    that bounces once more before its event): energy distance summed over 3 contacts, 4
    validation tosses, 3000-particle reference, 0.90 against 0.50 with 150 draws.
 2. **Flight and the event, deterministically.** Each point is rolled out by the engine
-   (no residual) to the end of its next contact event (``residual_rollout(...,
-   stop_after_events=1)``): y_i, the post-step state, and the event's contact model, M and J
-   (free bodies and articulated objects alike: J acts on the generalised velocity).
+   (no residual) to the end of its next contact event (:mod:`.conjugate_rollouts`: many
+   copies per PyBullet world as the particle step's, or ``residual_rollout(...,
+   stop_after_events=1)`` one at a time): y_i, the post-step state, and the event's contact
+   model, M and J (free bodies and articulated objects alike: J acts on the generalised
+   velocity).
 3. **The residual, exactly.** The residual policy's output at that event is a Gaussian
    mixture over the impulse p (contact frame, N s): Σ_j w_ij N(m_ij, S_ij). An impulse
    changes the generalised velocity linearly, Δq̇ = M⁻¹Jᵀp, so given the point the
@@ -70,16 +72,15 @@ worker count.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
-from typing import Any
 
 import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
-                                        GaussianMixtureBelief, StateTangent, event_outcome,
-                                        slot_particles)
+                                        GaussianMixtureBelief, StateTangent, check_batch_size)
+from residualsim.belief.conjugate_rollouts import (EventProbe, SigmaRequest, sigma_tasks,
+                                                   unpack_outcomes)
 from residualsim.belief.draws import sigma_points, stratified_draws
 from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_point,
                                           mixture_bic, per_draw_moments, positive_definite,
@@ -195,84 +196,6 @@ def component_kernels(weights: np.ndarray, outcomes: np.ndarray, jumps: np.ndarr
     return out
 
 
-class _EventProbe:
-    """Stands in for the residual policy in the sigma points' rollouts: the rollout records
-    each event's features (spin and contact mode as the policy wants them) and contact
-    model and applies nothing (``observes_only``: no guard work for a zero impulse; the
-    step judges the engine's own energy change by :func:`event_outcome`)."""
-
-    observes_only = True
-
-    def __init__(self, n_outputs: int, spin: bool, contact_mode: bool) -> None:
-        self.n_outputs, self.spin, self.contact_mode = n_outputs, spin, contact_mode
-
-    def mean(self, features: np.ndarray) -> np.ndarray:
-        return np.zeros(self.n_outputs)
-
-
-@dataclasses.dataclass(frozen=True)
-class _SigmaRequest:
-    n_slots: int
-    states: np.ndarray
-    params: Any  # EngineParams
-    probe: Any  # _EventProbe, or a SustainedPolicy around one
-    guard: Any
-    max_steps: int
-    penetration_tolerance_m: float
-    seeds: None = None
-
-
-def _sigma_outcome(engine, state: np.ndarray, request: _SigmaRequest) -> tuple:
-    """One sigma point to the end of its next event without residual: (status, post state,
-    steps, event) with event = (features, M⁻¹Jᵀ (nv, k), contact velocity after the step
-    J q̇ (k,) m/s, J M⁻¹ Jᵀ (k, k), energy budget J, (normal velocity (n,) m/s, its change
-    per unit impulse (n, k), floor (n,) m/s) of the n touching points) or None."""
-    from residualsim.sim.rollout import residual_rollout
-
-    run = residual_rollout(engine, state, request.max_steps, request.probe, None,
-                           request.guard, stop_after_events=1)
-    steps = len(run.states) - 1
-    status, budget = event_outcome(engine, run, request.guard, request.penetration_tolerance_m)
-    stepped = (run.engine_steps, np.full(len(state), np.nan) if run.engine_start is None
-               else run.engine_start)  # for the beliefs bench's bare loop
-    if status != "ok":
-        return status, run.states[-1], steps, None, *stepped
-    scene = engine.scene
-    model = run.contact_models[-1]
-    jump = np.linalg.solve(model.mass_matrix, model.jacobian.T)
-    qdot = scene.generalized_velocity_of(run.states[-1])
-    rows = _touching_normal_rows(engine, request.guard)
-    normal = rows @ qdot  # every touching point's normal velocity now, m/s
-    floors = np.minimum(0.0, normal) - request.guard.penetration_tolerance_m / engine.dt_s
-    return "ok", run.states[-1], steps, (run.features[-1], jump, model.jacobian @ qdot,
-                                         model.jacobian @ jump, float(budget),
-                                         (normal, rows @ jump, floors)), *stepped
-
-
-def _touching_normal_rows(engine, guard) -> np.ndarray:
-    """(n, nv): the normal rows n_pᵀ J_p of the points the contact guard checks after an
-    event step (the engine at the post-step state): the touching points, or at an impact
-    hidden inside the step the nearest corner(s), as the rollout's corrector takes them."""
-    from residualsim.sim.bullet import pb
-    from residualsim.sim.contact import is_touching
-
-    scene, cid = engine.scene, engine.client
-    points = [p for p in pb.getContactPoints(scene.body, scene.static_body, scene.link, -1,
-                                             physicsClientId=cid) if is_touching(p)]
-    if not points:
-        near = pb.getClosestPoints(scene.body, scene.static_body, guard.new_point_distance_m,
-                                   scene.link, -1, physicsClientId=cid)
-        closest = min((p[8] for p in near), default=0.0)
-        points = [p for p in near if p[8] <= closest + 1e-3]
-    rows = [np.asarray(p[7]) @ engine.point_jacobian(np.asarray(p[6]), p[3]) for p in points]
-    return np.array(rows).reshape(len(rows), -1)
-
-
-def _sigma_tasks(engine, slot: int, request: _SigmaRequest) -> list:
-    return [(index, _sigma_outcome(engine, state, request))
-            for index, state, _ in slot_particles(engine, slot, request)]
-
-
 def _guarded_impulses(means: np.ndarray, std: np.ndarray, draws: np.ndarray, event: tuple,
                       feasibility: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The residual impulse at one event under the contact guard's limits, per residual
@@ -364,8 +287,8 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
                    kernel_bandwidth: float | None = None, draws: int | None = DRAWS,
                    em_iterations: int = EM_ITERATIONS, reduction: str = "samples",
                    impulse_samples: int = IMPULSE_SAMPLES, match_moments: bool = True,
-                   refit: str = "em", refit_samples: int = REFIT_SAMPLES
-                   ) -> BeliefStep:
+                   refit: str = "em", refit_samples: int = REFIT_SAMPLES,
+                   batch_size: int | None = None) -> BeliefStep:
     """The conjugate step from ``belief`` to the end of the next contact event (module
     docstring); arguments as :func:`~residualsim.belief.propagation.stochastic_step`, plus
     ``max_components`` K (None: no reduction, one Gaussian per draw), ``draws`` (None:
@@ -379,9 +302,13 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     "bic" the same for 1..K, the least BIC counting the samples as ``refit_samples`` data;
     "resample" / "resample-k" a systematic resample of ``refit_samples`` states refitted
     as the particle step refits, BIC over 1..K / K fixed; none closer than "em", train/README
-    §10 sixth round), ``feasibility`` and ``feasibility_draws``. The returned step's ``particles`` are the accepted points'
+    §10 sixth round), ``feasibility`` and ``feasibility_draws``; ``batch_size`` copies of
+    the body per PyBullet world in the rollouts (:mod:`.conjugate_rollouts`; None
+    automatic, 1 one draw at a time: the same statuses and post-event states, the events'
+    descriptions within rounding). The returned step's ``particles`` are the accepted points'
     post-event states with the residual's mean added; its counts are over points (one
     engine rollout each) and its ``rejected_fraction`` is the removed probability mass."""
+    batch_size = check_batch_size(batch_size)
     if feasibility not in ("clamp", "truncate"):
         raise ParameterError(f"feasibility must be 'clamp' or 'truncate', got {feasibility!r}")
     if refit not in REFITS:
@@ -403,7 +330,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     coefficients = getattr(policy, "coefficients", None)  # acts in the engine's rollouts
     if coefficients is not None:
         policy = policy.impulses
-    probe = _EventProbe(policy.n_outputs, policy.spin, policy.contact_mode)
+    probe = EventProbe(policy.n_outputs, policy.spin, policy.contact_mode)
     if coefficients is not None:
         from residualsim.residual.coefficients import SustainedPolicy
 
@@ -416,14 +343,13 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
     owner = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(groups)])
     point_weights = np.concatenate([w for _, w in groups])
     states = belief.tangent.from_tangent(points)
-    request = _SigmaRequest(
+    request = SigmaRequest(
         n_slots=len(workers.items), states=states, params=model.params,
         probe=probe,
         guard=model.guard, max_steps=int(max_steps),
-        penetration_tolerance_m=float(penetration_tolerance_m))
+        penetration_tolerance_m=float(penetration_tolerance_m), batch_size=batch_size)
     start = time.perf_counter()
-    results = dict(pair for chunk in workers.map(_sigma_tasks, request) for pair in chunk)
-    outcomes = [results[i] for i in range(len(states))]
+    outcomes = unpack_outcomes(workers.map(sigma_tasks, request), len(states))
     stepped = dict(engine_steps=sum(o[4] for o in outcomes), rollout_s=time.perf_counter() -
                    start, engine_runs=(np.array([o[5] for o in outcomes]),
                                        np.array([o[4] for o in outcomes])))

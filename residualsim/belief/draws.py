@@ -90,7 +90,9 @@ def stratified_draws(belief: GaussianMixtureBelief, n: int, rng: np.random.Gener
             groups.append((np.empty((0, d)), np.empty(0)))
             continue
         values, vectors = np.linalg.eigh(0.5 * (cov + cov.T))
-        root = vectors * np.sqrt(np.clip(values, 0.0, None))
+        # the symmetric square root: unique, so the draws move continuously with Σ_k (with
+        # V √Λ alone, nearly equal eigenvalues let rounding turn V, and the draws with it)
+        root = (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
         z = _standardised(units[k]) if match_moments else units[k]
         groups.append((mu + z @ root.T, np.full(int(count), 1.0 / count)))
     return groups

@@ -130,6 +130,9 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
     belief_method : "particles" (default) or "conjugate"
         (:func:`~residualsim.belief.propagation.propagate_belief`); with "conjugate" any
         ``belief_particles`` > 0 just turns the beliefs on.
+    belief_batch_size : bodies per PyBullet world in the beliefs' rollouts (None, the
+        default: automatic; 1: one at a time; :mod:`residualsim.sim.batch`). The beliefs
+        are the same either way, within rounding of the event corrections.
     n_workers : worker processes of the simulator.
 
     Every argument is checked at construction (:mod:`residualsim.belief.env_settings` lists
@@ -148,7 +151,9 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
                  target_low: tuple[float, float] = (-0.3, -0.3),
                  target_high: tuple[float, float] = (0.3, 0.3),
                  belief_particles: int = 32, belief_events: int = 3, n_workers: int = 1,
-                 render_mode: str | None = None, belief_method: str = "particles") -> None:
+                 render_mode: str | None = None, belief_method: str = "particles",
+                 belief_batch_size: int | None = None) -> None:
+        from residualsim.belief.mixture import check_batch_size
         from residualsim.belief.simulator import StochasticSimulator
 
         if render_mode is not None:
@@ -164,6 +169,7 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         if not isinstance(stochastic, (bool, np.bool_)):
             raise ParameterError(f"stochastic must be True or False, got {stochastic!r}")
         self.belief_method = belief_method
+        self.belief_batch_size = check_batch_size(belief_batch_size, "belief_batch_size")
         self.render_mode = render_mode
         self.stochastic = bool(stochastic)
         self.horizon_s = settings.finite_number("horizon_s", horizon_s, 0.0,
@@ -245,7 +251,8 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
                                        n_particles=self.belief_particles,
                                        seed=int(self.np_random.integers(2 ** 31)),
                                        deterministic_residual=not self.stochastic,
-                                       method=self.belief_method)
+                                       method=self.belief_method,
+                                       batch_size=self.belief_batch_size)
         out = []
         for step in steps:
             summary = step.summary()

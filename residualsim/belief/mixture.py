@@ -28,7 +28,8 @@ from residualsim.errors import ParameterError
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
-           "event_outcome", "event_outcomes", "PENETRATION_TOLERANCE_M"]
+           "event_outcome", "event_outcomes", "check_batch_size",
+           "PENETRATION_TOLERANCE_M"]
 
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
@@ -254,6 +255,15 @@ class BeliefStep:
                 "components": 0 if self.belief is None else self.belief.n_components}
 
 
+def check_batch_size(batch_size, name: str = "batch_size") -> int | None:
+    """``batch_size`` (bodies per PyBullet world in a belief step's rollouts) as None or an
+    int >= 1, else a ParameterError naming it as ``name``."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+            batch_size, (int, np.integer)) or batch_size < 1):
+        raise ParameterError(f"{name} must be None or an integer >= 1, got {batch_size!r}")
+    return None if batch_size is None else int(batch_size)
+
+
 def slot_particles(engine, slot: int, request) -> Iterator[tuple[int, np.ndarray, Any]]:
     """The particles worker ``slot`` runs: (index, initial state, random generator or None)
     for every ``request.n_slots``-th state from ``slot``, with the engine set to
@@ -286,23 +296,23 @@ def event_outcome(engine, run, guard, penetration_tolerance_m: float) -> tuple[s
     return "ok", budget
 
 
-def event_outcomes(scene, runs, guard, penetration_tolerance_m: float) -> list[str]:
+def event_outcomes(scene, runs, guard, penetration_tolerance_m: float,
+                   budgets: bool = False) -> list[str] | tuple[list[str], np.ndarray]:
     """:func:`event_outcome`'s status for each particle of a batch
     (:class:`~residualsim.sim.batch.FirstEvents` on ``scene``), energies of all particles
-    at once."""
+    at once; ``budgets``: also each particle's energy budget (n,) J, as
+    :func:`event_outcome` gives it (0 where it met no event or sank too deep)."""
     energies = scene.energy(np.concatenate([runs.pre_states, runs.post_states]))
     before, after = np.split(energies, 2)
-    statuses = []
-    for events, deepest, gain, start, end in zip(runs.n_events.tolist(),
-                                                 runs.max_penetration_m.tolist(),
-                                                 runs.engine_gain.tolist(), before.tolist(),
-                                                 after.tolist()):
+    statuses, left = [], np.zeros(len(before))
+    for k, (events, deepest, gain, start, end) in enumerate(zip(
+            runs.n_events.tolist(), runs.max_penetration_m.tolist(),
+            runs.engine_gain.tolist(), before.tolist(), after.tolist())):
         if events == 0:
             statuses.append("no_event")
         elif deepest > penetration_tolerance_m:
             statuses.append("penetration")
-        elif gain or guard.energy_budget_j(start, end) < 0.0:
-            statuses.append("energy")
         else:
-            statuses.append("ok")
-    return statuses
+            left[k] = guard.energy_budget_j(start, end)
+            statuses.append("energy" if gain or left[k] < 0.0 else "ok")
+    return (statuses, left) if budgets else statuses

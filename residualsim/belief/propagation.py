@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
-                                        GaussianMixtureBelief, StateTangent, event_outcome,
-                                        event_outcomes, slot_particles)
+                                        GaussianMixtureBelief, StateTangent, check_batch_size,
+                                        event_outcome, event_outcomes, slot_particles)
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
@@ -179,9 +179,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
     steps and post-event position bit for bit, the velocity within rounding of the
     residual's correction (the tests hold it to 1e-9 m/s and rad/s).
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
-            batch_size, (int, np.integer)) or batch_size < 1):
-        raise ParameterError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
+    batch_size = check_batch_size(batch_size)
     states = belief.sample(int(n_particles), rng)
     base = int(rng.integers(2 ** 63))
     request = _StepRequest(
@@ -190,7 +188,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
         params=model.params, policy=model.sampling_policy() if residual else None,
         guard=model.guard, max_steps=int(max_steps),
         penetration_tolerance_m=float(penetration_tolerance_m),
-        batch_size=None if batch_size is None else int(batch_size))
+        batch_size=batch_size)
     start = time.perf_counter()
     chunks = workers.map(_particle_tasks, request)
     rollout_s = time.perf_counter() - start
@@ -229,8 +227,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
     residual's Gaussians added exactly; ``n_particles`` unused). Stops early when a step
     leaves no belief. ``horizon_s`` bounds the time searched for each event;
-    ``step_options`` go to the step function (the particle step's ``batch_size``: bodies
-    per PyBullet world, None automatic, 1 one particle at a time). ``workers``: running
+    ``step_options`` go to the step function (either step's ``batch_size``: bodies per
+    PyBullet world in its rollouts, None automatic, 1 one at a time). ``workers``: running
     :class:`~residualsim.parallel.ShardedWorkers` over slot indices at the model's settings
     to reuse (else ``n_workers`` are started for this call). Seeded: the same seed gives the
     same steps for any number of workers.

@@ -12,7 +12,8 @@ from residualsim.errors import ParameterError
 
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
            "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
-           "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size"]
+           "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size",
+           "draw_counts"]
 
 
 def count(minimum: int, maximum: int | None = None):
@@ -144,13 +145,24 @@ def belief_methods(text: str) -> tuple[str, ...]:
     return names
 
 
+def _counts_or(text: str, word: str, what: str) -> tuple:
+    """A comma-separated list of integers >= 1 or ``word`` (None)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or not all(n == word or (n.isdigit() and int(n) >= 1) for n in names):
+        raise argparse.ArgumentTypeError(f"{what} must be integers >= 1 or {word!r}, "
+                                         f"comma-separated, got {text!r}")
+    return tuple(None if name == word else int(name) for name in names)
+
+
 def batch_sizes(text: str) -> tuple:
     """--batch-sizes: a comma-separated list of integers >= 1 or "auto" (None)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names or not all(n == "auto" or (n.isdigit() and int(n) >= 1) for n in names):
-        raise argparse.ArgumentTypeError(f"batch sizes must be integers >= 1 or 'auto', "
-                                         f"comma-separated, got {text!r}")
-    return tuple(None if name == "auto" else int(name) for name in names)
+    return _counts_or(text, "auto", "batch sizes")
+
+
+def draw_counts(text: str) -> tuple:
+    """--draws: a comma-separated list of integers >= 1 or "default" (None: the conjugate
+    step's own)."""
+    return _counts_or(text, "default", "draws")
 
 
 def batch_size(text: str) -> int | None:

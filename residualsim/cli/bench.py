@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from residualsim.cli.argtypes import batch_sizes, belief_methods as _methods, seed, worker_count
+from residualsim.cli.argtypes import (batch_sizes, belief_methods as _methods, draw_counts,
+                                      seed, worker_count)
 from residualsim.cli.options import SCENE_HELP, add_seed, count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 
@@ -58,7 +59,7 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
                            n_events=args.events, seed=args.seed, methods=args.methods,
                            reference_particles=args.reference_particles,
-                           batch_sizes=args.batch_sizes)
+                           batch_sizes=args.batch_sizes, draws=args.draws)
     print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
@@ -179,9 +180,11 @@ def register(commands) -> None:
                       "rollouts and the energy distance to a reference belief, per method")
     bbel.add_argument("--reference-particles", type=count(2), default=20000,
                       help="particles of the reference belief for --methods (default 20000)")
-    bbel.add_argument("--batch-sizes", type=batch_sizes, default=(None,), help="the "
-                      "particles method once per batch size (bodies per PyBullet world; 1: "
-                      "one at a time), e.g. 1,auto (default auto)")
+    bbel.add_argument("--batch-sizes", type=batch_sizes, default=(None,), help="each "
+                      "method once per batch size (bodies per PyBullet world; 1: one at a "
+                      "time), e.g. 1,auto (default auto)")
+    bbel.add_argument("--draws", type=draw_counts, default=(None,), help="conjugate once "
+                      "per draws per step, e.g. 250,410 (default: the step's 250)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

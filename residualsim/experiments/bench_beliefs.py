@@ -67,18 +67,20 @@ def _bare_replay(engine, slot: int, request: _BareReplay) -> None:
                 step(physicsClientId=cid)
 
 
-def method_label(method: str, batch_size: int | None) -> str:
-    """The row name of a belief method at a batch size: "particles" (automatic batches),
-    "particles[batch=1]", "conjugate"."""
-    return method if method != "particles" or batch_size is None else \
-        f"{method}[batch={batch_size}]"
+def method_label(method: str, batch_size: int | None, draws: int | None = None) -> str:
+    """The row name of a belief method at a batch size (and the conjugate step's draws):
+    "particles" (automatic batches), "particles[batch=1]", "conjugate",
+    "conjugate[batch=1,draws=410]"."""
+    marks = ([] if batch_size is None else [f"batch={batch_size}"]) + \
+        ([] if draws is None else [f"draws={draws}"])
+    return f"{method}[{','.join(marks)}]" if marks else method
 
 
 def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
                   n_workers: int = 2, n_events: int = 3, seed: int = 0,
                   bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
                   reference_particles: int = 20000, distance_samples: int = 2000,
-                  batch_sizes: tuple = (None,)) -> dict:
+                  batch_sizes: tuple = (None,), draws: tuple = (None,)) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -109,9 +111,10 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     particles of all contacts), ``bare_s`` (a bare PyBullet loop over those same steps,
     :func:`_bare_replay`, on the same workers right after the method) and ``overhead`` (its
     wall time / ``bare_s``; ``rollout_overhead`` the same for its rollouts alone, without
-    the refits in the parent). "particles" runs once per entry of ``batch_sizes``
-    (copies of the body per world, :func:`~residualsim.belief.propagation.stochastic_step`;
-    None: automatic, 1: one particle at a time), rows named by :func:`method_label`.
+    the refits in the parent). Each method runs once per entry of ``batch_sizes``
+    (copies of the body per world in its rollouts; None: automatic, 1: one at a time), and
+    "conjugate" once per entry of ``draws`` (its draws per step; None: the step's default),
+    rows named by :func:`method_label`.
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
@@ -123,8 +126,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     slots = list(range(max(1, int(n_workers))))
     bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
     bare_s = dict.fromkeys(bare_counts, 0.0)
-    method_runs = [(name, size) for name in methods
-                   for size in (batch_sizes if name == "particles" else (None,))]
+    method_runs = [(name, size, count) for name in methods for size in batch_sizes
+                   for count in (draws if name == "conjugate" else (None,))]
     method_rows: dict = {method_label(*run): [] for run in method_runs}
     with contextlib.ExitStack() as stack:
         residual = stack.enter_context(StochasticSimulator(model, n_workers))
@@ -196,14 +199,15 @@ def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
                    particles: int, reference_particles: int, distance_samples: int,
                    seed: int, horizon_s: float, rows: dict) -> None:
     """One toss of :func:`bench_beliefs`' method comparison: the reference belief, then each
-    (method, batch size) of ``runs`` timed on the same workers and its engine steps replayed
+    (method, batch size, draws) of ``runs`` timed on the same workers and its engine steps replayed
     in the bare loop on ``bare_pool``; appends a row per run to ``rows``."""
     from residualsim.belief.distance import belief_distance
 
     reference = simulator.beliefs(belief, n_events=n_events, n_particles=reference_particles,
                                   seed=seed + 1, method="particles")
-    for name, size in runs:
-        options = {"batch_size": size} if name == "particles" else {}
+    for name, size, count in runs:
+        options = {"batch_size": size} if count is None else {"batch_size": size,
+                                                              "draws": count}
         start = time.perf_counter()
         steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles,
                                   seed=seed, method=name, **options)
@@ -221,7 +225,7 @@ def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
                 missing += 1
                 continue
             distances.append(belief_distance(ours, ref.belief, distance_samples, seed=k))
-        rows[method_label(name, size)].append({
+        rows[method_label(name, size, count)].append({
             "wall_s": wall, "simulated_s": horizon_s, "bare_s": bare,
             "rollout_s": float(sum(step.rollout_s for step in steps)),
             "engine_steps": int(sum(step.engine_steps for step in steps)),
@@ -232,7 +236,8 @@ def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
 
 def _method_report(rows: dict, simulated_s: float) -> dict:
     """Per method: over_real_time, rollouts, distance_to_reference, engine_steps, bare_s,
-    overhead and rollout_overhead (see :func:`bench_beliefs`)."""
+    overhead and rollout_overhead (see :func:`bench_beliefs`), and over_particles (its wall
+    time / the "particles" row's, None without that row)."""
     report = {}
     for name, runs in rows.items():
         wall, bare = sum(r["wall_s"] for r in runs), sum(r["bare_s"] for r in runs)
@@ -247,6 +252,9 @@ def _method_report(rows: dict, simulated_s: float) -> dict:
             "overhead": wall / bare if bare > 0 else None,
             "rollout_overhead": rollout / bare if bare > 0 else None,
             "per_toss": runs}
+    base = report.get("particles")  # the particle step at its automatic batch size
+    for row in report.values():
+        row["over_particles"] = row["wall_s"] / base["wall_s"] if base else None
     return report
 
 
@@ -269,7 +277,9 @@ def format_beliefs_report(report: dict) -> str:
     for name, row in report.get("methods", {}).items():
         lines.append(f"  {name:>18}: {row['over_real_time']:.3f} x real time, {row['rollouts']} "
                      f"rollouts, distance to the {report['reference_particles']}-particle "
-                     f"reference {row['distance_to_reference']:.3f} (summed over contacts)")
+                     f"reference {row['distance_to_reference']:.3f} (summed over contacts)"
+                     + ("" if row.get("over_particles") is None else
+                        f"; time / particles {row['over_particles']:.3f}"))
         if row["overhead"] is not None:
             lines.append(f"  {'':>18}  {row['engine_steps']} engine steps; bare PyBullet loop "
                          f"over them {row['bare_s']:.2f} s; overhead = method / bare "

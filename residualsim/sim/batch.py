@@ -68,7 +68,7 @@ from collections import deque
 import numpy as np
 
 from residualsim.sim.bullet import pb
-from residualsim.sim.batch_events import correct_events
+from residualsim.sim.batch_events import EventModels, correct_events, event_models
 from residualsim.sim.contact import MEMORY_STEPS, far_from
 from residualsim.sim.corrector import EventCorrector, rollout_record
 from residualsim.sim.engine import Engine
@@ -101,6 +101,11 @@ class FirstEvents:
     length in recording periods (``len(run.states) - 1``); ``engine_steps`` (n,) the
     periods the engine stepped (the rest flew in closed form or rested);
     ``engine_starts`` (n, state size) where the engine began (NaN: it never stepped).
+    With an observing policy (``observes_only``: nothing is applied at the event)
+    ``models`` are the events' contact models
+    (:class:`~residualsim.sim.batch_events.EventModels`) and ``touching`` their touching
+    points (contact tuples, the body as A), both for the particles with an event in order
+    (``numpy.flatnonzero(n_events)``); else None.
     """
 
     n_events: np.ndarray
@@ -111,6 +116,8 @@ class FirstEvents:
     samples: np.ndarray
     engine_steps: np.ndarray
     engine_starts: np.ndarray
+    models: EventModels | None = None
+    touching: tuple | None = None
 
 
 def batch_unsupported(scene, policy, guard) -> str | None:
@@ -122,8 +129,6 @@ def batch_unsupported(scene, policy, guard) -> str | None:
         return f"scene {scene.name!r} is not a single free body with a base-pose state"
     if getattr(policy, "coefficients", None) is not None:
         return "a sustained-contact policy sets coefficients at every contact step"
-    if getattr(policy, "observes_only", False):
-        return "an observing probe records every event's contact model"
     if guard.hidden_impact_mps is not None:
         return "hidden-impact events need a closest-point query per particle"
     return None
@@ -221,7 +226,8 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
 
     ``policy`` None (the engine alone), or a policy with ``sample(features, rng)`` and
     ``mean(features)`` (a :class:`~residualsim.residual.policy.NumpyPolicy` is evaluated for
-    all events at once); ``seeds`` None (the policy's mean) or one seed per
+    all events at once), or an observing one (``observes_only``: the events' contact models
+    are returned, nothing applied); ``seeds`` None (the policy's mean) or one seed per
     particle for ``numpy.random.default_rng``; ``guard`` the
     :class:`~residualsim.sim.rollout.ContactGuard`. The world (kept for the next call in
     this process) has the engine's scene, settings and parameters. Raises ValueError when
@@ -469,7 +475,12 @@ def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, 
         p.raws[-2] if len(p.raws) > 1 else p.raws[-1], p.raws[-1])]).reshape(-1, 2, size)
     post, gain = last[:, 1], np.zeros(len(particles), dtype=bool)
     owners = [k for k, p in enumerate(particles) if p.event is not None]
-    if owners:
+    models = touching = None
+    if owners and getattr(policy, "observes_only", False):  # describe the events, apply nothing
+        touching = tuple(particles[k].event[1] for k in owners)
+        models = event_models(scene, last[owners, 0], last[owners, 1],
+                              [particles[k].event[0] for k in owners], list(touching), policy)
+    elif owners:
         post[owners], gain[owners] = correct_events(
             scene, world.engine.dt_s, last[owners, 0], last[owners, 1],
             [particles[k].event[0] for k in owners], [particles[k].event[1] for k in owners],
@@ -485,4 +496,4 @@ def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, 
         pre_states=last[:, 0], post_states=post,
         samples=np.array([p.index for p in particles], dtype=np.int64),
         engine_steps=np.array([p.stepped for p in particles], dtype=np.int64),
-        engine_starts=starts)
+        engine_starts=starts, models=models, touching=touching)

@@ -19,27 +19,39 @@ normals), with the generators' seeding done for all seeds at once.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from residualsim.sim.contact import SLIP_TOLERANCE_MPS, largest_steps
 
-__all__ = ["correct_events", "seeded_draws"]
+__all__ = ["correct_events", "event_models", "EventModels", "normal_rows", "seeded_draws"]
 
 
-def correct_events(scene, dt_s: float, pre: np.ndarray, post: np.ndarray, points: list,
-                   touching: list, owners: list, policy, seeds, guard
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The event corrector (:class:`~residualsim.sim.corrector.EventCorrector`) for every
-    event at once, after the particles stopped: the contact model at the points'
-    force-weighted mean, the residual and its limits. Event e is particle ``owners[e]``'s:
-    ``pre`` and ``post`` (E, 13) its states before and after the event's step (scene
-    layout, world frame), ``points[e]`` the contact tuples the model averages (the new
-    ones) and ``touching[e]`` all touching after the step (as ``getContactPoints(body,
-    table)`` gives them). Returns the post-event states (E, 13), residual applied, and
-    whether the engine's own step had gained energy (E,)."""
-    post = post.copy()
-    if policy is None:
-        return post, np.zeros(len(post), dtype=bool)
+@dataclasses.dataclass(frozen=True)
+class EventModels:
+    """The contact models of E events (each at its new points' force-weighted mean, the
+    post-step pose, the pre-step velocity), as
+    :func:`~residualsim.sim.corrector.event_contact_model` builds one: ``mass`` M (E, 6, 6),
+    ``jacobian`` J = C [I, −[r]×] (E, 3, 6) with contact frame C rows (n, t1, t2) world,
+    ``inverse_jt`` M⁻¹Jᵀ (E, 6, 3), ``features`` (E, n_features) the policy's inputs (M_c's
+    upper triangle, v_c, then spin and contact mode as ``policy`` wants them), ``centre``
+    (E, 3) m the post-step centres of mass."""
+
+    mass: np.ndarray
+    jacobian: np.ndarray
+    inverse_jt: np.ndarray
+    features: np.ndarray
+    centre: np.ndarray
+
+
+def event_models(scene, pre: np.ndarray, post: np.ndarray, points: list, touching: list,
+                 policy) -> EventModels:
+    """The contact models (:class:`EventModels`) of E events: ``pre`` and ``post`` (E, 13)
+    the states before and after each event's step (scene layout, world frame), ``points[e]``
+    the contact tuples the model averages (the new ones), ``touching[e]`` all touching after
+    the step (as ``getContactPoints(body, table)`` gives them); ``policy`` says which
+    features beyond the 9 it takes (``spin``, ``contact_mode``)."""
     centre, rotation = post[:, 0:3], _rotations(post[:, 3:7])
     mass = np.zeros((len(post), 6, 6))
     mass[:, [0, 1, 2], [0, 1, 2]] = scene.mass_kg
@@ -61,9 +73,26 @@ def correct_events(scene, dt_s: float, pre: np.ndarray, post: np.ndarray, points
             "eij,ej->ei", frame, qdot_pre[:, 3:6])], axis=1)
     if getattr(policy, "contact_mode", False):
         features = np.concatenate([features, [[float(len(t))] for t in touching]], axis=1)
-    impulse = _impulses(policy, features, seeds, owners)
+    return EventModels(mass, jac, inverse_jt, features, centre)
+
+
+def correct_events(scene, dt_s: float, pre: np.ndarray, post: np.ndarray, points: list,
+                   touching: list, owners: list, policy, seeds, guard
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The event corrector (:class:`~residualsim.sim.corrector.EventCorrector`) for every
+    event at once, after the particles stopped: the contact model at the points'
+    force-weighted mean (:func:`event_models`), the residual and its limits. Event e is
+    particle ``owners[e]``'s: ``pre``, ``post``, ``points`` and ``touching`` as
+    :func:`event_models` takes them. Returns the post-event states (E, 13), residual
+    applied, and whether the engine's own step had gained energy (E,)."""
+    post = post.copy()
+    if policy is None:
+        return post, np.zeros(len(post), dtype=bool)
+    models = event_models(scene, pre, post, points, touching, policy)
+    mass, centre = models.mass, models.centre
+    impulse = _impulses(policy, models.features, seeds, owners)
     qdot = post[:, 7:13]
-    delta = np.einsum("eij,ej->ei", inverse_jt, impulse)
+    delta = np.einsum("eij,ej->ei", models.inverse_jt, impulse)
     cap = _caps(touching, centre, qdot, delta,
                 guard.penetration_tolerance_m / dt_s)
     energy_before, energy_now = _energies(scene, pre), _energies(scene, post)
@@ -140,15 +169,23 @@ def _impulses(policy, features: np.ndarray, seeds, owners: list) -> np.ndarray:
     return means[rows, pick] + policy.spread * scales[rows, pick] * z
 
 
+def normal_rows(groups: list, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every touching point's normal row n_pᵀ J_p = (n, r × n) (P, 6) of E events (``groups[e]``
+    the contact tuples of event e, the body as A; ``centre`` (E, 3) m the centres of mass),
+    and the event each row belongs to (P,), in the groups' order."""
+    table = np.array([(*q[6], *q[7]) for group in groups for q in group])
+    owner = np.repeat(np.arange(len(groups)), [len(group) for group in groups])
+    normal = table[:, 3:6]
+    return np.concatenate([normal, np.cross(table[:, 0:3] - centre[owner], normal)],
+                          axis=1), owner
+
+
 def _caps(groups: list, centre: np.ndarray, qdot: np.ndarray, delta: np.ndarray,
           sink_mps: float) -> np.ndarray:
     """Per event the largest share in [0, 1] of the correction ``delta`` (E, 6) that pushes
     no touching point's normal velocity below min(0, now) − ``sink_mps`` (m/s; the guard's
     penetration tolerance over dt), point by point in the lone corrector's order."""
-    table = np.array([(*q[6], *q[7]) for group in groups for q in group])
-    owner = np.repeat(np.arange(len(groups)), [len(group) for group in groups])
-    normal = table[:, 3:6]
-    rows = np.concatenate([normal, np.cross(table[:, 0:3] - centre[owner], normal)], axis=1)
+    rows, owner = normal_rows(groups, centre)
     now = (rows * qdot[owner]).sum(axis=1)
     change = (rows * delta[owner]).sum(axis=1)
     floor = np.minimum(0.0, now) - sink_mps
