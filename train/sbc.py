@@ -6,8 +6,9 @@
 
 The posterior is MH's (``--sampler mh``, with ``--weighting`` choosing the likelihood:
 ``recording`` ν_i = 1, ``nu-only``, ``scalar``, ``curvature``, ``tempered`` or
-``centred``, see :mod:`residualsim.sysid.weighting` and :func:`centred_adjustment`), ``calibrate --method sandwich``'s (``--sampler
-sandwich``) or the exact one of the likelihood on a grid (``--sampler grid``).
+``centred``, see :mod:`residualsim.sysid.weighting` and :func:`centred_adjustment`),
+``calibrate --method sandwich``'s (``--sampler sandwich``) or the exact one of the
+likelihood on a grid (``--sampler grid``).
 
 Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
 algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,
