@@ -190,3 +190,52 @@ def test_an_interrupted_sandwich_calibration_resumes_from_its_finished_stages(tm
     with pytest.raises(ParameterError, match="other settings"):
         calibrate("cube", tmp_path / "data", ["lateral_friction"], tmp_path / "cut",
                   resume=True, **options)
+
+
+def test_sbc_centred_adjustment_gives_the_envelope_the_sandwich_curvature():
+    """train/sbc.py --weighting centred: Chandler-Bate about the envelope's mode ẑ; the
+    target peaks at ẑ with the sandwich posterior's inverse covariance as its curvature,
+    and --rugged-weight 0 is that quadratic exactly."""
+    import importlib.util
+    from pathlib import Path
+
+    from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import sandwich_posterior
+
+    path = Path(__file__).resolve().parents[1] / "train" / "sbc.py"
+    spec = importlib.util.spec_from_file_location("sbc", path)
+    sbc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sbc)
+    space = ParamSpace(["lateral_friction", "restitution"],
+                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
+    # recordings scatter as their curvature says along friction, 3 times that along restitution
+    scatter = np.array([0.01, 0.03]) * np.random.default_rng(3).standard_normal((400, 2))
+    likelihood = _Quadratic(space, 0.5 + scatter, 1e4)
+
+    def log_like(x: np.ndarray) -> np.ndarray:
+        batch = [space.engine_params(row) for row in np.atleast_2d(x)]
+        return np.sum(-0.5 * likelihood.nu * np.log(likelihood.errors(batch)), axis=1)
+
+    centre = space.from_unit(np.array([[0.49, 0.52]]))[0]
+    found = sandwich_posterior(likelihood, space, centre)
+    target, mode, summary = sbc.centred_adjustment(likelihood, space, centre, log_like)
+    np.testing.assert_allclose(space.to_unit(mode[None])[0], found["mode_unit"], atol=1e-6)
+    zhat, h = found["mode_unit"], 1e-3
+    steps = [np.zeros(2), *(s * h * np.eye(2)[k] for k in range(2) for s in (1, -1))]
+    values = target(space.from_unit(np.array([zhat + s for s in steps])))
+    assert np.all(values[1:] < values[0])  # the maximum is at ẑ
+    cross = target(space.from_unit(np.array([zhat + h * np.array(s) for s in
+                                             ((1, 1), (1, -1), (-1, 1), (-1, -1))])))
+    hessian = np.array([[values[1] - 2 * values[0] + values[2],
+                         (cross[0] - cross[1] - cross[2] + cross[3]) / 4],
+                        [0.0, values[3] - 2 * values[0] + values[4]]]) / h**2
+    hessian[1, 0] = hessian[0, 1]
+    sandwich = np.linalg.inv(found["covariance"])
+    np.testing.assert_allclose(-hessian, sandwich, rtol=1e-3, atol=1e-3 * sandwich.max())
+    assert np.linalg.eigvalsh(sandwich).max() < np.linalg.eigvalsh(
+        400 * 1e4 * np.eye(2)).min()  # wider than the likelihood's own curvature
+    flat, flat_mode, _ = sbc.centred_adjustment(likelihood, space, centre, log_like, 0.0)
+    probe = space.from_unit(np.array([zhat + [0.01, -0.02], zhat + [-0.03, 0.01]]))
+    np.testing.assert_allclose(flat(probe) - flat(mode[None]),
+                               target(probe) - target(mode[None]), rtol=1e-6)
+    assert summary["failed"] is False and summary["w"] < 1

@@ -5,9 +5,10 @@
     python train/sbc.py --out runs/sbc-sand.jsonl --initial-state recorded --sampler sandwich
 
 The posterior is MH's (``--sampler mh``, with ``--weighting`` choosing the likelihood:
-``recording`` ν_i = 1, ``nu-only``, ``scalar`` or ``curvature``, see
-:mod:`residualsim.sysid.weighting`), ``calibrate --method sandwich``'s (``--sampler
-sandwich``) or the exact one of the likelihood on a grid (``--sampler grid``).
+``recording`` ν_i = 1, ``nu-only``, ``scalar``, ``curvature``, ``tempered`` or
+``centred``, see :mod:`residualsim.sysid.weighting` and :func:`centred_adjustment`),
+``calibrate --method sandwich``'s (``--sampler sandwich``) or the exact one of the
+likelihood on a grid (``--sampler grid``).
 
 Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
 algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,
@@ -63,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "fit_recorded=True)")
     parser.add_argument("--initial-draws", type=int, default=4,
                         help="K initial states per recording for --initial-state fit")
-    parser.add_argument("--weighting", choices=("curvature", "tempered", "scalar", "nu-only",
-                                                 "recording"),
+    parser.add_argument("--weighting", choices=("curvature", "tempered", "centred", "scalar",
+                                                 "nu-only", "recording"),
                         default="curvature",
                         help="curvature: each recording weighs as its effective number of "
                              "independent residuals at a pilot fit, the likelihood's "
@@ -72,9 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "start at its mode (calibrate's --weighting effective); "
                              "tempered: a power w on the likelihood and Chandler-Bate for the "
                              "rest, both from the sandwich's envelope (tempered_adjustment); "
+                             "centred: Chandler-Bate centred on the envelope's mode, to the "
+                             "sandwich's curvature (centred_adjustment); "
                              "scalar: "
                              "one factor on every ν_i instead; nu-only: no adjustment; "
                              "recording: one observation each (ν_i = 1, the old likelihood)")
+    parser.add_argument("--rugged-weight", type=float, default=1.0,
+                        help="centred: λ in [0, 1] on the likelihood's departure from its "
+                             "envelope (1, the default: Chandler-Bate as it is; 0: MH on the "
+                             "adjusted envelope alone, the sandwich's Gaussian)")
     parser.add_argument("--pilot-evaluations", type=int, default=40,
                         help="Nelder-Mead evaluations of the pilot fit")
     parser.add_argument("--sampler", choices=("mh", "grid", "sandwich"), default="mh",
@@ -107,7 +114,10 @@ def config_of(args: argparse.Namespace) -> dict:
     keys = ("tosses", "samples", "substeps", "noise_m", "noise_rad", "bounds", "initial_state",
             "initial_draws", "weighting", "pilot_evaluations", "mh_samples", "burn_in",
             "chains", "init_draws", "draws", "seed", "sampler", "grid")
-    return {k: getattr(args, k) for k in keys}
+    config = {k: getattr(args, k) for k in keys}
+    if args.rugged_weight != 1.0:  # (files written before the option stay readable)
+        config["rugged_weight"] = args.rugged_weight
+    return config
 
 
 def parse_bounds(text: str) -> dict[str, tuple[float, float]]:
@@ -157,6 +167,41 @@ def tempered_adjustment(likelihood, space, center: np.ndarray, log_like):
             {"w": w, "transform": transform.tolist(), "evaluations": found["evaluations"]})
 
 
+def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: float = 1.0):
+    """(the adjusted log-likelihood, where chains start, its summary): the sandwich's
+    envelope fits (:func:`~residualsim.sysid.weighting.sandwich_posterior`'s design about
+    ``center``, natural values) give the envelope's mode ẑ, H and J; MH then targets
+    ℓ(ẑ + C (z − ẑ)) with Cᵀ H C = H (J + H)⁻¹ H, the sandwich covariance's inverse
+    (Chandler and Bate 2007 centred on ẑ, not on the rugged likelihood's own mode; the
+    envelope then has exactly the sandwich's curvature, the ruggedness is stretched by
+    C⁻¹). ``rugged`` λ < 1 targets q(z) + λ (ℓ(ẑ + C (z − ẑ)) − q(z)) instead, q the
+    adjusted envelope −½ (z − ẑ)ᵀ Cᵀ H C (z − ẑ): the ruggedness damped by λ (0: the
+    sandwich's Gaussian, no rollouts). Unadjusted, chains at ``center``, when no
+    positive-definite envelope is found."""
+    from residualsim.sysid.weighting import (_local_quadratics, adjusted_log_likelihood,
+                                             curvature_transform)
+
+    found = _local_quadratics(likelihood, space, center, sandwich=True)
+    if found.get("information") is None:
+        return log_like, np.asarray(center, dtype=np.float64), {"failed": True}
+    information, spread = found["information"], found["spread"]
+    transform = curvature_transform(information, spread + information)
+    mode = space.from_unit(found["envelope_mode"][None])[0]
+    adjusted = adjusted_log_likelihood(log_like, space, mode, transform)
+    curvature = transform.T @ information @ transform
+
+    def damped(x: np.ndarray) -> np.ndarray:
+        u = space.to_unit(np.atleast_2d(x)) - found["envelope_mode"]
+        envelope = -0.5 * np.einsum("ni,ij,nj->n", u, curvature, u)
+        if rugged == 0.0:
+            return envelope
+        return (1.0 - rugged) * envelope + rugged * np.asarray(adjusted(x), dtype=np.float64)
+
+    return (adjusted if rugged == 1.0 else damped, mode,
+            {"failed": False, "w": found["w_raw"], "transform": transform.tolist(),
+             "envelope_mode": mode.tolist(), "evaluations": found["evaluations"]})
+
+
 def one_dataset(args: argparse.Namespace, index: int) -> dict:
     """Draw a truth, synthesize, sample the posterior; the result line of data set ``index``."""
     from residualsim.sim.scenes import EngineParams
@@ -202,6 +247,12 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                                         simplex=0.01)
                 log_like, weights["adjustment"] = tempered_adjustment(
                     likelihood, space, start, log_like)
+                weights["mode"] = start.tolist()
+            elif args.weighting == "centred":  # Chandler-Bate about the envelope's mode
+                start = pilot_reference(log_like, space, start=start, evaluations=30,
+                                        simplex=0.01)
+                log_like, start, weights["adjustment"] = centred_adjustment(
+                    likelihood, space, start, log_like, args.rugged_weight)
                 weights["mode"] = start.tolist()
             elif args.weighting == "curvature":  # the ν-weighted mode, then Chandler-Bate
                 start = pilot_reference(log_like, space, start=start, evaluations=30,
