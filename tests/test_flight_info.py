@@ -110,3 +110,32 @@ def test_body_report_refuses_what_has_no_body(capsys, argv, message):
     assert code == 2
     err = capsys.readouterr().err
     assert message in err
+
+
+def test_the_later_flights_between_bounces_count_as_calibrate_fits_them(tmp_path, capsys):
+    """A toss that bounces and flies again: its row stacks the later flights (as lsq's body
+    stage fits them, :mod:`residualsim.sysid.flight_segments`), so it compares more samples
+    than the same toss cut short after its first landing, which has none."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.engine import Engine
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.flight_segments import later_flights
+
+    tosses = synthesize_tosses({"lateral_friction": 0.3, "restitution": 0.6}, n_tosses=6,
+                               n_samples=120, rng=4, scene=HINGE, rate_hz=100.0)
+    with Engine(HINGE) as engine:
+        counted = {k: later_flights(engine, t) for k, t in tosses.items()}
+    key = next(k for k, flights in counted.items() if flights)
+    first_later = counted[key][0][0]
+    save_csv_trajectories(tmp_path, {"bounces": dataclasses.replace(tosses[key], traj_id="bounces"),
+                                     "cut": _late(tosses[key], 0, "cut")}, with_velocities=True)
+    cut = tmp_path / "cut.csv"  # the same toss up to just before its first later flight
+    lines = cut.read_text().splitlines()
+    cut.write_text("\n".join(lines[:first_later]) + "\n")
+    report, out = _info(capsys, tmp_path, HINGE)
+    files = {f["id"]: f for f in report["files"]}
+    assert files["bounces"]["later_flights"] == len(counted[key]) >= 1
+    assert files["cut"]["later_flights"] == 0
+    assert files["bounces"]["samples"] > files["cut"]["samples"]
+    assert report["all"]["samples"] == files["bounces"]["samples"] + files["cut"]["samples"]
+    assert any(line.split()[:3] == ["file", "flights", "samples"] for line in out.splitlines())

@@ -7,9 +7,9 @@ recording and for all of them together, what that stage would see at the user's 
 forward-difference Jacobian (:func:`~residualsim.sysid.lsq.forward_differences`, the same
 step and horizon: the samples before the first contact less
 :data:`~residualsim.sysid.lsq.FLIGHT_MARGIN_S`) of the free flight's pose residuals over the
-parameters' unit coordinates, at each recording's initial state. The report covers the
-first flights only: the body stage also fits the later flights between bounces
-(:mod:`residualsim.sysid.flight_segments`), so it sees at least this much.
+parameters' unit coordinates, at each recording's initial state, and at the start of each
+of its later flights between bounces (:mod:`residualsim.sysid.flight_segments`, which the
+body stage fits too): a file's row stacks its first flight's rows and its later flights'.
 
 A recording of poses only had its initial state fitted when it was read; the body stage
 searches that state beside the body (:mod:`residualsim.sysid.joint_states`), so whatever a
@@ -90,8 +90,8 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     """The module doc's report on ``recordings`` (read for ``scene`` by
     :func:`~residualsim.sim.recordings.load_recordings`: pose-only ones carry their fitted
     initial state). Returns ``{"names", "step", "weak_ratio", "rollouts", "seconds",
-    "files": [{"id", "samples" (compared), "contact" (some of them in contact: fewer than 3
-    before it), "initial_state": "recorded" | "fitted", "condition", "determined" (directions
+    "files": [{"id", "samples" (compared, later flights included), "later_flights" (their
+    count), "contact" (some of the first flight's in contact: fewer than 3 before it), "initial_state": "recorded" | "fitted", "condition", "determined" (directions
     not weak), "weak_directions"}], "all": {"samples", "condition", "determined",
     "weak_directions"}}``. ParameterError for a built-in or planar scene (its body is not a
     parameter)."""
@@ -100,6 +100,7 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import make_scene
     from residualsim.sysid.bodyspace import body_space
+    from residualsim.sysid.flight_segments import SEGMENT_KEY, flight_segments
     from residualsim.sysid.joint_states import OffsetResiduals, estimated_ids
     from residualsim.sysid.lsq import FLIGHT_STEP, flight_horizons, forward_differences
     from residualsim.sysid.paramspace import ParamSpace
@@ -110,11 +111,14 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     space = ParamSpace(groups, scene=scene)
     d, names = space.ndim, space.names
     settings = recording_settings(scene, recordings)
-    horizons = flight_horizons(scene, recordings, settings, 0.0)
     with Engine(scene, settings=settings) as engine:  # to say where contact comes in
         flight = [free_flight_samples(engine, t) for t in recordings.values()]
     margin = [math.ceil(FLIGHT_MARGIN_S * t.rate_hz - 1e-9) for t in recordings.values()]
-    target = OffsetResiduals(scene, recordings, settings, horizons, estimated_ids(recordings),
+    segments = flight_segments(scene, recordings, settings, space.engine_params(space.start()),
+                               n_workers)
+    flights = {**recordings, **segments}
+    horizons = flight_horizons(scene, flights, settings, 0.0)
+    target = OffsetResiduals(scene, flights, settings, horizons, estimated_ids(flights),
                              n_workers, rotation_weight)
     block = target.block
     k = block.k if block.size else 0
@@ -132,7 +136,7 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
         target.close()
     n_joints = getattr(make_scene(scene), "n_joints", 0)
     fitted = {index for index, _, _ in block.items}
-    files, blocks = [], []
+    per_file: dict[str, list[tuple[np.ndarray, np.ndarray, int]]] = {k: [] for k in recordings}
     for index, (key, (first, end)) in enumerate(zip(target.ids, target.spans)):
         rows = jacobian[first:end, :d]
         projected = rows
@@ -140,14 +144,20 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
             states = np.nan_to_num(jacobian[first:end, d:])  # its own offset's columns
             clean = np.nan_to_num(rows)
             projected = clean - states @ np.linalg.lstsq(states, clean, rcond=None)[0]
-        blocks.append((rows, projected))
-        samples = (end - first) // (6 + n_joints)
-        files.append({"id": key, "samples": samples,
-                      "contact": samples > max(0, flight[index] - margin[index]),
+        per_file[key.rpartition(SEGMENT_KEY)[0] if key in segments else key].append(
+            (rows, projected, (end - first) // (6 + n_joints)))
+    files = []
+    for index, (key, parts) in enumerate(per_file.items()):
+        first_samples = parts[0][2]
+        rows, projected = (np.vstack([part[j] for part in parts]) for j in (0, 1))
+        files.append({"id": key, "samples": sum(part[2] for part in parts),
+                      "later_flights": len(parts) - 1,
+                      "contact": first_samples > max(0, flight[index] - margin[index]),
                       "initial_state": "fitted" if index in fitted else "recorded",
                       **_summary(projected, rows, names)})
+    blocks = [part for parts in per_file.values() for part in parts]
     together = {"samples": sum(f["samples"] for f in files), **_summary(
-        np.vstack([p for _, p in blocks]), np.vstack([r for r, _ in blocks]), names)}
+        np.vstack([p for _, p, _ in blocks]), np.vstack([r for r, _, _ in blocks]), names)}
     return {"names": names, "step": FLIGHT_STEP, "weak_ratio": WEAK_RATIO,
             "rollouts": rollouts, "seconds": round(time.perf_counter() - started, 1),
             "files": files, "all": together}
@@ -161,18 +171,21 @@ def format_flight_report(report: Mapping[str, Any], listed: int = LISTED) -> str
     head = (f"body on the free flight: {d} parameters (body"
             f"{', joints' if any(n.startswith('joint.') for n in names) else ''}), "
             f"{report['rollouts']} rollouts, {report['seconds']:.0f} s; weak: below "
-            f"{100 * report['weak_ratio']:.0f} % of the strongest direction; per file the "
-            "weakest (all in the JSON line)")
-    entries = [(f["id"], f"{f['samples']}{'*' if f['contact'] else ''}", f["initial_state"],
-                f, listed) for f in report["files"]]
-    entries.append(("all files", str(report["all"]["samples"]), "-", report["all"], d))
-    keys = ["file", "samples", "initial state", "condition", "determined"]
-    cells = [[key, samples, state, f"{f['condition']:.2g}", f"{f['determined']}/{d}"]
-             for key, samples, state, f, _ in entries]
+            f"{100 * report['weak_ratio']:.0f} % of the strongest direction; flights: the "
+            "first and the later ones between bounces; per file the weakest (all in the JSON "
+            "line)")
+    entries = [(f["id"], str(1 + f.get("later_flights", 0)),
+                f"{f['samples']}{'*' if f['contact'] else ''}", f["initial_state"], f, listed)
+               for f in report["files"]]
+    entries.append(("all files", str(sum(1 + f.get("later_flights", 0) for f in report["files"])),
+                    str(report["all"]["samples"]), "-", report["all"], d))
+    keys = ["file", "flights", "samples", "initial state", "condition", "determined"]
+    cells = [[key, flights, samples, state, f"{f['condition']:.2g}", f"{f['determined']}/{d}"]
+             for key, flights, samples, state, f, _ in entries]
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
     lines = [head, "  " + "  ".join(f"{k:<{w}}" for k, w in zip(keys, widths))
              + "  weakest directions"]
-    for row, (_, _, _, f, most) in zip(cells, entries):
+    for row, (_, _, _, _, f, most) in zip(cells, entries):
         lead = "  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths)) + "  "
         text = [describe(w) for w in f["weak_directions"][:most]] or ["none"]
         lines.append(lead + text[0])
