@@ -28,8 +28,9 @@ see different combinations); one weak in the stacked Jacobian is not determined 
 free flight at all: a calibration leaves it at the URDF's values, or, with contact
 names, searches it on the first contact (train/README.md §19, §22).
 
-Cost: 1 + d + k rollouts of each recording's free flight (d parameters, k initial-state
-unknowns of a pose-only recording: 12 + 2 per joint), a few seconds per recording.
+Cost: 1 + d + k rollouts of each flight, first or later (d parameters, k initial-state
+unknowns of a pose-only recording: 12 + 2 per joint), and for a pose-only recording a fit
+of each later flight's start: a few seconds per recording.
 """
 
 from __future__ import annotations
