@@ -181,6 +181,25 @@ def test_visual_shapes_and_mirrored_meshes_are_not_refused(tmp_path):
     check_urdf(path)
 
 
+def test_a_mesh_in_millimetres_is_implausible_unless_scaled(tmp_path):
+    """A 100-unit OBJ read as metres is a 100 m object: refused as implausible (with the
+    --allow-implausible escape); the same file scaled by 0.001, or as a visual only, is not."""
+    (tmp_path / "mm.obj").write_text("v 0 0 0\nv 100 0 0\nv 0 100 0\nv 0 0 100\n"
+                                     "f 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
+    path = tmp_path / "mm.urdf"
+    path.write_text(_robot(_link("a", geometry='<mesh filename="mm.obj"/>')))
+    with pytest.raises(SceneError, match=r"mm\.urdf: link 'a': mesh 'mm\.obj' spans 100, 100, "
+                                         r"100 m.*millimetres.*--allow-implausible"):
+        check_urdf(path)
+    with allow_implausible():
+        check_urdf(path)
+    path.write_text(_robot(_link("a", geometry='<mesh filename="mm.obj" scale="0.001 0.001 '
+                                 '0.001"/>').replace("</link>", '<visual><geometry><mesh '
+                                                     'filename="mm.obj"/></geometry></visual>'
+                                                     '</link>')))
+    check_urdf(path)
+
+
 def test_every_bundled_urdf_passes_the_joint_and_shape_checks():
     """The user-object URDFs pass the whole check; the built-ins (fixed-base links of mass 0,
     which the check is not for) pass the joint and shape checks."""

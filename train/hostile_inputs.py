@@ -220,6 +220,8 @@ CASES: list[Case] = [
                _OBJ.decode().encode("utf-16"), "has no face"),
     _mesh_case("mesh: OBJ vertex nan (rested 9 mm deep, exit 0)", "m.obj",
                _OBJ.replace(b"v 0.1 0 0", b"v nan 0 0"), "not a finite number"),
+    _mesh_case("mesh: OBJ in millimetres (a 100 m tetrahedron, exit 0)", "m.obj",
+               _OBJ.replace(b"0.1", b"100"), "a mesh in millimetres"),
     _mesh_case("mesh: OBJ vertex 1e300, beyond float32 (no shape, exit 0)", "m.obj",
                _OBJ.replace(b"v 0.1 0 0", b"v 1e300 0 0"), "single precision"),
     _mesh_case("mesh: COLLADA without <asset> (PyBullet segfaulted)", "m.dae",

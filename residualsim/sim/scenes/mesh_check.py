@@ -130,10 +130,12 @@ def _dae_vertices(path: Path) -> np.ndarray:
     return values.reshape(-1, 3) if len(values) % 3 == 0 else values.reshape(-1, 1)
 
 
-def check_mesh(path: str | os.PathLike[str]) -> None:
+def check_mesh(path: str | os.PathLike[str]) -> np.ndarray | None:
     """SceneError naming the mesh file ``path`` when PyBullet would crash on it or load it
     as no shape (module docstring), or when a coordinate is not a finite single-precision
-    number. An extension other than ``.obj``, ``.stl`` or ``.dae`` is not checked."""
+    number. An extension other than ``.obj``, ``.stl`` or ``.dae`` is not checked. Returns
+    the extents (3,) of an OBJ or STL mesh's bounding box, in the file's units (None for
+    COLLADA, whose ``<unit>`` scales them, and unchecked files)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".obj":
@@ -148,3 +150,6 @@ def check_mesh(path: str | os.PathLike[str]) -> None:
         raise SceneError(f"{path}: the mesh has a coordinate that is not a finite number in "
                          "single precision (PyBullet's; up to 3.4e38): it would load as no "
                          "shape or a wrong one")
+    if suffix == ".dae" or not len(values):
+        return None
+    return values.max(axis=0) - values.min(axis=0)

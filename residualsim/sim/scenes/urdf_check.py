@@ -49,7 +49,9 @@ naming the file and the element:
 * a mesh (collision or visual) PyBullet would crash on or load as no shape: an OBJ without
   faces or with a face naming a missing vertex, a COLLADA file without ``<asset>`` or mesh
   data, no triangles, a coordinate that is not finite
-  (:mod:`residualsim.sim.scenes.mesh_check`).
+  (:mod:`residualsim.sim.scenes.mesh_check`); a collision mesh (OBJ, STL) whose bounding
+  box, times its ``scale``, is above ``MAX_OFFSET_M`` on every side (a mesh in millimetres)
+  is implausible.
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -237,6 +239,7 @@ def _joint_physics(joint: ElementTree.Element, path: Path, name: str, kind: str)
 
 
 def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
+    collision = {id(mesh) for mesh in link.findall("collision/geometry/mesh")}
     for mesh in link.iter("mesh"):
         filename = mesh.get("filename")
         if not filename:
@@ -246,10 +249,19 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
             hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
             raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
         try:
-            check_mesh(found)  # PyBullet crashes on some broken meshes, drops others
+            extents = check_mesh(found)  # PyBullet crashes on some broken meshes, drops others
             pybullet_mesh(found)  # an ASCII STL: its binary copy, written here
         except SceneError as exc:
             raise SceneError(f"{path}: link {name!r}: mesh {filename!r}: {exc}") from None
+        scale = _numbers(mesh, "scale", f"{path}: link {name!r}: <mesh>")
+        if id(mesh) in collision and extents is not None and len(scale or [1, 1, 1]) == 3:
+            size = extents * np.abs(scale or [1.0, 1.0, 1.0])
+            if size.min() > MAX_OFFSET_M:
+                refuse_implausible(f"{path}: link {name!r}: mesh {filename!r} spans "
+                                   f"{', '.join(f'{v:.4g}' for v in size)} m, every side above "
+                                   f"{MAX_OFFSET_M:g} m: not a tabletop object (a mesh in "
+                                   "millimetres? give <mesh scale=\"0.001 0.001 0.001\">)",
+                                   SceneError)
 
 
 def _tree(root: ElementTree.Element, path: Path, links: list[str]) -> None:
