@@ -123,6 +123,24 @@ def test_two_workers_give_the_same_rollouts(model, out):
     np.testing.assert_array_equal(again.max_penetration_m, out.max_penetration_m)
 
 
+@pytest.mark.parametrize("batch_size, workers", [(None, 1), (3, 2)])
+def test_batched_rollouts_are_the_lone_ones_bit_for_bit(model, sim, out, mean_out,
+                                                       batch_size, workers):
+    """Copies of the cube in one world (batch_size) give each sample the lone rollout:
+    states, events, clamps and penetration equal, sampled and mean, any worker count."""
+    with StochasticSimulator(model, n_workers=workers) as other:
+        for lone, mean in ((out, False), (mean_out, True)):
+            batched = other.rollout(_toss(), horizon_s=1.0, samples=SAMPLES, seed=0,
+                                    mean=mean, batch_size=batch_size)
+            np.testing.assert_array_equal(batched.states, lone.states)
+            for name in ("n_events", "n_energy_clamped", "n_normal_clamped",
+                         "max_penetration_m"):
+                np.testing.assert_array_equal(getattr(batched, name), getattr(lone, name))
+    assert out.n_events.max() >= 1  # the samples met the table: events were batched too
+    with pytest.raises(ParameterError, match="batch_size"):
+        sim.rollout(_toss(), horizon_s=0.1, samples=2, batch_size=0)
+
+
 def test_engine_alone_is_deterministic_and_differs_from_the_samples(model, out):
     with StochasticSimulator(model, residual=False) as engine_only:
         base = engine_only.rollout(_toss(), horizon_s=1.0, samples=4, seed=0)

@@ -27,6 +27,7 @@ import numpy as np
 
 from residualsim.belief.propagation import (MAX_HORIZON_S, BeliefStep, GaussianMixtureBelief,
                                             propagate_belief, slot_particles)
+from residualsim.belief.mixture import check_batch_size
 from residualsim.belief.propagation import check_seed as _check_seed
 from residualsim.errors import ParameterError
 
@@ -114,18 +115,28 @@ class _RolloutRequest:
     params: Any
     policy: Any
     guard: Any
+    batch_size: int | None = 1
 
 
 def _rollout_tasks(engine, slot: int, request: _RolloutRequest) -> list:
+    """The slot's samples, alone or as copies in one world (``request.batch_size``; the
+    same rollouts bit for bit, :func:`~residualsim.sim.batch.batched_rollouts`)."""
+    from residualsim.sim.batch import batch_unsupported, batched_rollouts
     from residualsim.sim.rollout import residual_rollout
 
-    out = []
-    for index, state, rng in slot_particles(engine, slot, request):
-        run = residual_rollout(engine, state, request.n_steps, request.policy, rng,
-                               request.guard)
-        out.append((index, run.states, (run.n_events, run.n_energy_clamped,
-                                        run.n_normal_clamped, run.max_penetration_m)))
-    return out
+    mine = list(slot_particles(engine, slot, request))
+    if request.batch_size == 1 or len(mine) < 2 or batch_unsupported(
+            engine.scene, request.policy, request.guard):
+        runs = [residual_rollout(engine, state, request.n_steps, request.policy, rng,
+                                 request.guard) for _, state, rng in mine]
+    else:
+        runs = batched_rollouts(engine, np.array([state for _, state, _ in mine]),
+                                request.n_steps, request.policy,
+                                None if request.seeds is None else [rng for _, _, rng in mine],
+                                request.guard, request.batch_size)
+    return [(index, run.states, (run.n_events, run.n_energy_clamped, run.n_normal_clamped,
+                                 run.max_penetration_m))
+            for (index, _, _), run in zip(mine, runs)]
 
 
 class StochasticSimulator:
@@ -175,7 +186,8 @@ class StochasticSimulator:
         return self.model.dt_s
 
     def rollout(self, initial, horizon_s: float, samples: int = 64, seed: int = 0,
-                mean: bool = False, state_noise: bool = False) -> SampledRollouts:
+                mean: bool = False, state_noise: bool = False,
+                batch_size: int | None = 1) -> SampledRollouts:
         """``samples`` rollouts over ``horizon_s`` seconds.
 
         ``initial`` a state (n,) — every sample starts there — or a
@@ -186,7 +198,10 @@ class StochasticSimulator:
         initial velocities are drawn from the model's
         :attr:`~residualsim.residual.policy.ResidualModel.state_noise` (the tracker's noise, as
         ``predict --samples`` does; same stream as a belief's draws); ignored when the
-        model has none.
+        model has none. ``batch_size``: copies of the body a worker steps in one PyBullet
+        world (None automatic; cube scenes, else one at a time): the same rollouts bit for
+        bit; default 1, one at a time, as ``predict`` (whole rollouts gained no speed from
+        batching there: train/README.md §10).
         """
         if int(samples) != samples or samples < 1:
             raise ParameterError(f"samples must be an integer >= 1, got {samples!r}")
@@ -194,6 +209,7 @@ class StochasticSimulator:
             raise ParameterError(f"horizon_s must be in (0, {MAX_HORIZON_S:g}] s, got "
                                  f"{horizon_s!r}")
         _check_seed(seed)
+        batch_size = check_batch_size(batch_size)
         _check_rollout_memory(self.model.scene, int(samples),
                               max(1, int(round(horizon_s / self.dt_s))))
         states = self._initial_states(initial, int(samples), seed)
@@ -206,7 +222,7 @@ class StochasticSimulator:
             n_slots=len(self._slots), states=states,
             seeds=None if mean else [[int(seed), s] for s in range(len(states))],
             n_steps=n_steps, params=self.model.params, policy=self._policy,
-            guard=self.model.guard)
+            guard=self.model.guard, batch_size=batch_size)
         rows = sorted((row for chunk in self._workers.map(_rollout_tasks, request)
                        for row in chunk), key=lambda row: row[0])
         trajectories = np.stack([row[1] for row in rows])
