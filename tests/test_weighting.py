@@ -239,3 +239,65 @@ def test_sbc_centred_adjustment_gives_the_envelope_the_sandwich_curvature():
     np.testing.assert_allclose(flat(probe) - flat(mode[None]),
                                target(probe) - target(mode[None]), rtol=1e-6)
     assert summary["failed"] is False and summary["w"] < 1
+
+
+def test_small_sample_correction_widens_the_sandwich_by_the_t_quantile_and_needs_g_above_d():
+    """cr1t: the sandwich covariance of few recordings × (t_0.95,G−d / z_0.95)², the same
+    envelope otherwise (so the 90 % interval is t_0.95,G−d standard deviations wide each
+    side); the centred MH target of train/sbc.py takes the same widening; G ≤ d refused."""
+    import importlib.util
+    from pathlib import Path
+
+    from scipy.stats import norm, t
+
+    from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import sandwich_posterior, small_sample_inflation
+
+    factor = (t.ppf(0.95, 4) / norm.ppf(0.95)) ** 2
+    assert small_sample_inflation(6, 2, "cr1t") == pytest.approx(factor)
+    assert 1.67 < factor < 1.69  # t_0.95,4 = 2.132 against 1.645
+    assert small_sample_inflation(6, 2, "none") == 1.0
+    assert small_sample_inflation(200, 2, "cr1t") == pytest.approx(1.0, abs=0.02)
+    space = ParamSpace(["lateral_friction", "restitution"],
+                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
+    modes = 0.5 + np.array([0.01, 0.03]) * np.random.default_rng(4).standard_normal((6, 2))
+    likelihood = _Quadratic(space, modes, 1e4)
+    centre = space.from_unit(np.array([[0.49, 0.52]]))[0]
+    plain = sandwich_posterior(likelihood, space, centre)
+    wide = sandwich_posterior(likelihood, space, centre, small_sample="cr1t")
+    assert plain["inflation"] == 1.0 and wide["inflation"] == pytest.approx(factor)
+    np.testing.assert_allclose(wide["covariance"], factor * plain["covariance"], rtol=1e-9)
+    np.testing.assert_allclose(wide["mode_unit"], plain["mode_unit"], atol=1e-12)
+
+    def width(found: dict) -> np.ndarray:  # the 90 % intervals' widths, unit coordinates
+        low, high = (space.to_unit(np.array([[found[q][n] for n in space.names]]))[0]
+                     for q in ("q05", "q95"))
+        return high - low
+
+    np.testing.assert_allclose(width(wide), np.sqrt(factor) * width(plain), rtol=1e-9)
+
+    path = Path(__file__).resolve().parents[1] / "train" / "sbc.py"
+    spec = importlib.util.spec_from_file_location("sbc", path)
+    sbc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sbc)
+
+    def log_like(x: np.ndarray) -> np.ndarray:
+        batch = [space.engine_params(row) for row in np.atleast_2d(x)]
+        return np.sum(-0.5 * likelihood.nu * np.log(likelihood.errors(batch)), axis=1)
+
+    flat, mode, summary = sbc.centred_adjustment(likelihood, space, centre, log_like, 0.0,
+                                                 "cr1t")
+    assert summary["inflation"] == pytest.approx(factor)
+    zhat = space.to_unit(mode[None])[0]
+    probes = np.array([[0.01, 0.0], [0.0, 0.02], [0.01, -0.01]])
+    values = flat(space.from_unit(zhat + probes)) - flat(mode[None])
+    precision = np.linalg.inv(wide["covariance"])  # the envelope: the widened sandwich
+    np.testing.assert_allclose(values, -0.5 * np.einsum("ni,ij,nj->n", probes, precision,
+                                                        probes), rtol=1e-6)
+
+    with pytest.raises(ParameterError, match="degrees of freedom"):
+        small_sample_inflation(2, 2, "cr1t")
+    with pytest.raises(ParameterError, match="degrees of freedom"):
+        sandwich_posterior(_Quadratic(space, modes[:2], 1e4), space, centre, "cr1t")
+    with pytest.raises(ParameterError, match="expected one of"):
+        small_sample_inflation(6, 2, "cr2")

@@ -8,7 +8,9 @@ The posterior is MH's (``--sampler mh``, with ``--weighting`` choosing the likel
 ``recording`` ν_i = 1, ``nu-only``, ``scalar``, ``curvature``, ``tempered`` or
 ``centred``, see :mod:`residualsim.sysid.weighting` and :func:`centred_adjustment`),
 ``calibrate --method sandwich``'s (``--sampler sandwich``) or the exact one of the
-likelihood on a grid (``--sampler grid``).
+likelihood on a grid (``--sampler grid``). ``--small-sample cr1t`` widens the sandwich
+envelope for few recordings (the t quantile of the cluster-robust CR1 correction,
+:func:`residualsim.sysid.weighting.small_sample_inflation`) in ``centred`` and ``sandwich``.
 
 Talts, Betancourt, Simpson, Vehtari and Gelman (2018), "Validating Bayesian inference
 algorithms with simulation-based calibration". For each data set j (seeded by ``[seed,
@@ -82,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="centred: λ in [0, 1] on the likelihood's departure from its "
                              "envelope (1, the default: Chandler-Bate as it is; 0: MH on the "
                              "adjusted envelope alone, the sandwich's Gaussian)")
+    parser.add_argument("--small-sample", choices=("none", "cr1t"), default="none",
+                        help="few-recordings correction of the sandwich envelope (centred "
+                             "weighting and --sampler sandwich): cr1t scales its covariance "
+                             "by (t_0.95,G-d / z_0.95)^2 (weighting.small_sample_inflation)")
     parser.add_argument("--pilot-evaluations", type=int, default=40,
                         help="Nelder-Mead evaluations of the pilot fit")
     parser.add_argument("--sampler", choices=("mh", "grid", "sandwich"), default="mh",
@@ -117,6 +123,8 @@ def config_of(args: argparse.Namespace) -> dict:
     config = {k: getattr(args, k) for k in keys}
     if args.rugged_weight != 1.0:  # (files written before the option stay readable)
         config["rugged_weight"] = args.rugged_weight
+    if args.small_sample != "none":
+        config["small_sample"] = args.small_sample
     return config
 
 
@@ -167,7 +175,8 @@ def tempered_adjustment(likelihood, space, center: np.ndarray, log_like):
             {"w": w, "transform": transform.tolist(), "evaluations": found["evaluations"]})
 
 
-def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: float = 1.0):
+def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: float = 1.0,
+                       small_sample: str = "none"):
     """(the adjusted log-likelihood, where chains start, its summary): the sandwich's
     envelope fits (:func:`~residualsim.sysid.weighting.sandwich_posterior`'s design about
     ``center``, natural values) give the envelope's mode ẑ, H and J; MH then targets
@@ -176,16 +185,19 @@ def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: 
     envelope then has exactly the sandwich's curvature, the ruggedness is stretched by
     C⁻¹). ``rugged`` λ < 1 targets q(z) + λ (ℓ(ẑ + C (z − ẑ)) − q(z)) instead, q the
     adjusted envelope −½ (z − ẑ)ᵀ Cᵀ H C (z − ẑ): the ruggedness damped by λ (0: the
-    sandwich's Gaussian, no rollouts). Unadjusted, chains at ``center``, when no
+    sandwich's Gaussian, no rollouts). ``small_sample``: the sandwich covariance × the
+    few-recordings factor k of :func:`~residualsim.sysid.weighting.small_sample_inflation`
+    (Cᵀ H C = H (k (J + H))⁻¹ H). Unadjusted, chains at ``center``, when no
     positive-definite envelope is found."""
     from residualsim.sysid.weighting import (_local_quadratics, adjusted_log_likelihood,
-                                             curvature_transform)
+                                             curvature_transform, small_sample_inflation)
 
+    inflation = small_sample_inflation(likelihood.n_items, space.ndim, small_sample)
     found = _local_quadratics(likelihood, space, center, sandwich=True)
     if found.get("information") is None:
         return log_like, np.asarray(center, dtype=np.float64), {"failed": True}
     information, spread = found["information"], found["spread"]
-    transform = curvature_transform(information, spread + information)
+    transform = curvature_transform(information, inflation * (spread + information))
     mode = space.from_unit(found["envelope_mode"][None])[0]
     adjusted = adjusted_log_likelihood(log_like, space, mode, transform)
     curvature = transform.T @ information @ transform
@@ -199,7 +211,8 @@ def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: 
 
     return (adjusted if rugged == 1.0 else damped, mode,
             {"failed": False, "w": found["w_raw"], "transform": transform.tolist(),
-             "envelope_mode": mode.tolist(), "evaluations": found["evaluations"]})
+             "envelope_mode": mode.tolist(), "evaluations": found["evaluations"],
+             "inflation": inflation})
 
 
 def one_dataset(args: argparse.Namespace, index: int) -> dict:
@@ -252,7 +265,8 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                 start = pilot_reference(log_like, space, start=start, evaluations=30,
                                         simplex=0.01)
                 log_like, start, weights["adjustment"] = centred_adjustment(
-                    likelihood, space, start, log_like, args.rugged_weight)
+                    likelihood, space, start, log_like, args.rugged_weight,
+                    args.small_sample)
                 weights["mode"] = start.tolist()
             elif args.weighting == "curvature":  # the ν-weighted mode, then Chandler-Bate
                 start = pilot_reference(log_like, space, start=start, evaluations=30,
@@ -265,7 +279,8 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
                                                        adjustment["transform"])
         if args.sampler == "sandwich":
             draws, summary = sandwich_draws(likelihood, space, start, args.draws,
-                                            np.random.default_rng([args.seed, index, 1]))
+                                            np.random.default_rng([args.seed, index, 1]),
+                                            args.small_sample)
             evaluations = summary.pop("evaluations")
             weights["sandwich"] = summary.pop("sandwich")
         elif args.sampler == "grid":
@@ -348,13 +363,15 @@ def grid_posterior(log_like, space, center: np.ndarray, points: int, count: int,
 
 
 def sandwich_draws(likelihood, space, center: np.ndarray, count: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+                   rng: np.random.Generator, small_sample: str = "none"
+                   ) -> tuple[np.ndarray, dict]:
     """``count`` draws (natural values) from calibrate's sandwich posterior
-    (:func:`residualsim.sysid.weighting.sandwich_posterior`) and a Posterior-like summary;
-    the prior's (no information) when it found no envelope."""
+    (:func:`residualsim.sysid.weighting.sandwich_posterior`, ``small_sample`` its
+    few-recordings correction) and a Posterior-like summary; the prior's (no information)
+    when it found no envelope."""
     from residualsim.sysid.weighting import sandwich_posterior
 
-    found = sandwich_posterior(likelihood, space, center)
+    found = sandwich_posterior(likelihood, space, center, small_sample)
     d = space.ndim
     if found["covariance"] is None:
         z = rng.random((count, d))
@@ -365,7 +382,7 @@ def sandwich_draws(likelihood, space, center: np.ndarray, count: int,
     summary = {key: found[key] for key in ("median", "q05", "q95", "evaluations")}
     summary.update(rhat={n: 1.0 for n in space.names}, acceptance=None,
                    ess={n: float(count) for n in space.names},
-                   sandwich={"h": found["h"], "w": found["w"],
+                   sandwich={"h": found["h"], "w": found["w"], "inflation": found["inflation"],
                              "failed": found["covariance"] is None})
     return space.from_unit(z), summary
 
