@@ -48,6 +48,8 @@ NAMES = ("lateral_friction", "restitution")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from residualsim.sysid.weighting import SMALL_SAMPLE
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON-lines file of results (appended)")
@@ -84,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="centred: λ in [0, 1] on the likelihood's departure from its "
                              "envelope (1, the default: Chandler-Bate as it is; 0: MH on the "
                              "adjusted envelope alone, the sandwich's Gaussian)")
-    parser.add_argument("--small-sample", choices=("none", "cr1t"), default="none",
+    parser.add_argument("--small-sample", choices=SMALL_SAMPLE, default="none",
                         help="few-recordings correction of the sandwich envelope (centred "
                              "weighting and --sampler sandwich): cr1t scales its covariance "
                              "by (t_0.95,G-d / z_0.95)^2 (weighting.small_sample_inflation)")
