@@ -199,3 +199,18 @@ def load_train_script(name: str):
 def train_script():
     """``train_script(name)``: the module of ``train/<name>.py``."""
     return load_train_script
+
+
+class QuadraticLikelihood:
+    """Stand-in likelihood: recording i's log-likelihood −½ a |θ − θ_i|² (unit coordinates
+    of the space), served as errors e_i = exp(−2 ℓ_i / ν_i)."""
+
+    def __init__(self, space, modes: np.ndarray, curvature: float) -> None:
+        self.space, self.modes, self.a = space, modes, curvature
+        self.n_items = len(modes)
+        self.nu = np.full(self.n_items, 50.0)
+
+    def errors(self, batch) -> np.ndarray:
+        z = self.space.to_unit(np.array([[p.lateral_friction, p.restitution] for p in batch]))
+        ell = -0.5 * self.a * np.sum((z[:, None, :] - self.modes[None]) ** 2, axis=-1)
+        return np.exp(-2.0 * ell / self.nu)

@@ -13,6 +13,8 @@ from residualsim.sim.synthesize import synthesize_tosses
 from residualsim.sysid.likelihood import TrajectoryLikelihood
 from residualsim.sysid.weighting import autocorrelation_time, effective_count
 
+from conftest import QuadraticLikelihood
+
 TRUTH = EngineParams(lateral_friction=0.3, restitution=0.4)
 
 
@@ -84,21 +86,6 @@ def test_a_fitted_first_pose_leaves_fewer_correlated_residuals_than_the_recorded
         assert np.mean(fitted.set_reference(TRUTH)) > 2 * np.mean(recorded.set_reference(TRUTH))
 
 
-class _Quadratic:
-    """Stand-in likelihood: recording i's log-likelihood −½ a |θ − θ_i|² (unit coordinates
-    of the space), served as errors e_i = exp(−2 ℓ_i / ν_i)."""
-
-    def __init__(self, space, modes: np.ndarray, curvature: float) -> None:
-        self.space, self.modes, self.a = space, modes, curvature
-        self.n_items = len(modes)
-        self.nu = np.full(self.n_items, 50.0)
-
-    def errors(self, batch) -> np.ndarray:
-        z = self.space.to_unit(np.array([[p.lateral_friction, p.restitution] for p in batch]))
-        ell = -0.5 * self.a * np.sum((z[:, None, :] - self.modes[None]) ** 2, axis=-1)
-        return np.exp(-2.0 * ell / self.nu)
-
-
 @pytest.mark.parametrize("spread, expected", [(1.0, 1.0), (3.0, 1 / 9)])
 def test_magnitude_adjustment_matches_the_scatter_between_recordings(spread, expected):
     from residualsim.sysid.paramspace import ParamSpace
@@ -108,7 +95,7 @@ def test_magnitude_adjustment_matches_the_scatter_between_recordings(spread, exp
                        bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
     curvature = 1e4  # each recording alone: standard deviation 0.01 in unit coordinates
     modes = 0.5 + spread * 0.01 * np.random.default_rng(2).standard_normal((400, 2))
-    found = magnitude_adjustment(_Quadratic(space, modes, curvature), space,
+    found = magnitude_adjustment(QuadraticLikelihood(space, modes, curvature), space,
                                  space.from_unit(np.array([[0.5, 0.5]]))[0])
     assert found["w"] == pytest.approx(expected, rel=0.25), found
     assert found["w_raw"] is not None and found["evaluations"] == 2 * 13
@@ -192,62 +179,10 @@ def test_an_interrupted_sandwich_calibration_resumes_from_its_finished_stages(tm
                   resume=True, **options)
 
 
-def test_sbc_centred_adjustment_gives_the_envelope_the_sandwich_curvature():
-    """train/sbc.py --weighting centred: Chandler-Bate about the envelope's mode ẑ; the
-    target peaks at ẑ with the sandwich posterior's inverse covariance as its curvature,
-    and --rugged-weight 0 is that quadratic exactly."""
-    import importlib.util
-    from pathlib import Path
-
-    from residualsim.sysid.paramspace import ParamSpace
-    from residualsim.sysid.weighting import sandwich_posterior
-
-    path = Path(__file__).resolve().parents[1] / "train" / "sbc.py"
-    spec = importlib.util.spec_from_file_location("sbc", path)
-    sbc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sbc)
-    space = ParamSpace(["lateral_friction", "restitution"],
-                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
-    # recordings scatter as their curvature says along friction, 3 times that along restitution
-    scatter = np.array([0.01, 0.03]) * np.random.default_rng(3).standard_normal((400, 2))
-    likelihood = _Quadratic(space, 0.5 + scatter, 1e4)
-
-    def log_like(x: np.ndarray) -> np.ndarray:
-        batch = [space.engine_params(row) for row in np.atleast_2d(x)]
-        return np.sum(-0.5 * likelihood.nu * np.log(likelihood.errors(batch)), axis=1)
-
-    centre = space.from_unit(np.array([[0.49, 0.52]]))[0]
-    found = sandwich_posterior(likelihood, space, centre)
-    target, mode, summary = sbc.centred_adjustment(likelihood, space, centre, log_like)
-    np.testing.assert_allclose(space.to_unit(mode[None])[0], found["mode_unit"], atol=1e-6)
-    zhat, h = found["mode_unit"], 1e-3
-    steps = [np.zeros(2), *(s * h * np.eye(2)[k] for k in range(2) for s in (1, -1))]
-    values = target(space.from_unit(np.array([zhat + s for s in steps])))
-    assert np.all(values[1:] < values[0])  # the maximum is at ẑ
-    cross = target(space.from_unit(np.array([zhat + h * np.array(s) for s in
-                                             ((1, 1), (1, -1), (-1, 1), (-1, -1))])))
-    hessian = np.array([[values[1] - 2 * values[0] + values[2],
-                         (cross[0] - cross[1] - cross[2] + cross[3]) / 4],
-                        [0.0, values[3] - 2 * values[0] + values[4]]]) / h**2
-    hessian[1, 0] = hessian[0, 1]
-    sandwich = np.linalg.inv(found["covariance"])
-    np.testing.assert_allclose(-hessian, sandwich, rtol=1e-3, atol=1e-3 * sandwich.max())
-    assert np.linalg.eigvalsh(sandwich).max() < np.linalg.eigvalsh(
-        400 * 1e4 * np.eye(2)).min()  # wider than the likelihood's own curvature
-    flat, flat_mode, _ = sbc.centred_adjustment(likelihood, space, centre, log_like, 0.0)
-    probe = space.from_unit(np.array([zhat + [0.01, -0.02], zhat + [-0.03, 0.01]]))
-    np.testing.assert_allclose(flat(probe) - flat(mode[None]),
-                               target(probe) - target(mode[None]), rtol=1e-6)
-    assert summary["failed"] is False and summary["w"] < 1
-
-
 def test_small_sample_correction_widens_the_sandwich_by_the_t_quantile_and_needs_g_above_d():
     """cr1t: the sandwich covariance of few recordings × (t_0.95,G−d / z_0.95)², the same
     envelope otherwise (so the 90 % interval is t_0.95,G−d standard deviations wide each
-    side); the centred MH target of train/sbc.py takes the same widening; G ≤ d refused."""
-    import importlib.util
-    from pathlib import Path
-
+    side); G ≤ d refused (MH's calibrated target: tests/test_calibrated.py)."""
     from scipy.stats import norm, t
 
     from residualsim.sysid.paramspace import ParamSpace
@@ -261,7 +196,7 @@ def test_small_sample_correction_widens_the_sandwich_by_the_t_quantile_and_needs
     space = ParamSpace(["lateral_friction", "restitution"],
                        bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.1, 0.7)})
     modes = 0.5 + np.array([0.01, 0.03]) * np.random.default_rng(4).standard_normal((6, 2))
-    likelihood = _Quadratic(space, modes, 1e4)
+    likelihood = QuadraticLikelihood(space, modes, 1e4)
     centre = space.from_unit(np.array([[0.49, 0.52]]))[0]
     plain = sandwich_posterior(likelihood, space, centre)
     wide = sandwich_posterior(likelihood, space, centre, small_sample="cr1t")
@@ -276,28 +211,9 @@ def test_small_sample_correction_widens_the_sandwich_by_the_t_quantile_and_needs
 
     np.testing.assert_allclose(width(wide), np.sqrt(factor) * width(plain), rtol=1e-9)
 
-    path = Path(__file__).resolve().parents[1] / "train" / "sbc.py"
-    spec = importlib.util.spec_from_file_location("sbc", path)
-    sbc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sbc)
-
-    def log_like(x: np.ndarray) -> np.ndarray:
-        batch = [space.engine_params(row) for row in np.atleast_2d(x)]
-        return np.sum(-0.5 * likelihood.nu * np.log(likelihood.errors(batch)), axis=1)
-
-    flat, mode, summary = sbc.centred_adjustment(likelihood, space, centre, log_like, 0.0,
-                                                 "cr1t")
-    assert summary["inflation"] == pytest.approx(factor)
-    zhat = space.to_unit(mode[None])[0]
-    probes = np.array([[0.01, 0.0], [0.0, 0.02], [0.01, -0.01]])
-    values = flat(space.from_unit(zhat + probes)) - flat(mode[None])
-    precision = np.linalg.inv(wide["covariance"])  # the envelope: the widened sandwich
-    np.testing.assert_allclose(values, -0.5 * np.einsum("ni,ij,nj->n", probes, precision,
-                                                        probes), rtol=1e-6)
-
     with pytest.raises(ParameterError, match="degrees of freedom"):
         small_sample_inflation(2, 2, "cr1t")
     with pytest.raises(ParameterError, match="degrees of freedom"):
-        sandwich_posterior(_Quadratic(space, modes[:2], 1e4), space, centre, "cr1t")
+        sandwich_posterior(QuadraticLikelihood(space, modes[:2], 1e4), space, centre, "cr1t")
     with pytest.raises(ParameterError, match="expected one of"):
         small_sample_inflation(6, 2, "cr2")

@@ -179,42 +179,18 @@ def tempered_adjustment(likelihood, space, center: np.ndarray, log_like):
 
 def centred_adjustment(likelihood, space, center: np.ndarray, log_like, rugged: float = 1.0,
                        small_sample: str = "none"):
-    """(the adjusted log-likelihood, where chains start, its summary): the sandwich's
-    envelope fits (:func:`~residualsim.sysid.weighting.sandwich_posterior`'s design about
-    ``center``, natural values) give the envelope's mode ẑ, H and J; MH then targets
-    ℓ(ẑ + C (z − ẑ)) with Cᵀ H C = H (J + H)⁻¹ H, the sandwich covariance's inverse
-    (Chandler and Bate 2007 centred on ẑ, not on the rugged likelihood's own mode; the
-    envelope then has exactly the sandwich's curvature, the ruggedness is stretched by
-    C⁻¹). ``rugged`` λ < 1 targets q(z) + λ (ℓ(ẑ + C (z − ẑ)) − q(z)) instead, q the
-    adjusted envelope −½ (z − ẑ)ᵀ Cᵀ H C (z − ẑ): the ruggedness damped by λ (0: the
-    sandwich's Gaussian, no rollouts). ``small_sample``: the sandwich covariance × the
-    few-recordings factor k of :func:`~residualsim.sysid.weighting.small_sample_inflation`
-    (Cᵀ H C = H (k (J + H))⁻¹ H). Unadjusted, chains at ``center``, when no
-    positive-definite envelope is found."""
-    from residualsim.sysid.weighting import (_local_quadratics, adjusted_log_likelihood,
-                                             curvature_transform, small_sample_inflation)
+    """(the target, its delayed-acceptance screen, where chains start, its summary): the
+    likelihood ``calibrate --weighting calibrated`` samples
+    (:func:`residualsim.sysid.calibrated.calibrated_target` about ``center``, natural values),
+    with λ = ``rugged`` and the few-recordings correction ``small_sample``. The target is
+    the raw likelihood, chains at ``center``, when no positive-definite envelope is found
+    (``failed`` in the summary)."""
+    from residualsim.sysid.calibrated import calibrated_target
 
-    inflation = small_sample_inflation(likelihood.n_items, space.ndim, small_sample)
-    found = _local_quadratics(likelihood, space, center, sandwich=True)
-    if found.get("information") is None:
-        return log_like, np.asarray(center, dtype=np.float64), {"failed": True}
-    information, spread = found["information"], found["spread"]
-    transform = curvature_transform(information, inflation * (spread + information))
-    mode = space.from_unit(found["envelope_mode"][None])[0]
-    adjusted = adjusted_log_likelihood(log_like, space, mode, transform)
-    curvature = transform.T @ information @ transform
-
-    def damped(x: np.ndarray) -> np.ndarray:
-        u = space.to_unit(np.atleast_2d(x)) - found["envelope_mode"]
-        envelope = -0.5 * np.einsum("ni,ij,nj->n", u, curvature, u)
-        if rugged == 0.0:
-            return envelope
-        return (1.0 - rugged) * envelope + rugged * np.asarray(adjusted(x), dtype=np.float64)
-
-    return (adjusted if rugged == 1.0 else damped, mode,
-            {"failed": False, "w": found["w_raw"], "transform": transform.tolist(),
-             "envelope_mode": mode.tolist(), "evaluations": found["evaluations"],
-             "inflation": inflation})
+    found = calibrated_target(likelihood, log_like, space, center, rugged, small_sample)
+    summary = dict(found.summary)
+    summary["failed"] = "failed" in summary
+    return found.target, found.screen, found.start, summary
 
 
 def one_dataset(args: argparse.Namespace, index: int) -> dict:
@@ -245,7 +221,7 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
         def log_like(x: np.ndarray) -> np.ndarray:
             return likelihood([space.engine_params(row) for row in x])
 
-        start = None
+        start, screen = None, None
         if args.weighting != "recording":  # as calibrate: pilot fit, ν fixed, start there
             start = pilot_reference(log_like, space, seed=index,
                                     sobol_points=args.init_draws * args.chains,
@@ -266,7 +242,7 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
             elif args.weighting == "centred":  # Chandler-Bate about the envelope's mode
                 start = pilot_reference(log_like, space, start=start, evaluations=30,
                                         simplex=0.01)
-                log_like, start, weights["adjustment"] = centred_adjustment(
+                log_like, screen, start, weights["adjustment"] = centred_adjustment(
                     likelihood, space, start, log_like, args.rugged_weight,
                     args.small_sample)
                 weights["mode"] = start.tolist()
@@ -295,7 +271,7 @@ def one_dataset(args: argparse.Namespace, index: int) -> dict:
             evaluations = summary.pop("evaluations")
         else:
             sampler = MetropolisHastings(log_like, space, n_chains=args.chains,
-                                         init_draws=args.init_draws,
+                                         init_draws=args.init_draws, screen=screen,
                                          rng=np.random.default_rng([args.seed, index, 1]))
             posterior = sampler.run(args.mh_samples, args.burn_in, initial=start)
             draws = thin(posterior.samples, args.draws)

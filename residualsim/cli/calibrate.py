@@ -90,7 +90,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             initial_draws=args.initial_draws, delayed_acceptance=args.delayed_acceptance,
             rotation_weight=args.rotation_weight, export_urdf=args.export_urdf,
             recorded_start=args.recorded_start, start_points=args.start_points,
-            weighting=args.weighting, base=args.base, ground=not args.no_ground,
+            weighting=args.weighting, rugged_weight=args.rugged_weight,
+            small_sample=args.small_sample, base=args.base, ground=not args.no_ground,
             keep_calibrated=args.keep_calibrated)
         if summary.get("ground"):
             from residualsim.sysid.ground import ground_note
@@ -121,40 +122,33 @@ def register(commands) -> None:
         " (default cube", "; or arm-loop, the arm + loop's spring stiffnesses (default cube"))
     cal.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     cal.add_argument("--params", default="lateral_friction,restitution",
-                     help="comma-separated parameters to calibrate (default "
-                     "lateral_friction,restitution): names or groups: contact (lateral, "
-                     "spinning, rolling friction, restitution), soft_contact (stiffness, "
-                     "damping), solver (contact_erp, solver_iterations, friction_anchor... "
-                     "as the scene's engine honours them; one it ignores is refused: README's "
-                     "table), and for an object from a scene file or URDF body (per link: "
-                     "centre of mass, inertia; the total mass and its split across revolute "
-                     "joints kept) and joints (per joint: damping, friction); single names "
-                     "body.<link>.com_x, .moment_1, .axes_x, .mass_ratio, joint.<joint>."
-                     "damping, .friction (README)")
+                     help="comma-separated parameters (default lateral_friction,restitution): "
+                     "names or groups: contact (frictions, restitution), soft_contact "
+                     "(stiffness, damping), solver (contact_erp, solver_iterations, "
+                     "friction_anchor... the scene's engine honours), and for an object from a "
+                     "scene file or URDF body (per link: centre of mass, inertia; total mass "
+                     "kept) and joints (damping, friction); single names body.<link>.com_x, "
+                     ".moment_1, .axes_x, .mass_ratio, joint.<joint>.damping (README)")
     cal.add_argument("--base", help="values of the parameters not calibrated: name=value,..., "
                      "a JSON file or a calibration directory (default PyBullet's)")
     cal.add_argument("--export-urdf", metavar="FILE.urdf",
-                     help="also write the scene's URDF with the kept values (inertials, "
-                     "joint dynamics, contact coefficients in each link's <contact>; default: "
-                     "none): the best on validation of the calibrated ones, the URDF's own "
-                     "body with the calibrated contact and PyBullet's defaults. A new file: an "
-                     "existing one is refused (calibrate has no --force; --resume rewrites "
-                     "its own), and so is the scene's own URDF")
+                     help="also write the scene's URDF with the kept values (default: none): "
+                     "the best on validation of the calibrated ones, the URDF's own body with "
+                     "the calibrated contact and PyBullet's defaults. A new file (--resume "
+                     "rewrites its own), never the scene's own URDF")
     cal.add_argument("--out", required=True, help="output directory (summary.json, plots)")
     cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",
                                           "gradient", "homotopy"),
-                     help="mh, sandwich (trajectories, noise estimated: a Gaussian "
-                     "posterior around the likelihood's envelope with the sandwich covariance, "
-                     "~200 evaluations; its ranks passed simulation-based calibration, MH's did "
-                     "not: train/README.md section 20), nevergrad, lsq (least squares on "
+                     help="mh (its likelihood: --weighting), sandwich (trajectories, noise "
+                     "estimated: the Gaussian around the likelihood's envelope with the sandwich "
+                     "covariance, ~200 evaluations), nevergrad, lsq (least squares on "
                      "trajectory error, finite differences, --budget parameter sets; body and "
                      "joints in stages) or mpec (complementarity-constrained, no simulator; fits "
                      "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
                      "homotopy or mh (default: lsq with body or joint names, else mh; mh "
                      "and nevergrad are refused for body or joint names)")
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
-                     help="mh: start the chains at the best Sobol points (default) or at the "
-                     "MPEC estimate (written to OUT/mpec-init)")
+                     help="mh: chains start at the best Sobol points (default) or MPEC's")
     cal.add_argument("--start-points", type=count(1), default=32, help="mh --init sobol: "
                      "Sobol points per chain, each one evaluation before the first step "
                      "(default 32; lower it for quick looks)")
@@ -183,12 +177,19 @@ def register(commands) -> None:
                      "free flight, averaging over --initial-draws (fit), or roll out from it as "
                      "recorded (default: fit for lsq, else recorded; train/README.md section "
                      "22)")
-    cal.add_argument("--weighting", choices=("effective", "recording"),
-                     help="MH on trajectories, noise estimated: a recording weighs as one "
-                     "observation (recording, default: too wide on few short tosses) or as its "
-                     "effective number of independent residuals at a pilot fit (effective: too "
-                     "narrow). Neither passed simulation-based calibration; --method sandwich "
-                     "did (train/README.md section 20)")
+    cal.add_argument("--weighting", choices=("recording", "calibrated", "effective"),
+                     default="recording", help="the likelihood MH samples on trajectories, "
+                     "noise estimated (default recording: the raw one, each recording one "
+                     "observation: too wide on few tosses, too narrow on many); calibrated: "
+                     "tied to its envelope with the sandwich's curvature (passed simulation-"
+                     "based calibration on few tosses, far too narrow on many with noisy first "
+                     "poses: train/README.md section 20.3); effective: too narrow")
+    cal.add_argument("--rugged-weight", type=float, default=0.2, metavar="LAMBDA",
+                     help="calibrated: share of the likelihood's departure from its envelope "
+                     "kept, 0 to 1 (default 0.2; 0: the envelope alone, no rollouts while "
+                     "sampling; 1: Chandler-Bate)")
+    cal.add_argument("--small-sample", choices=("cr1t", "none"), default="cr1t", help="calibr"
+                     "ated: few-recordings widening (default cr1t: t, recordings - d dof)")
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION", help="MH: screen "
                      "each proposal on this share of the recordings first (default: off)")
     cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W", help="weight "
@@ -197,11 +198,10 @@ def register(commands) -> None:
                      help="recordings to calibrate on (default train)")
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split (default: all)")
-    cal.add_argument("--budget", type=count(1), help="nevergrad or lsq evaluations (default "
-                     "200; lsq with body or joint names 600): parameter sets, each rolled out on "
-                     "every recording; lsq with "
-                     "body/joint and contact names: body on free flight (BUDGET), contact (at "
-                     "most 12 (k + 1)), then the body's weak directions through the first impact")
+    cal.add_argument("--budget", type=count(1), help="nevergrad or lsq parameter sets, each "
+                     "rolled out on every recording (default 200; lsq with body or joint names "
+                     "600: body on free flight (BUDGET), contact (at most 12 (k + 1)), then the "
+                     "body's weak directions through the first impact)")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
                      "nevergrad evaluations (default: each batch), between checkpoints")

@@ -264,6 +264,31 @@ def _figure_html(figure: _Figure) -> str:
             f"{'<br>Reproduce: ' + commands if commands else ''}</figcaption></figure>")
 
 
+def _likelihood_note(summary: Mapping[str, Any]) -> str:
+    """One sentence: which likelihood MH sampled and, if calibrated, its adjustment."""
+    weighting = summary.get("weighting") or {}
+    method = weighting.get("method", "recording")
+    adjustment = weighting.get("adjustment") or {}
+    if method == "calibrated" and "failed" not in adjustment:
+        mode = ", ".join(f"{name} {value:.4g}" for name, value in
+                         zip(summary.get("calibrated") or [], weighting.get("mode") or []))
+        return (f"Likelihood: calibrated (train/README.md §20.3). The likelihood tied to its "
+                f"envelope, whose mode ({mode}) the chains start from and whose curvature is "
+                f"the sandwich's from the scatter between recordings, widened "
+                f"×{adjustment.get('inflation', 1.0):.3g} for few recordings "
+                f"({adjustment.get('small_sample')}); λ = "
+                f"{adjustment.get('rugged_weight', 0.0):g} of the likelihood's departure "
+                f"from the envelope kept.")
+    if method == "calibrated":
+        return (f"Likelihood: the ν-weighted one, unadjusted: the calibration failed "
+                f"({adjustment['failed']}); its intervals may be too narrow.")
+    return {"recording": "Likelihood: raw (--weighting recording, each recording one "
+                         "observation), not calibrated: too wide on few tosses, too narrow on "
+                         "many (train/README.md §20).",
+            "effective": "Likelihood: effective (Chandler-Bate at the rugged mode), not "
+                         "calibrated: too narrow (train/README.md §20)."}.get(method, method)
+
+
 def _posterior_section(calibration: Path, summary: Mapping[str, Any]) -> tuple[str, list]:
     """Corner and trace plots, R-hat, ESS and warnings of an MH calibration, if any."""
     from residualsim.sysid.plots import corner_plot, trace_plot
@@ -293,7 +318,8 @@ def _posterior_section(calibration: Path, summary: Mapping[str, Any]) -> tuple[s
     warnings = summary.get("warnings") or []
     notes = ("".join(f"<li class=\"warn\">{html.escape(w)}</li>" for w in warnings)
              or "<li>no convergence warnings</li>")
-    table = (f"<table><tr><th>parameter</th><th>median</th><th>5 %–95 %</th><th>R-hat</th>"
+    table = (f"<p>{html.escape(_likelihood_note(summary))}</p>"
+             f"<table><tr><th>parameter</th><th>median</th><th>5 %–95 %</th><th>R-hat</th>"
              f"<th>bulk ESS</th></tr>{rows}</table><ul>{notes}</ul>")
     again = f"(redrawn from {calibration / 'posterior.npz'}; calibrate writes corner.png and " \
             "trace.png beside it)"

@@ -46,7 +46,9 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
 from residualsim.sysid.mcmc import MetropolisHastings
 from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace
-from residualsim.sysid.weighting import effective_weights, sandwich_calibration
+from residualsim.sysid.calibrated import (DEFAULT_RUGGED, DEFAULT_SMALL_SAMPLE,
+                                          calibrated_weights)
+from residualsim.sysid.weighting import SMALL_SAMPLE, effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
 from residualsim.sim.scenes.scene_file import same_scene
 from residualsim.sim.scenes.body import BodyParams, check_body_matches
@@ -87,13 +89,16 @@ DEFAULT_INITIAL_DRAWS = 4
 #: flight, velocities kept, averaged over its uncertainty with the initial draws). lsq: its
 #: noise misled the point and the held-out figures (train/README.md §22, issue 51).
 DEFAULT_RECORDED_START = {"lsq": "fit"}
-#: How much each trajectory weighs in MH's likelihood with the noise estimated:
-#: ``"recording"`` (each recording one observation, ν_i = 1: too wide a posterior on few
-#: short tosses) or ``"effective"`` (ν_i effective independent residuals at a pilot fit,
-#: the curvature adjusted to the scatter between recordings,
-#: :mod:`residualsim.sysid.weighting`: too narrow, MH finds the rugged likelihood's
-#: spikes). Neither passed simulation-based calibration (train/README.md §20); the
-#: ``sandwich`` method did.
+#: The likelihood MH samples on trajectories with the noise estimated: ``"recording"`` (the
+#: raw likelihood, each recording one observation, ν_i = 1: too wide a posterior on few
+#: short tosses, too narrow on many), ``"calibrated"`` (the ν-weighted likelihood tied to its
+#: envelope, scaled to the scatter between recordings, :mod:`residualsim.sysid.calibrated`:
+#: passed simulation-based calibration on few short tosses, but far too narrow when the
+#: recorded first poses are noisy and the recordings many, train/README.md §20.3) or
+#: ``"effective"`` (ν_i with the Chandler-Bate curvature adjustment at the rugged mode:
+#: too narrow, MH finds the likelihood's spikes). The default stays the raw one until a
+#: likelihood passes both regimes.
+WEIGHTINGS = ("recording", "calibrated", "effective")
 DEFAULT_WEIGHTING = "recording"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
@@ -196,7 +201,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               rotation_weight: float = 1.0,
               export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
-              weighting: str | None = None,
+              weighting: str | None = None, rugged_weight: float = DEFAULT_RUGGED,
+              small_sample: str = DEFAULT_SMALL_SAMPLE,
               base: EngineParams | Mapping[str, float] | str | None = None,
               ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
@@ -236,8 +242,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     of :func:`~residualsim.sysid.weighting.sandwich_posterior` around the likelihood's
     envelope there (``median``, ``q05``, ``q95`` as MH's summary; the posterior that
     passed simulation-based calibration, train/README.md §20).
-    ``weighting``: ``"effective"`` or ``"recording"`` (default :data:`DEFAULT_WEIGHTING`),
-    for MH on trajectories with the noise estimated: with ``"effective"`` a pilot fit
+    ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`), the
+    likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
+    ``"recording"``). ``"calibrated"``: :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit
+    as below, the envelope's mode ẑ where the chains start, the target with the envelope's
+    sandwich curvature times the few-recordings factor of ``small_sample``, keeping the
+    share ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on
+    the envelope first). With ``"effective"`` a pilot fit
     (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
     Sobol points, or ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
     recording's weight ν_i; the mode of that likelihood (30 more evaluations) is where the
@@ -275,8 +286,14 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got {recorded_start!r}")
     fit_recorded = recorded_start == "fit"
     weighting = weighting or DEFAULT_WEIGHTING
-    if weighting not in ("effective", "recording"):
-        raise ParameterError(f"weighting must be 'effective' or 'recording', got {weighting!r}")
+    if weighting not in WEIGHTINGS:
+        raise ParameterError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got "
+                             f"{weighting!r}")
+    if not 0.0 <= rugged_weight <= 1.0:
+        raise ParameterError(f"rugged_weight must be within 0 to 1, got {rugged_weight}")
+    if small_sample not in SMALL_SAMPLE:
+        raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
+                             f"{small_sample!r}")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     base = None if base is None else parse_params(base)
@@ -338,10 +355,18 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             start = None if initial is None else [float(initial[n]) for n in space.names]
             if start is not None:
                 fingerprint["initial"] = start
-            effective = (weighting == "effective" and kind == "trajectories"
-                         and noise is None)
-            to_params, target = space.engine_params, log_like
-            if effective:
+            adjusted = kind == "trajectories" and noise is None and weighting != "recording"
+            effective = adjusted and weighting == "effective"
+            to_params, target, screen = space.engine_params, log_like, None
+            if adjusted and weighting == "calibrated":
+                result["weighting"], calibrated_mh = calibrated_weights(
+                    likelihood, log_like, space, seed, start_points * chains, start,
+                    rugged_weight, small_sample)
+                start = result["weighting"]["mode"]
+                fingerprint["weighting"] = {"method": "calibrated", "rugged_weight":
+                                            rugged_weight, "small_sample": small_sample}
+                target, screen = calibrated_mh.target, calibrated_mh.screen
+            elif effective:
                 result["weighting"], move = effective_weights(likelihood, log_like, space,
                                                               seed, start_points * chains, start)
                 start = result["weighting"]["mode"]
@@ -352,8 +377,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
                     def target(x: np.ndarray) -> np.ndarray:
                         return likelihood([to_params(row) for row in x])
-            screen = (likelihood.screen(to_params)
-                      if isinstance(likelihood, StagedLikelihood) else None)
+            if screen is None and isinstance(likelihood, StagedLikelihood):
+                screen = likelihood.screen(to_params)
             sampler = MetropolisHastings(target, space, n_chains=chains,
                                          proposal_scale=proposal_scale, adapt=adapt, rng=seed,
                                          screen=screen, init_draws=start_points)
@@ -371,10 +396,16 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     "the likelihood's curvature could not be adjusted to the scatter between "
                     "recordings (flat or rugged around the mode): the posterior may be too "
                     "narrow (--weighting recording is wider)")
+            failed = (result.get("weighting") or {}).get("adjustment", {}).get("failed")
+            if failed:
+                result["warnings"].append(f"the calibrated likelihood could not be built "
+                                          f"({failed}): MH sampled the ν-weighted likelihood "
+                                          "unadjusted, whose intervals may be too narrow")
             for warning in result["warnings"]:
                 log.warning("%s: %s", out, warning)
             point = posterior.median()
             result["evaluations"] = posterior.meta["evaluations"]
+            result["rollouts"] = getattr(likelihood, "n_rollouts", None)
             if screen is not None:
                 result["screened"] = posterior.meta["screened"]
             result["sampling_seconds"] = posterior.meta["seconds"]
@@ -469,7 +500,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         "delayed_acceptance": getattr(likelihood, "fraction", None),
         "rotation_weight": float(rotation_weight),
         "recorded_start": recorded_start if kind == "trajectories" else None,
-        "weighting": ({"method": "effective", **result.pop("weighting")}
+        "weighting": ({"method": weighting, **result.pop("weighting")}
                       if "weighting" in result else {"method": "recording"}),
         "backend": current_backend().name,
         "validation": held_out, **guard,

@@ -263,7 +263,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
                 hess[:, j, k] = hess[:, k, j] = c
         total = -hess.sum(axis=0)
         if np.linalg.eigvalsh(total).min() > 0:
-            found = (total, grad, h)
+            found = (total, grad, h, -hess)
             if sandwich:
                 centred = grad - grad.mean(axis=0)
                 spread = n_items / (n_items - 1) * centred.T @ centred
@@ -280,7 +280,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             steps = 2 * h  # rugged or flat at this scale: look wider
     if found is None:
         return {"w": 1.0, "w_raw": None, "h": h.tolist(), "evaluations": evaluations}
-    information, grad, h = found
+    information, grad, h, items = found
     centred = grad - grad.mean(axis=0)
     spread = n_items / (n_items - 1) * centred.T @ centred
     w = d / float(np.trace(np.linalg.solve(information, spread)))
@@ -288,7 +288,8 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             "evaluations": evaluations, "information": information, "spread": spread,
             "transform": curvature_transform(information, spread),
             "envelope_mode": np.clip(zc + np.linalg.solve(information, grad.sum(axis=0)),
-                                     0.0, 1.0)}
+                                     0.0, 1.0),
+            "scores": grad, "item_information": items}
 
 
 def curvature_transform(information: np.ndarray, spread: np.ndarray) -> np.ndarray:
