@@ -291,6 +291,9 @@ CASES: list[Case] = [
     Case("scene file: unknown key", lambda d: [
         "data", "info", str(_csv_set(d)), "--scene", str(_cube_scene(d, "colour = 1\n"))],
         "unknown key"),
+    Case("scene file: arrays nested 5000 deep (a RecursionError traceback)", lambda d: [
+        "data", "info", str(_csv_set(d)), "--scene",
+        str(_cube_scene(d, "x = " + "[" * 5000 + "]" * 5000 + "\n"))], "nested too deeply"),
     Case("--substeps 1e9 on the command line", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--substeps", "1000000000",
         "--out", str(d / "p.npz")], "more than 1000"),
@@ -323,6 +326,8 @@ CASES: list[Case] = [
     Case("CSV: velocity columns all zero", _info(lambda ls: _column(_column(_column(
         ls, "vx", lambda v, r: 0.0), "vy", lambda v, r: 0.0), "vz", lambda v, r: 0.0)),
         "velocit"),
+    Case("CSV: a header of 100 000 columns (25 s of quadratic checks)",
+         _info(lambda ls: [line + ",0" * 100_000 for line in ls]), "duplicate column(s) 0"),
     Case("CSV: empty file", _info(lambda ls: []), "empty"),
     Case("CSV: header only", _info(lambda ls: ls[:1]), "row"),
     Case("CSV: a row with a missing cell", _info(lambda ls: ls[:3] + [
@@ -363,6 +368,10 @@ CASES: list[Case] = [
     Case("--params: friction -1", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         "lateral_friction=-1", "--out", str(d / "p.npz")], "lateral_friction"),
+    Case("--params: a JSON file nested 1e5 deep (a RecursionError traceback)", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
+        str(_write(d / "p.json", "[" * 100_000 + "]" * 100_000)), "--out", str(d / "p.npz")],
+        "nested too deeply"),
     Case("--params: a calibration folder without summary", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "without summary.json"),
@@ -401,6 +410,11 @@ CASES: list[Case] = [
 
 def _touch(path: Path) -> Path:
     path.write_text("x")
+    return path
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
     return path
 
 
