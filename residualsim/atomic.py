@@ -66,25 +66,36 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def _int(text: str) -> int:
+    """A JSON integer; ValueError past Python's 4300 digits (its own message names a
+    setting of the interpreter)."""
+    if len(text.lstrip("-")) > 4300:
+        raise ValueError(f"not readable JSON (an integer of {len(text)} digits)")
+    return int(text)
+
+
 def read_json(path: str | os.PathLike[str], missing: str | None = None,
               error: type[Exception] = DataError, unique_keys: bool = False) -> Any:
     """Parse a JSON file; ``error`` names the file when it is missing (message ``missing``,
     default "<path>: file not found"), not a regular file (a FIFO or device would block or
-    read as empty) or not readable JSON (with ``unique_keys``, also a duplicate key in an
-    object, which plain JSON parsing resolves silently: the last wins)."""
+    read as empty) or not readable JSON (nested too deeply for the reader, an integer of
+    more than 4300 digits; with ``unique_keys``, also a duplicate key in an object, which
+    plain JSON parsing resolves silently: the last wins)."""
     path = Path(path)
     try:
         if path.exists() and not path.is_file():
             raise error(f"{path}: not a regular file")
         text = path.read_text()
-        if unique_keys:
-            try:
-                return json.loads(text, object_pairs_hook=_unique_keys)
-            except ValueError as exc:
-                if not isinstance(exc, json.JSONDecodeError):
-                    raise error(f"{path}: {exc}") from None
-                raise
-        return json.loads(text)
+        hook = _unique_keys if unique_keys else None
+        try:
+            return json.loads(text, object_pairs_hook=hook, parse_int=_int)
+        except ValueError as exc:
+            if not isinstance(exc, json.JSONDecodeError):  # a duplicate key, a huge integer
+                raise error(f"{path}: {exc}") from None
+            raise
+        except RecursionError:  # json nests a call per array or object
+            raise error(f"{path}: not readable JSON (arrays or objects nested too deeply)"
+                        ) from None
     except FileNotFoundError:
         raise error(missing or f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

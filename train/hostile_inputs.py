@@ -82,6 +82,20 @@ _OBJ = b"v 0 0 0\nv 0.1 0 0\nv 0 0.1 0\nv 0 0 0.1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 
 _STL = b"solid".ljust(80) + np.uint32(1).tobytes() + np.array(
     [0, 0, 0, 0, 0, 0, 0.1, 0, 0, 0, 0.1, 0], "<f4").tobytes() + bytes(2)
 
+#: A 0.1 m tetrahedron as COLLADA, in metres (``_DAE.replace(b"0.1", b"100")``: millimetres).
+_DAE = (b'<?xml version="1.0"?><COLLADA><asset><unit meter="1"/></asset><library_geometries>'
+        b'<geometry id="g"><mesh><source id="s"><float_array id="f">0 0 0 0.1 0 0 0 0.1 0 0 '
+        b'0 0.1</float_array></source><vertices id="v"><input semantic="POSITION" '
+        b'source="#s"/></vertices><triangles count="4"><input semantic="VERTEX" source="#v" '
+        b'offset="0"/><p>0 1 2 0 1 3 0 2 3 1 2 3</p></triangles></mesh></geometry>'
+        b'</library_geometries><library_visual_scenes><visual_scene id="vs"><node id="n">'
+        b'<instance_geometry url="#g"/></node></visual_scene></library_visual_scenes><scene>'
+        b'<instance_visual_scene url="#vs"/></scene></COLLADA>')
+#: Ten XML entities of ten references each: 1e9 copies of "ha" from under a kilobyte.
+_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE {0} [<!ENTITY a0 "ha">'
+           + "".join(f'<!ENTITY a{i} "{f"&a{i - 1};" * 10}">' for i in range(1, 10))
+           + "]><{0}>&a9;</{0}>")
+
 
 def _csv_set(folder: Path, count: int = 2) -> Path:
     """The first ``count`` bundled synthetic cube tosses as CSV with velocities."""
@@ -226,6 +240,15 @@ CASES: list[Case] = [
                _OBJ.replace(b"v 0.1 0 0", b"v 1e300 0 0"), "single precision"),
     _mesh_case("mesh: COLLADA without <asset> (PyBullet segfaulted)", "m.dae",
                b'<?xml version="1.0"?><COLLADA><library_geometries/></COLLADA>', "<asset>"),
+    _mesh_case("mesh: COLLADA in millimetres (a 100 m tetrahedron, exit 0)", "m.dae",
+               _DAE.replace(b"0.1", b"100"), "a mesh in millimetres"),
+    _mesh_case("mesh: COLLADA <unit> without meter (PyBullet segfaulted)", "m.dae",
+               _DAE.replace(b' meter="1"', b""), "no meter attribute"),
+    _mesh_case("mesh: COLLADA 'billion laughs' (XML entities)", "m.dae",
+               _LAUGHS.format("COLLADA").encode(), "m.dae: the COLLADA mesh declares an XML "
+               "entity"),
+    _urdf_case("URDF: 'billion laughs' (XML entities)", _LAUGHS.format("robot"),
+               "declares an XML entity"),
     _mesh_case("mesh: binary STL of 0 triangles (no shape, exit 0)", "m.stl",
                b"x" * 80 + bytes(4), "no triangles"),
     _mesh_case("mesh: binary STL with a nan vertex (fell through the table, exit 0)", "m.stl",
@@ -268,6 +291,9 @@ CASES: list[Case] = [
     Case("scene file: unknown key", lambda d: [
         "data", "info", str(_csv_set(d)), "--scene", str(_cube_scene(d, "colour = 1\n"))],
         "unknown key"),
+    Case("scene file: arrays nested 5000 deep (a RecursionError traceback)", lambda d: [
+        "data", "info", str(_csv_set(d)), "--scene",
+        str(_cube_scene(d, "x = " + "[" * 5000 + "]" * 5000 + "\n"))], "nested too deeply"),
     Case("--substeps 1e9 on the command line", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--substeps", "1000000000",
         "--out", str(d / "p.npz")], "more than 1000"),
@@ -300,6 +326,8 @@ CASES: list[Case] = [
     Case("CSV: velocity columns all zero", _info(lambda ls: _column(_column(_column(
         ls, "vx", lambda v, r: 0.0), "vy", lambda v, r: 0.0), "vz", lambda v, r: 0.0)),
         "velocit"),
+    Case("CSV: a header of 100 000 columns (25 s of quadratic checks)",
+         _info(lambda ls: [line + ",0" * 100_000 for line in ls]), "duplicate column(s) 0"),
     Case("CSV: empty file", _info(lambda ls: []), "empty"),
     Case("CSV: header only", _info(lambda ls: ls[:1]), "row"),
     Case("CSV: a row with a missing cell", _info(lambda ls: ls[:3] + [
@@ -340,6 +368,10 @@ CASES: list[Case] = [
     Case("--params: friction -1", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         "lateral_friction=-1", "--out", str(d / "p.npz")], "lateral_friction"),
+    Case("--params: a JSON file nested 1e5 deep (a RecursionError traceback)", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
+        str(_write(d / "p.json", "[" * 100_000 + "]" * 100_000)), "--out", str(d / "p.npz")],
+        "nested too deeply"),
     Case("--params: a calibration folder without summary", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "without summary.json"),
@@ -378,6 +410,11 @@ CASES: list[Case] = [
 
 def _touch(path: Path) -> Path:
     path.write_text("x")
+    return path
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
     return path
 
 

@@ -48,6 +48,7 @@ import io
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,8 +241,19 @@ def _read_quoted(path: Path, raw_lines: list[str], sep: str | None
     return rows[0][1], [n for n, _ in rows[1:]], [c for _, c in rows[1:]]
 
 
+def _shown(cell: str) -> str:
+    """``repr(cell)``, cut to 40 characters (a cell may be a whole megabyte)."""
+    return repr(cell if len(cell) <= 40 else cell[:37] + "...")
+
+
+def _repeated(names: list[str]) -> list[str]:
+    """The names that occur more than once, sorted (in one pass: a header may be long)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
+
+
 def _decimal_comma(path: Path, line: int, name: str, cell: str) -> DataError:
-    return DataError(f"{path}: line {line}, column {name!r}: {cell!r} has a decimal comma; "
+    return DataError(f"{path}: line {line}, column {name!r}: {_shown(cell)} has a decimal "
+                     "comma; "
                      "write numbers with a decimal point (0.5, not 0,5)")
 
 
@@ -287,8 +299,8 @@ def _to_table(path: Path, header: list[str], numbers: list[int], rows: list[list
                 except ValueError:
                     if _DECIMAL_COMMA.match(cell):
                         raise _decimal_comma(path, numbers[i], name, cell) from None
-                    raise DataError(f"{path}: line {numbers[i]}, column {name!r}: {cell!r} "
-                                    "is not a number") from None
+                    raise DataError(f"{path}: line {numbers[i]}, column {name!r}: "
+                                    f"{_shown(cell)} is not a number") from None
             table[:, j] = [float(c) for c in cells]
     _check_finite(path, header, numbers, rows, table)
     return table
@@ -299,7 +311,7 @@ def _check_finite(path: Path, header: list[str], numbers: list[int], rows,
     finite = np.isfinite(table)
     if not finite.all():
         i, j = (int(k) for k in np.argwhere(~finite)[0])
-        raise DataError(f"{path}: line {numbers[i]}, column {header[j]!r}: {rows[i][j]!r} is "
+        raise DataError(f"{path}: line {numbers[i]}, column {header[j]!r}: {_shown(rows[i][j])} is "
                         "not a finite number")
 
 
@@ -310,6 +322,7 @@ def _canonical_header(path: Path, header: list[str],
     joint it matches case-insensitively, when no other joint matches it too and it is not
     already a joint's exact name; the ``_VEL`` suffix of a file's own joint as ``_vel``."""
     known = list(joint_names or ())
+    names = set(header)
     out = []
     for name in header:
         if name in _RESERVED or name in known:
@@ -323,14 +336,14 @@ def _canonical_header(path: Path, header: list[str],
         match = [j for j in known if j.lower() == stem.lower()]
         if suffix and stem in known:
             out.append(stem + suffix)
-        elif len(match) == 1 and match[0] + suffix not in header:
+        elif len(match) == 1 and match[0] + suffix not in names:
             out.append(match[0] + suffix)
-        elif suffix and joint_names is None and stem in header:
+        elif suffix and joint_names is None and stem in names:
             out.append(stem + suffix)
         else:
             out.append(name)
-    repeated = sorted({n for n in out if out.count(n) > 1})
-    if repeated and not set(repeated) & {n for n in header if header.count(n) > 1}:
+    repeated = _repeated(out)
+    if repeated and not set(repeated) & set(_repeated(header)):
         raise DataError(f"{path}: duplicate column(s) {', '.join(repeated)} (column names "
                         "are matched without regard to case)")
     return out
@@ -342,7 +355,7 @@ def _schema(path: Path, header: list[str], planar: bool | None,
     if "" in header:
         raise DataError(f"{path}: column {header.index('') + 1} has no name in the header; "
                         "name it, or delete the column")
-    repeated = sorted({n for n in header if header.count(n) > 1})
+    repeated = _repeated(header)
     if repeated:
         raise DataError(f"{path}: duplicate column(s) {', '.join(repeated)}")
     if planar is None:

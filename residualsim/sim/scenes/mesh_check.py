@@ -10,10 +10,11 @@ PyBullet 3.2 reads OBJ, STL and COLLADA (``.dae``) meshes and checks none of the
   (``1e300``), did the same; a ``nan`` one let the body rest 9 mm deep in the table;
 * STL (:mod:`residualsim.sim.scenes.stl`): a binary file of zero triangles gave no shape,
   a ``nan`` or ``inf`` vertex made the object fall through the table;
-* COLLADA: well-formed XML without ``<asset>``, a ``<geometry>`` without mesh data, a
-  ``nan`` in a ``<float_array>`` crashed the process (segmentation fault); an empty
-  ``<float_array>`` or ``<p>`` aborted it; a file that is not XML, or whose geometry no
-  ``<instance_geometry>`` places, gave no shape.
+* COLLADA (:mod:`residualsim.sim.scenes.collada`): well-formed XML without ``<asset>`` or
+  a ``<unit meter>``, a ``<geometry>`` without mesh data, a ``nan`` in a ``<float_array>``
+  crashed the process (segmentation fault); an empty ``<float_array>`` or ``<p>`` aborted
+  it; a file that is not XML, or whose geometry no ``<instance_geometry>`` places, gave no
+  shape. A file declaring an XML entity is refused too (a "billion laughs").
 
 :func:`check_mesh` refuses each with one :class:`~residualsim.errors.SceneError` naming the
 file and the fault; :func:`obj_vertices` is the one OBJ reader (the MPEC's contact candidates
@@ -23,20 +24,18 @@ too). Other extensions are left to PyBullet, which names them.
 from __future__ import annotations
 
 import os
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
 
 from residualsim.errors import SceneError
+from residualsim.sim.scenes.collada import read_collada
 from residualsim.sim.scenes.stl import read_stl
 
 __all__ = ["check_mesh", "obj_vertices"]
 
 #: Largest coordinate PyBullet can hold: it reads meshes in single precision.
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-#: COLLADA elements holding a mesh's faces (their vertex indices in ``<p>``).
-_PRIMITIVES = ("triangles", "polylist", "polygons", "trifans", "tristrips")
 
 
 def obj_vertices(path: str | os.PathLike[str]) -> np.ndarray:
@@ -82,74 +81,28 @@ def obj_vertices(path: str | os.PathLike[str]) -> np.ndarray:
     return np.array(vertices, dtype=np.float64).reshape(-1, 3)
 
 
-def _local(tag: str) -> str:
-    return tag.rsplit("}", 1)[-1]
-
-
-def _dae_vertices(path: Path) -> np.ndarray:
-    """Every number of the COLLADA file's ``<float_array>`` elements, as (n, 3) where their
-    count allows (a check of their values, not the mesh's vertices); SceneError naming the
-    file for the faults of the module docstring."""
-    try:
-        root = ElementTree.parse(path).getroot()
-    except ElementTree.ParseError as exc:
-        raise SceneError(f"{path}: not a COLLADA mesh: not valid XML ({exc})") from None
-    except OSError as exc:
-        raise SceneError(f"{path}: cannot read the COLLADA mesh ({exc.strerror or exc})"
-                         ) from None
-    if _local(root.tag) != "COLLADA":
-        raise SceneError(f"{path}: not a COLLADA mesh: its root element is "
-                         f"<{_local(root.tag)}>")
-    elements = {name: [e for e in root.iter() if _local(e.tag) == name]
-                for name in ("asset", "geometry", "instance_geometry", "float_array")}
-    if not elements["asset"]:
-        raise SceneError(f"{path}: the COLLADA mesh has no <asset> (PyBullet crashes on it)")
-    if not elements["geometry"] or not elements["instance_geometry"]:
-        raise SceneError(f"{path}: the COLLADA mesh has no <geometry> placed by an "
-                         "<instance_geometry>: PyBullet would give the link no shape")
-    for geometry in elements["geometry"]:
-        primitives = [e for e in geometry.iter() if _local(e.tag) in _PRIMITIVES]
-        arrays = [e for e in geometry.iter() if _local(e.tag) == "float_array"]
-        indices = [p.text for e in primitives for p in e if _local(p.tag) == "p"]
-        if not arrays or not indices or not all(text and text.strip() for text in indices):
-            raise SceneError(f"{path}: COLLADA <geometry id={geometry.get('id')!r}> has no "
-                             "mesh data (a <float_array> and faces with a non-empty <p>); "
-                             "PyBullet crashes on it")
-    numbers = []
-    for array in elements["float_array"]:
-        try:
-            values = np.array((array.text or "").split(), dtype=np.float64)
-        except ValueError:
-            raise SceneError(f"{path}: COLLADA <float_array id={array.get('id')!r}> holds "
-                             "something that is not a number") from None
-        if not len(values):
-            raise SceneError(f"{path}: COLLADA <float_array id={array.get('id')!r}> is empty "
-                             "(PyBullet aborts on it)")
-        numbers.append(values)
-    values = np.concatenate(numbers)
-    return values.reshape(-1, 3) if len(values) % 3 == 0 else values.reshape(-1, 1)
-
-
 def check_mesh(path: str | os.PathLike[str]) -> np.ndarray | None:
     """SceneError naming the mesh file ``path`` when PyBullet would crash on it or load it
     as no shape (module docstring), or when a coordinate is not a finite single-precision
     number. An extension other than ``.obj``, ``.stl`` or ``.dae`` is not checked. Returns
-    the extents (3,) of an OBJ or STL mesh's bounding box, in the file's units (None for
-    COLLADA, whose ``<unit>`` scales them, and unchecked files)."""
+    the extents (3,) of the mesh's bounding box: an OBJ or STL mesh's in the file's units,
+    a COLLADA mesh's in metres as PyBullet places it (its ``<unit>`` and node transforms
+    applied; :mod:`residualsim.sim.scenes.collada`); None for unchecked files."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".obj":
-        values = obj_vertices(path)
+        values = vertices = obj_vertices(path)
     elif suffix == ".stl":
-        values = read_stl(path)[0].reshape(-1, 3)
+        values = vertices = read_stl(path)[0].reshape(-1, 3)
     elif suffix == ".dae":
-        values = _dae_vertices(path)
+        values, vertices = read_collada(path)
     else:
-        return
-    if not (np.isfinite(values) & (np.abs(values) <= _FLOAT32_MAX)).all():
-        raise SceneError(f"{path}: the mesh has a coordinate that is not a finite number in "
-                         "single precision (PyBullet's; up to 3.4e38): it would load as no "
-                         "shape or a wrong one")
-    if suffix == ".dae" or not len(values):
         return None
-    return values.max(axis=0) - values.min(axis=0)
+    for numbers in (values, vertices):
+        if not (np.isfinite(numbers) & (np.abs(numbers) <= _FLOAT32_MAX)).all():
+            raise SceneError(f"{path}: the mesh has a coordinate that is not a finite number "
+                             "in single precision (PyBullet's; up to 3.4e38): it would load "
+                             "as no shape or a wrong one")
+    if not len(vertices):
+        return None
+    return vertices.max(axis=0) - vertices.min(axis=0)

@@ -317,6 +317,8 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                 params = ObjectParams.of(params, BodyParams.from_json(body, str(path)))
             return params
         except ParameterError as exc:
+            if str(exc).startswith(f"{path}:"):  # the body's own message names the file
+                raise
             raise ParameterError(f"{path}: {exc}") from None
     changes: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):

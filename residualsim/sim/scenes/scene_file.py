@@ -33,6 +33,12 @@ KINDS = ("free", "planar")
 _KEYS = {"name", "urdf", "kind", "substeps", "self_collision"}
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (a wrong value may be a huge array)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 @dataclasses.dataclass(frozen=True)
 class SceneSpec:
     """What a scene file says: ``urdf`` an absolute path, ``source`` the file it came from."""
@@ -48,14 +54,14 @@ class SceneSpec:
         where = self.source or self.urdf
         if self.kind not in KINDS:
             raise SceneError(f"{where}: kind must be one of {', '.join(KINDS)}, "
-                             f"got {self.kind!r}")
+                             f"got {_shown(self.kind)}")
         if not isinstance(self.substeps, int):
             raise SceneError(f"{where}: substeps must be an integer >= 1, "
-                             f"got {self.substeps!r}")
+                             f"got {_shown(self.substeps)}")
         check_substeps(self.substeps, str(where))
         if not isinstance(self.self_collision, bool):
             raise SceneError(f"{where}: self_collision must be true or false, "
-                             f"got {self.self_collision!r}")
+                             f"got {_shown(self.self_collision)}")
         if not self.urdf.is_file():
             raise SceneError(f"{where}: URDF file {self.urdf} not found")
 
@@ -99,15 +105,21 @@ def read_scene_file(path: str | os.PathLike[str]) -> SceneSpec:
         raise SceneError(f"{path}: cannot read the scene file ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise SceneError(f"{path}: not a valid TOML scene file ({exc})") from None
+    except RecursionError:  # tomllib nests a call per array or inline table
+        raise SceneError(f"{path}: not a scene file: arrays or tables nested too deeply "
+                         "for the TOML reader") from None
     unknown = sorted(set(table) - _KEYS)
     if unknown:
-        raise SceneError(f"{path}: unknown key(s) {', '.join(unknown)}; a scene file has "
+        names = [k if len(k) <= 40 else k[:37] + "..." for k in unknown[:5]]
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise SceneError(f"{path}: unknown key(s) {', '.join(names)}{more}; "
+                         "a scene file has "
                          f"{', '.join(sorted(_KEYS))}")
     if "urdf" not in table or not isinstance(table["urdf"], str) or not table["urdf"]:
         raise SceneError(f"{path}: needs urdf = \"<file>.urdf\" (relative to the scene file)")
     name = table.get("name", path.stem)
     if not isinstance(name, str) or not name:
-        raise SceneError(f"{path}: name must be a non-empty string, got {name!r}")
+        raise SceneError(f"{path}: name must be a non-empty string, got {_shown(name)}")
     try:
         urdf = (path.parent / table["urdf"]).resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)

@@ -49,9 +49,11 @@ naming the file and the element:
 * a mesh (collision or visual) PyBullet would crash on or load as no shape: an OBJ without
   faces or with a face naming a missing vertex, a COLLADA file without ``<asset>`` or mesh
   data, no triangles, a coordinate that is not finite
-  (:mod:`residualsim.sim.scenes.mesh_check`); a collision mesh (OBJ, STL) whose bounding
-  box, times its ``scale``, is above ``MAX_OFFSET_M`` on every side (a mesh in millimetres)
-  is implausible.
+  (:mod:`residualsim.sim.scenes.mesh_check`); a collision mesh (OBJ, STL, COLLADA) whose
+  bounding box, times its ``scale``, is above ``MAX_OFFSET_M`` on every side (a mesh in
+  millimetres) is implausible; a COLLADA box is sized as PyBullet places it, its ``<unit>``
+  (m) and node transforms applied (:mod:`residualsim.sim.scenes.collada`);
+* a URDF or COLLADA file declaring an XML entity (:mod:`residualsim.sim.scenes.xml_guard`).
 
 Units: masses kg, lengths m, inertias kg m².
 """
@@ -69,6 +71,7 @@ from residualsim.sim.implausible import refuse_implausible
 from residualsim.sim.scenes.mesh_check import check_mesh
 from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
 from residualsim.sim.scenes.stl import pybullet_mesh
+from residualsim.sim.scenes.xml_guard import parse_xml
 
 __all__ = ["SUPPORTED_JOINTS", "MAX_LINK_MASS_KG", "MAX_OFFSET_M", "check_urdf"]
 
@@ -89,6 +92,8 @@ MAX_OFFSET_M = 10.0
 _MOVING = ("revolute", "continuous", "prismatic")
 _LIMITED = ("revolute", "prismatic")
 #: Size attributes of each URDF geometry (m; ``scale`` dimensionless), each entry > 0.
+#: How a COLLADA file states its unit, added to the hint of an implausibly large one.
+_DAE_UNIT = ' or <unit meter="0.001"/> in its <asset>'
 _SIZES = {"box": ("size",), "sphere": ("radius",), "cylinder": ("radius", "length"),
           "capsule": ("radius", "length"), "mesh": ("scale",)}
 
@@ -260,7 +265,8 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
                 refuse_implausible(f"{path}: link {name!r}: mesh {filename!r} spans "
                                    f"{', '.join(f'{v:.4g}' for v in size)} m, every side above "
                                    f"{MAX_OFFSET_M:g} m: not a tabletop object (a mesh in "
-                                   "millimetres? give <mesh scale=\"0.001 0.001 0.001\">)",
+                                   "millimetres? give <mesh scale=\"0.001 0.001 0.001\">"
+                                   f"{_DAE_UNIT if found.suffix.lower() == '.dae' else ''})",
                                    SceneError)
 
 
@@ -308,12 +314,7 @@ def check_urdf(path: str | Path) -> None:
         Naming the file and the offending link, joint or mesh.
     """
     path = Path(path)
-    try:
-        root = ElementTree.parse(path).getroot()
-    except ElementTree.ParseError as exc:
-        raise SceneError(f"{path}: not valid XML ({exc})") from None
-    except OSError as exc:
-        raise SceneError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    root = parse_xml(path, "URDF")
     if root.tag != "robot":
         raise SceneError(f"{path}: the root element is <{root.tag}>, a URDF's is <robot>")
     elements = root.findall("link")
