@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from residualsim.errors import ParameterError
 from residualsim.sim.scenes import EngineParams
 from residualsim.sim.synthesize import synthesize_tosses
 from residualsim.sysid.calibrated import calibrated_target
@@ -130,6 +131,10 @@ def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):
     assert rugged["weighting"]["adjustment"]["rugged_weight"] == 0.2
     # screened on the envelope: fewer full evaluations than proposals (2 chains x 100)
     assert 0 < rugged["evaluations"] < rugged["screened"] <= 2 * 100
+    with pytest.raises(ParameterError, match="screens every proposal on the envelope"):
+        calibrate("cube", tmp_path / "data", NAMES, tmp_path / "both", samples=60,
+                  burn_in=40, delayed_acceptance=0.5, **options)
+    assert not (tmp_path / "both").exists()  # refused before anything was written
     options.pop("weighting")
     raw = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "raw", samples=60,
                     burn_in=40, **options)

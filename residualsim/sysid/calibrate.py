@@ -244,11 +244,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     passed simulation-based calibration, train/README.md §20).
     ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`), the
     likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
-    ``"recording"``). ``"calibrated"``: :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit
-    as below, the envelope's mode ẑ where the chains start, the target with the envelope's
-    sandwich curvature times the few-recordings factor of ``small_sample``, keeping the
-    share ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on
-    the envelope first). With ``"effective"`` a pilot fit
+    ``"recording"``). ``"calibrated"``:
+    :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
+    envelope's mode ẑ where the chains start, the target with the envelope's sandwich
+    curvature times the few-recordings factor of ``small_sample``, keeping the share
+    ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on the
+    envelope first, so ``delayed_acceptance`` is refused with it). With ``"effective"`` a
+    pilot fit
     (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
     Sobol points, or ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
     recording's weight ν_i; the mode of that likelihood (30 more evaluations) is where the
@@ -294,6 +296,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
+    if weighting == "calibrated" and delayed_acceptance:
+        raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
+                             "--weighting calibrated screens every proposal on the envelope "
+                             "already: drop one")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     base = None if base is None else parse_params(base)
