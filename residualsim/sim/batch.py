@@ -67,6 +67,7 @@ from collections import deque
 
 import numpy as np
 
+from residualsim.parallel import paused_gc
 from residualsim.sim.bullet import pb
 from residualsim.sim.batch_events import EventModels, correct_events, event_models
 from residualsim.sim.contact import MEMORY_STEPS, far_from
@@ -237,10 +238,11 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
         raise ValueError(f"batched rollouts do not support this: {reason}")
     states = np.asarray(states, dtype=np.float64).reshape(-1, engine.scene.state_size)
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
-    world = _world(engine, size)
-    world.park_all()
-    particles = _run(world, states, int(n_steps), guard, size, None)
-    return _results(world, particles, states, policy, seeds, guard)
+    with paused_gc():  # the loop's tuples made it collect every few hundred ms
+        world = _world(engine, size)
+        world.park_all()
+        return _results(world, _run(world, states, int(n_steps), guard, size, None), states,
+                        policy, seeds, guard)  # the particles freed before the collector is back
 
 
 def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, rngs, guard,
@@ -264,12 +266,13 @@ def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, r
     if len(rngs) != len(states):
         raise ValueError(f"{len(states)} states but {len(rngs)} random streams")
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
-    world = _world(engine, size)
-    world.park_all()
-    correctors = [EventCorrector(world.engine, policy, rng, guard) for rng in rngs]
-    particles = _run(world, states, int(n_steps), guard, size, correctors)
-    return [rollout_record(world.scene, p.raws, policy, p.correct, p.deepest, p.stepped,
-                           p.first_raw if p.stepped else None) for p in particles]
+    with paused_gc():
+        world = _world(engine, size)
+        world.park_all()
+        correctors = [EventCorrector(world.engine, policy, rng, guard) for rng in rngs]
+        particles = _run(world, states, int(n_steps), guard, size, correctors)
+        return [rollout_record(world.scene, p.raws, policy, p.correct, p.deepest, p.stepped,
+                               p.first_raw if p.stepped else None) for p in particles]
 
 
 def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
