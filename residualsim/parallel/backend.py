@@ -83,7 +83,7 @@ def paused_gc() -> Iterator[None]:
     that allocate many short-lived containers (PyBullet's tuples) and keep some for a
     while: their survivors trigger collections of the oldest generation, each walking every
     object of the process (0.1-0.15 s with scikit-learn and torch loaded, 266 000
-    objects), several per batched particle step. Refcounting still frees everything
+    objects), one every ~5 batched particle steps. Refcounting still frees everything
     without cycles; cycles wait for the first collection after the block. Let the block's
     garbage die inside it (return from a helper), or that collection walks it."""
     was = gc.isenabled()
