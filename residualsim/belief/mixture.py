@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.errors import ParameterError
+from residualsim.parallel import paused_gc
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
@@ -152,7 +153,7 @@ class GaussianMixtureBelief:
             raise ParameterError(f"n_components must be an integer >= 1 or 'bic', got "
                                  f"{n_components!r}")
         best, best_bic = None, math.inf
-        with _one_blas_thread():
+        with _one_blas_thread(), paused_gc():
             for k in candidates:
                 model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6,
                                         random_state=rng)
@@ -186,17 +187,23 @@ class GaussianMixtureBelief:
                 "reference_wxyz": list(self.tangent.reference_wxyz)}
 
 
+_CONTROLLER: list = []  # threadpoolctl's controller, built once: ~3 ms to list the libraries
+
+
 def _one_blas_thread():
     """BLAS limited to one thread: the fit's matrices are small, and on a busy 2-core
     machine a second thread only contends (a 1000-particle BIC fit took 4.8 s with BLAS's
-    own threads and 0.16 s with one)."""
+    own threads and 0.16 s with one). The thread-pool libraries are listed once per
+    process (after scikit-learn loaded its own), not at every fit."""
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import ThreadpoolController
     except ImportError:  # scikit-learn depends on it; keep going without the limit
         import contextlib
 
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1)
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1)
 
 
 @dataclasses.dataclass(frozen=True)

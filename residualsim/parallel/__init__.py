@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError,
                                           available_memory_bytes, current_backend,
-                                          default_workers, parallel_backend, require_memory)
+                                          default_workers, parallel_backend, paused_gc,
+                                          require_memory)
 from residualsim.parallel.workers import MAX_WORKERS, ShardedWorkers
 
 __all__ = ["ShardedWorkers", "MAX_WORKERS", "WorkerError", "Backend", "BACKENDS", "parallel_backend",
-           "current_backend", "default_workers", "available_memory_bytes", "require_memory"]
+           "current_backend", "default_workers", "available_memory_bytes", "require_memory",
+           "paused_gc"]

@@ -67,6 +67,7 @@ from collections import deque
 
 import numpy as np
 
+from residualsim.parallel import paused_gc
 from residualsim.sim.bullet import pb
 from residualsim.sim.batch_events import EventModels, correct_events, event_models
 from residualsim.sim.contact import MEMORY_STEPS, far_from
@@ -237,10 +238,11 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
         raise ValueError(f"batched rollouts do not support this: {reason}")
     states = np.asarray(states, dtype=np.float64).reshape(-1, engine.scene.state_size)
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
-    world = _world(engine, size)
-    world.park_all()
-    particles = _run(world, states, int(n_steps), guard, size, None)
-    return _results(world, particles, states, policy, seeds, guard)
+    with paused_gc():  # the loop's tuples made it collect every few hundred ms
+        world = _world(engine, size)
+        world.park_all()
+        return _results(world, _run(world, states, int(n_steps), guard, size, None), states,
+                        policy, seeds, guard)  # the particles freed before the collector is back
 
 
 def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, rngs, guard,
@@ -264,12 +266,13 @@ def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, r
     if len(rngs) != len(states):
         raise ValueError(f"{len(states)} states but {len(rngs)} random streams")
     size = max(1, min(int(batch_size or AUTO_BATCH), len(states)))
-    world = _world(engine, size)
-    world.park_all()
-    correctors = [EventCorrector(world.engine, policy, rng, guard) for rng in rngs]
-    particles = _run(world, states, int(n_steps), guard, size, correctors)
-    return [rollout_record(world.scene, p.raws, policy, p.correct, p.deepest, p.stepped,
-                           p.first_raw if p.stepped else None) for p in particles]
+    with paused_gc():
+        world = _world(engine, size)
+        world.park_all()
+        correctors = [EventCorrector(world.engine, policy, rng, guard) for rng in rngs]
+        particles = _run(world, states, int(n_steps), guard, size, correctors)
+        return [rollout_record(world.scene, p.raws, policy, p.correct, p.deepest, p.stepped,
+                               p.first_raw if p.stepped else None) for p in particles]
 
 
 def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
@@ -317,6 +320,7 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
     active, waiting, replace = [], [], []  # waiting: parked for a reset; replace: cooled
     spacing2, every = guard.new_point_distance_m ** 2, guard.every_contact_step
     approach = guard.min_approach_mps
+    longest = math.inf if whole else 4 * CHECK_EVERY  # raw records kept (a whole run: all)
     table, step, contacts_of = scene.static_body, pb.stepSimulation, pb.getContactPoints
     while queue or active or waiting or replace:
         while queue and free:  # the lone loop's top until the particle steps or ends
@@ -348,15 +352,18 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
                 flip = point[1] == table
                 touching.setdefault(point[2] if flip else point[1], (flip, []))[1].append(point)
         still = []
-        for p in active:
+        # every copy's state read together, right after the step (PyBullet reads per body)
+        reads = [(get_pose(p.body, cid), get_velocity(p.body, cid)) for p in active]
+        for p, raw in zip(active, reads):
             body, raws = p.body, p.raws
-            raw = (get_pose(body, cid), get_velocity(body, cid))
             p.index += 1
             p.stepped += 1
             if body in touching:
                 flip, mine = touching[body]
                 on = 5 if flip else 6  # the point on the table
-                p.deepest = max(p.deepest, -min([q[8] for q in mine]))
+                deepest = -min([q[8] for q in mine])
+                if deepest > p.deepest:
+                    p.deepest = deepest
                 recent = p.recent
                 fresh = [q for q in mine if far_from(q[on], recent, spacing2)] if recent \
                     else mine
@@ -377,7 +384,7 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
             elif p.recent:
                 p.recent = []
             raws.append(raw)
-            if not whole and len(raws) > 4 * CHECK_EVERY:
+            if len(raws) > longest:
                 del raws[:-(CHECK_EVERY + 2)]  # the rest check looks 6 samples back
             if p.events >= limit or ((p.index % CHECK_EVERY == 0 or p.index >= n_steps)
                                      and not _prepare(p, flight, n_steps, fill=whole)):
