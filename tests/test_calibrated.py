@@ -146,3 +146,25 @@ def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):
     raw_text, _ = _posterior_section(tmp_path / "raw", json.loads(
         (tmp_path / "raw" / "summary.json").read_text()))
     assert "Likelihood: raw" in raw_text
+
+
+def test_effective_weighting_shares_the_pilot_stage_and_starts_at_the_weighted_mode(tmp_path):
+    """``weighting="effective"`` (Chandler-Bate at the rugged mode) runs the same pilot stage
+    (:func:`~residualsim.sysid.weighting.weighted_mode`): its chains start at the
+    ν-weighted mode the calibrated likelihood's summary records for the same data and seed."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sysid.calibrate import calibrate
+
+    tosses = synthesize_tosses(EngineParams(lateral_friction=0.3, restitution=0.4),
+                               n_tosses=4, n_samples=30, noise_m=0.002, rng=12, substeps=5)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    options = dict(split="all", substeps=5, chains=1, plots=False, start_points=4, seed=1,
+                   samples=10, burn_in=5)
+    effective = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "effective",
+                          weighting="effective", **options)["weighting"]
+    calibrated = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "calibrated",
+                           weighting="calibrated", rugged_weight=0.0, **options)["weighting"]
+    assert effective["method"] == "effective" and effective["adjustment_transform"]
+    assert effective["mode"] == calibrated["weighted_mode"]
+    assert effective["reference"] == calibrated["reference"]
+    assert effective["nu_median"] == calibrated["nu_median"] > 1

@@ -9,7 +9,7 @@ calibrated target keeps the likelihood but ties it to its smooth envelope, scale
 scatter between recordings:
 
 1. a pilot fit (ν = 1), each recording's ν_i measured there and fixed, the ν-weighted mode
-   (:func:`~residualsim.sysid.weighting.pilot_reference`);
+   (:func:`~residualsim.sysid.weighting.weighted_mode`);
 2. the envelope: each recording's ℓ_i fitted by a quadratic over a design spanning ±3
    standard deviations of the result (:func:`~residualsim.sysid.weighting.sandwich_posterior`'s
    design), giving its maximum ẑ, the information H = −Σ ∇²ℓ_i and the scatter J of the
@@ -55,8 +55,8 @@ import numpy as np
 from residualsim.errors import ParameterError
 from residualsim.sysid.mcmc import Screen
 from residualsim.sysid.weighting import (_local_quadratics, adjusted_point,
-                                         curvature_transform, pilot_reference,
-                                         small_sample_inflation)
+                                         curvature_transform, small_sample_inflation,
+                                         weighted_mode)
 
 log = logging.getLogger(__name__)
 
@@ -147,16 +147,8 @@ def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray],
     ν_i, the ν-weighted mode (30 more), then :func:`calibrated_target`. Returns the
     summary's ``weighting`` entry and the target."""
     started = time.perf_counter()
-    counted = {"evaluations": 0}
-
-    def counting(x: np.ndarray) -> np.ndarray:
-        counted["evaluations"] += len(x)
-        return log_like(x)
-
-    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
-                                start=None if start is None else np.asarray(start, float))
-    nu = likelihood.set_reference(space.engine_params(reference))
-    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
+    reference, nu, mode, evaluations = weighted_mode(likelihood, log_like, space, seed,
+                                                     sobol_points, start)
     calibrated = calibrated_target(likelihood, log_like, space, mode, rugged, small_sample)
     adjustment = calibrated.summary
     log.info("effective residuals per recording at the pilot fit: median %.1f (%.1f..%.1f); "
@@ -167,7 +159,7 @@ def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray],
     entry = {"mode": [float(v) for v in calibrated.start],
              "reference": [float(v) for v in reference],
              "weighted_mode": [float(v) for v in mode],
-             "pilot_evaluations": counted["evaluations"] + adjustment.get("evaluations", 0),
+             "pilot_evaluations": evaluations + adjustment.get("evaluations", 0),
              "pilot_seconds": time.perf_counter() - started,
              "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
              "nu_max": float(nu.max()), "nu_total": float(nu.sum()),

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 __all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
            "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
            "adjusted_point", "sandwich_posterior", "effective_weights",
-           "sandwich_calibration", "SMALL_SAMPLE", "small_sample_inflation"]
+           "sandwich_calibration", "SMALL_SAMPLE", "small_sample_inflation", "weighted_mode"]
 
 SMALL_SAMPLE = ("none", "cr1t")
 
@@ -383,6 +383,28 @@ def sandwich_posterior(likelihood, space, center: np.ndarray,
             **{key: dict(zip(names, value.tolist())) for key, value in quantiles.items()}}
 
 
+def weighted_mode(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
+                  seed: int, sobol_points: int, start: Sequence[float] | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The pilot stage MH's adjusted likelihoods share: a pilot fit with ν = 1
+    (:func:`pilot_reference`: ``start`` natural values, or the best of ``sobol_points``
+    seeded Sobol points, refined by 40 Nelder-Mead evaluations), each recording's ν_i
+    measured there and fixed on ``likelihood``, and the ν-weighted likelihood's mode (30
+    more evaluations). Returns (the pilot fit, ν (n_items,), the mode: natural values (d,),
+    and the likelihood evaluations spent)."""
+    counted = {"evaluations": 0}
+
+    def counting(x: np.ndarray) -> np.ndarray:
+        counted["evaluations"] += len(x)
+        return log_like(x)
+
+    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
+                                start=None if start is None else np.asarray(start, float))
+    nu = likelihood.set_reference(space.engine_params(reference))
+    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
+    return reference, nu, mode, counted["evaluations"]
+
+
 def effective_weights(likelihood, log_like, space, seed: int,
                        sobol_points: int, start: Sequence[float] | None
                        ) -> tuple[dict[str, Any], Callable | None]:
@@ -395,16 +417,8 @@ def effective_weights(likelihood, log_like, space, seed: int,
     x̂ + C (x − x̂) where the adjusted likelihood evaluates the engine (None: no adjustment
     possible, a warning)."""
     started = time.perf_counter()
-    counted = {"evaluations": 0}
-
-    def counting(x: np.ndarray) -> np.ndarray:
-        counted["evaluations"] += len(x)
-        return log_like(x)
-
-    reference = pilot_reference(counting, space, seed=seed, sobol_points=sobol_points,
-                                start=start)
-    nu = likelihood.set_reference(space.engine_params(reference))
-    mode = pilot_reference(counting, space, start=reference, evaluations=30, simplex=0.01)
+    reference, nu, mode, evaluations = weighted_mode(likelihood, log_like, space, seed,
+                                                     sobol_points, start)
     adjustment = magnitude_adjustment(likelihood, space, mode)
     move = None
     if adjustment["w_raw"] is not None:
@@ -414,7 +428,7 @@ def effective_weights(likelihood, log_like, space, seed: int,
              np.median(nu), nu.min(), nu.max(),
              "not possible" if move is None else f"w = {adjustment['w']:.3g}")
     entry = {"mode": [float(v) for v in mode], "reference": [float(v) for v in reference],
-             "pilot_evaluations": counted["evaluations"] + adjustment["evaluations"],
+             "pilot_evaluations": evaluations + adjustment["evaluations"],
              "pilot_seconds": time.perf_counter() - started,
              "nu_median": float(np.median(nu)), "nu_min": float(nu.min()),
              "nu_max": float(nu.max()), "nu_total": float(nu.sum()),
