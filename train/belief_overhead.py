@@ -36,18 +36,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     import residualsim.belief.propagation as propagation
-    from residualsim.belief.propagation import GaussianMixtureBelief, stochastic_step
-    from residualsim.belief.simulator import default_initial_std
+    from residualsim.belief.propagation import stochastic_step
+    from residualsim.belief.simulator import recorded_start_beliefs
     from residualsim.experiments.bench_beliefs import _BareReplay, _bare_replay
     from residualsim.experiments.jobs import model_and_tosses
     from residualsim.sim.pool import engine_workers
-    from residualsim.sim.scenes import make_scene
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
-    scene = make_scene(model.scene)
-    beliefs = [GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0),
-                                              default_initial_std(model), planar=False)
-               for toss in tosses.values()]
+    beliefs = recorded_start_beliefs(model, tosses)
     max_steps = max(1, int(round(2.0 / model.dt_s)))
     tasks, rollout_s = propagation._particle_tasks, [0.0]
 

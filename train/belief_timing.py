@@ -33,16 +33,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--variants", default='[{"name": "conjugate"}]', help="JSON list")
     args = parser.parse_args(argv)
 
-    from residualsim.belief.propagation import GaussianMixtureBelief
-    from residualsim.belief.simulator import StochasticSimulator, default_initial_std
+    from residualsim.belief.simulator import StochasticSimulator, recorded_start_beliefs
     from residualsim.experiments.jobs import model_and_tosses
-    from residualsim.sim.scenes import make_scene
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
-    scene = make_scene(model.scene)
-    beliefs = [GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0),
-                                              default_initial_std(model), planar=False)
-               for toss in tosses.values()]
+    beliefs = recorded_start_beliefs(model, tosses)
     variants = [{"name": f"particles-{args.particles}", "method": "particles"},
                 *json.loads(args.variants)]
     walls: dict = {v["name"]: [] for v in variants}

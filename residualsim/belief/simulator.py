@@ -65,6 +65,19 @@ def default_initial_std(model) -> np.ndarray:
     return std
 
 
+def recorded_start_beliefs(model, trajectories) -> list:
+    """One Gaussian belief per recording (a mapping of id -> Trajectory), centred on its
+    first recorded state with :func:`default_initial_std` (3-D scenes): what the belief
+    benchmarks and studies start from."""
+    from residualsim.belief.mixture import GaussianMixtureBelief
+    from residualsim.sim.scenes import make_scene
+
+    scene, std = make_scene(model.scene), default_initial_std(model)
+    return [GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0), std,
+                                           planar=False)
+            for toss in trajectories.values()]
+
+
 def toss_state(position_m, quat_wxyz, velocity_mps, omega_radps) -> np.ndarray:
     """A cube state (13,): position m world, unit quaternion w-x-y-z body to world
     (normalised here), velocity m/s world, angular velocity rad/s world."""
