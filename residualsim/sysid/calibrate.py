@@ -292,7 +292,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         raise ParameterError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got "
                              f"{weighting!r}")
     if not 0.0 <= rugged_weight <= 1.0:
-        raise ParameterError(f"rugged_weight must be within 0 to 1, got {rugged_weight}")
+        raise ParameterError(f"rugged_weight (--rugged-weight) must be within 0 to 1, got "
+                             f"{rugged_weight}")
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
