@@ -113,22 +113,18 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     def stretched(x: np.ndarray) -> np.ndarray:
         return np.asarray(log_like(move(np.atleast_2d(x))), dtype=np.float64)
 
+    def complete(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The target at ``x`` given its envelope value ``q``: rolls out unless λ = 0."""
+        return q if rugged == 0.0 else (1.0 - rugged) * q + rugged * stretched(x)
+
     def target(x: np.ndarray) -> np.ndarray:
+        return complete(x, envelope(x))
+
+    def first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         q = envelope(x)
-        if rugged == 0.0:
-            return q
-        return (1.0 - rugged) * q + rugged * stretched(x)
+        return q, q
 
-    screen = None
-    if 0.0 < rugged:
-        def first(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            q = envelope(x)
-            return q, q
-
-        def complete(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-            return (1.0 - rugged) * q + rugged * stretched(x)
-
-        screen = Screen(first, complete)
+    screen = Screen(first, complete) if rugged > 0.0 else None
     summary = {"rugged_weight": float(rugged), "small_sample": small_sample,
                "inflation": float(inflation), "envelope_mode": mode.tolist(),
                "transform_unit": transform.tolist(), "information_unit": information.tolist(),
