@@ -32,6 +32,8 @@ a temporary file, so it never holds a half line); a rerun skips the data sets al
 run (or up to ``--stop``), so shards can run side by side; ``--report --also SHARD...`` pools them (by index). Progress goes to stderr. The report pools the
 L+1 ranks into ``--bins`` bins and tests uniformity per parameter with Pearson's chi-square
 (``scipy.stats.chisquare``); p ≥ 0.01 is the issue's bar. Results: train/README.md §20.
+Thinning, the report and the result file are :mod:`residualsim.sysid.sbc`'s, whose
+``residualsim check-calibration`` runs the same check of ``calibrate`` itself on any scene.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from residualsim.errors import ParameterError
+from residualsim.sysid.sbc import read_results as _read_results
+from residualsim.sysid.sbc import reflected_gaussian, thin
+from residualsim.sysid.sbc import report as _report
 
 NAMES = ("lateral_friction", "restitution")
 
@@ -139,16 +146,6 @@ def parse_bounds(text: str) -> dict[str, tuple[float, float]]:
         low, high = (float(v) for v in part.split(":"))
         bounds[name] = (low, high)
     return bounds
-
-
-def thin(samples: np.ndarray, count: int) -> np.ndarray:
-    """``count`` draws (count, d) evenly spaced through each chain of (C, S, d), chains
-    taking turns: the autocorrelated chain thinned to nearly independent draws."""
-    chains, steps, _ = samples.shape
-    per_chain = -(-count // chains)
-    picks = [samples[c, np.linspace(0, steps - 1, per_chain).round().astype(int)]
-             for c in range(chains)]
-    return np.concatenate(picks)[:count]
 
 
 def tempered_adjustment(likelihood, space, center: np.ndarray, log_like):
@@ -350,13 +347,7 @@ def sandwich_draws(likelihood, space, center: np.ndarray, count: int,
     from residualsim.sysid.weighting import sandwich_posterior
 
     found = sandwich_posterior(likelihood, space, center, small_sample)
-    d = space.ndim
-    if found["covariance"] is None:
-        z = rng.random((count, d))
-    else:
-        z = rng.multivariate_normal(found["mode_unit"], found["covariance"], size=count)
-        z = np.abs(z) % 2.0
-        z = np.where(z > 1.0, 2.0 - z, z)  # reflected into the prior's box
+    z = reflected_gaussian(found["mode_unit"], found["covariance"], count, rng)
     summary = {key: found[key] for key in ("median", "q05", "q95", "evaluations")}
     summary.update(rhat={n: 1.0 for n in space.names}, acceptance=None,
                    ess={n: float(count) for n in space.names},
@@ -374,42 +365,19 @@ def _jsonable(value):
 
 
 def read_results(path: Path, config: dict) -> list[dict]:
-    if not path.exists():
-        return []
-    results = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        result = json.loads(line)
-        if result.get("config") != json.loads(json.dumps(config)):
-            raise SystemExit(f"{path}:{number}: a result of another configuration; use "
-                             "another --out")
-        results.append(result)
-    return results
+    """:func:`residualsim.sysid.sbc.read_results`, its refusal as a SystemExit."""
+    try:
+        return _read_results(path, config)
+    except ParameterError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def report(results: list[dict], draws: int, bins: int) -> dict:
-    """Rank histograms (counts per bin) and the chi-square uniformity test per parameter."""
-    from scipy.stats import chisquare
-
-    if (draws + 1) % bins:
-        raise SystemExit(f"--bins {bins} must divide L + 1 = {draws + 1}")
-    out = {"datasets": len(results)}
-    for name in NAMES:
-        ranks = np.array([r["rank"][name] for r in results], dtype=int)
-        counts = np.bincount(ranks * bins // (draws + 1), minlength=bins)
-        test = chisquare(counts) if len(ranks) else None
-        inside = [r["q05"][name] <= r["truth"][name] <= r["q95"][name] for r in results]
-        out[name] = {"histogram": counts.tolist(),
-                     "chi2": float(test.statistic) if test else None,
-                     "p_value": float(test.pvalue) if test else None,
-                     "coverage_90": float(np.mean(inside)) if inside else None,
-                     "mean_rank": float(ranks.mean()) if len(ranks) else None}
-    seconds = [r["seconds"] for r in results]
-    out["seconds_per_dataset"] = float(np.mean(seconds)) if seconds else None
-    out["max_rhat"] = max((max(r["rhat"].values()) for r in results), default=None)
-    out["min_ess"] = min((min(r["ess"].values()) for r in results), default=None)
-    return out
+    """:func:`residualsim.sysid.sbc.report` on :data:`NAMES`, a bad ``bins`` a SystemExit."""
+    try:
+        return _report(results, draws, bins, NAMES)
+    except ParameterError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@
 * :mod:`~residualsim.sysid.optimize`: nevergrad point estimates.
 * :mod:`~residualsim.sysid.flight_info`: how well each recording's free flight determines
   an object's body and joints (``data info --body``).
-* :mod:`~residualsim.sysid.calibrate`: the ``calibrate`` workflow (output directory, resume).
+* :mod:`~residualsim.sysid.calibrate`: the ``calibrate`` workflow (output directory, resume);
+  :mod:`~residualsim.sysid.sbc`: its simulation-based calibration (``check-calibration``).
 * :mod:`~residualsim.sysid.loop_stiffness`: the arm + loop stiffness (least squares,
   gradient, homotopy, posterior).
 * :mod:`~residualsim.sysid.mpec`: complementarity-constrained identification (MPEC): contact
@@ -22,6 +23,7 @@ from residualsim._lazy import lazy_exports
 
 _EXPORTS = {
     'calibrate': 'residualsim.sysid.calibrate',
+    'simulation_based_calibration': 'residualsim.sysid.sbc',
     'point_estimate': 'residualsim.sysid.calibrate',
     'Calibration': 'residualsim.sysid.calibrate',
     'load_calibration': 'residualsim.sysid.calibrate',
