@@ -97,3 +97,14 @@ def test_thinning_and_rank_report_on_hand_made_ranks(tmp_path):
     assert len(sbc.read_results(path, {"seed": 0})) == 1
     with pytest.raises(ParameterError, match="r.jsonl:1: a result of another configuration"):
         sbc.read_results(path, {"seed": 1})
+
+
+def test_the_table_flags_ranks_that_are_not_uniform_even_when_p_underflows():
+    from residualsim.cli.check_calibration import _table
+
+    row = {"histogram": [50, 0, 0, 0, 0], "p_value": 0.0, "coverage_90": 0.1, "mean_rank": 0.2}
+    text = _table({"datasets": 50, "restitution": row}, ["restitution"], 19)
+    assert "ranks not uniform (p < 0.05) for restitution" in text
+    fine = dict(row, p_value=0.3)
+    assert "no evidence against" in _table({"datasets": 50, "restitution": fine},
+                                           ["restitution"], 19)
