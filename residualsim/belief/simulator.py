@@ -67,8 +67,9 @@ def default_initial_std(model) -> np.ndarray:
 
 def recorded_start_beliefs(model, trajectories) -> list:
     """One Gaussian belief per recording (a mapping of id -> Trajectory), centred on its
-    first recorded state with :func:`default_initial_std` (3-D scenes): what the belief
-    benchmarks and studies start from."""
+    first recorded state (the scene's layout: position m and velocities m/s, rad/s in the
+    world frame, quaternion w-x-y-z body to world) with :func:`default_initial_std` (3-D
+    scenes): what the belief benchmarks and studies start from."""
     from residualsim.belief.mixture import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
 

@@ -37,6 +37,7 @@ def _table(figures: dict, names: list[str], draws: int) -> str:
 
 
 def cmd_check_calibration(args: argparse.Namespace) -> None:
+    from residualsim.sysid.calibrate import DEFAULT_WEIGHTING
     from residualsim.sysid.sbc import simulation_based_calibration
 
     names = [n.strip() for n in args.params.split(",")]
@@ -70,7 +71,8 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
     print(_table(figures, [k for k, v in figures.items() if isinstance(v, dict)], args.draws),
           file=sys.stderr, flush=True)
     json_line({"command": "check-calibration", "scene": args.scene, "method": args.method,
-               "draws": args.draws, "bins": args.bins, **figures})
+               "weighting": args.weighting or DEFAULT_WEIGHTING, "draws": args.draws,
+               "bins": args.bins, **figures})
 
 
 def register(commands) -> None:
