@@ -168,3 +168,27 @@ def test_effective_weighting_shares_the_pilot_stage_and_starts_at_the_weighted_m
     assert effective["mode"] == calibrated["weighted_mode"]
     assert effective["reference"] == calibrated["reference"]
     assert effective["nu_median"] == calibrated["nu_median"] > 1
+
+
+def test_without_a_calibrated_likelihood_mh_falls_back_to_the_raw_one(tmp_path):
+    """Two recordings for two parameters leave no scatter to scale by: MH then samples the
+    raw likelihood (ν_i = 1, as --weighting recording, too wide rather than too narrow), and
+    the summary and its warning say so."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.likelihood import TrajectoryLikelihood
+
+    tosses = synthesize_tosses(EngineParams(lateral_friction=0.3, restitution=0.4),
+                               n_tosses=2, n_samples=30, noise_m=0.002, rng=13, substeps=5)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    summary = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "cal", split="all",
+                        substeps=5, chains=1, plots=False, start_points=4, samples=10,
+                        burn_in=5, weighting="calibrated")
+    adjustment = summary["weighting"]["adjustment"]
+    assert "degrees of freedom" in adjustment["failed"]
+    assert adjustment["fallback"] == "recording"
+    assert any("raw one" in warning for warning in summary["warnings"])
+    with TrajectoryLikelihood("cube", tosses, substeps=5) as likelihood:
+        assert np.all(likelihood.set_reference(EngineParams()) > 1)
+        likelihood.reset_weights()
+        assert np.all(likelihood.nu == 1.0) and likelihood.reference is None

@@ -280,8 +280,8 @@ def _likelihood_note(summary: Mapping[str, Any]) -> str:
                 f"{adjustment.get('rugged_weight', 0.0):g} of the likelihood's departure "
                 f"from the envelope kept.")
     if method == "calibrated":
-        return (f"Likelihood: the ν-weighted one, unadjusted: the calibration failed "
-                f"({adjustment['failed']}); its intervals may be too narrow.")
+        return (f"Likelihood: raw (as --weighting recording): the calibrated one could not "
+                f"be built ({adjustment['failed']}); its intervals may be too wide.")
     return {"recording": "Likelihood: raw (--weighting recording, each recording one "
                          "observation), not calibrated: too wide on few tosses, too narrow on "
                          "many (train/README.md §20).",

@@ -406,8 +406,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             failed = (result.get("weighting") or {}).get("adjustment", {}).get("failed")
             if failed:
                 result["warnings"].append(f"the calibrated likelihood could not be built "
-                                          f"({failed}): MH sampled the ν-weighted likelihood "
-                                          "unadjusted, whose intervals may be too narrow")
+                                          f"({failed}): MH sampled the raw one (as --weighting "
+                                          "recording), whose intervals may be too wide")
             for warning in result["warnings"]:
                 log.warning("%s: %s", out, warning)
             point = posterior.median()

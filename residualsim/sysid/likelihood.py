@@ -227,6 +227,11 @@ class _Likelihood:
         self.reference = params
         return self.nu
 
+    def reset_weights(self) -> None:
+        """Every ν_i back to 1 (each recording one observation, as before
+        :meth:`set_reference`)."""
+        self.nu, self.reference = np.ones(self.n_items), None
+
     def scale_weights(self, factor: float) -> None:
         """Multiply every ν_i by ``factor`` > 0 (the magnitude adjustment of
         :func:`~residualsim.sysid.weighting.magnitude_adjustment`)."""
@@ -447,6 +452,10 @@ class StagedLikelihood:
     def scale_weights(self, factor: float) -> None:
         self.first.scale_weights(factor)
         self.rest.scale_weights(factor)
+
+    def reset_weights(self) -> None:
+        self.first.reset_weights()
+        self.rest.reset_weights()
 
     @property
     def nu(self) -> np.ndarray:
