@@ -399,11 +399,29 @@ def estimate_velocities(
 #: A recorded velocity is checked against the poses' differences where the object moves
 #: faster than these (m/s, rad/s; joints: rad/s or m/s).
 MOVING_MPS, SPINNING_RADPS = 0.05, 0.5
-#: Refused when the median disagreement exceeds this fraction of the median difference speed.
+#: Refused when the median disagreement exceeds this fraction of the median difference speed
+#: plus :data:`NOISE_ALLOWANCE` times what the poses' own noise puts into their differences.
 VELOCITY_DISAGREEMENT = 0.5
+#: How many times the poses' noise floor (:func:`difference_noise`) a disagreement may add.
+NOISE_ALLOWANCE = 2.0
 #: The poses' differences are taken over windows of about this length (s): a window of one
 #: sample turns 1 mm of tracking noise at 148 Hz into 0.2 m/s of "speed" at rest.
 VELOCITY_WINDOW_S = 0.05
+
+
+def difference_noise(values: np.ndarray, durations: np.ndarray) -> float:
+    """What the noise of sampled ``values`` (n, d) alone puts into the norm of their
+    differences over windows of ``durations`` (s): sqrt(2 Σ σ_k²) / median duration, in the
+    values' units per second, with σ_k each column's white-noise level read off its third
+    differences (variance 20 σ², blind to any motion of constant acceleration such as free
+    flight; a robust spread, so impacts do not count)."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 8 or not len(durations):
+        return 0.0
+    third = np.diff(values, n=3, axis=0)
+    spread = 1.4826 * np.median(np.abs(third - np.median(third, axis=0)), axis=0)
+    sigma = spread / np.sqrt(20.0)
+    return float(np.sqrt(2.0 * np.sum(sigma ** 2)) / np.median(durations))
 
 
 class SlidingWindows:
@@ -458,10 +476,15 @@ def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarr
         recorded_rates = windows.mean(rates)
         checks += [(j + "_vel", recorded_rates[:, [k]], joint_rates[:, [k]],
                     SPINNING_RADPS) for k, j in enumerate(joints)]
+    increments = relative_rotvecs(quats[1:], quats[:-1])
+    floors = [difference_noise(positions, windows.duration),
+              difference_noise(np.cumsum(increments, axis=0), windows.duration)]
+    floors += [difference_noise(joint_positions[:, [k]], windows.duration)
+               for k in range(len(joints))]
     hint = ("; delete the velocity columns and residualsim estimates the velocities from the "
             "poses")
     recorded_columns = {names[0]: linear, names[1]: angular}
-    for what, recorded, estimate, moving in checks:
+    for (what, recorded, estimate, moving), floor in zip(checks, floors):
         speed = np.linalg.norm(estimate, axis=1)
         mask = speed > moving
         if mask.sum() < 3:
@@ -471,8 +494,9 @@ def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarr
                             f"move (up to {speed.max():.3g} per second){hint}")
         error = np.median(np.linalg.norm(recorded[mask] - estimate[mask], axis=1))
         scale = np.median(speed[mask])
-        if error > VELOCITY_DISAGREEMENT * scale:
+        if error > VELOCITY_DISAGREEMENT * scale + NOISE_ALLOWANCE * floor:
             raise DataError(f"{path}: the velocity columns {what} disagree with the poses' "
                             f"differences (median difference {error:.3g}, median speed "
-                            f"{scale:.3g}, same units per second, over windows of "
+                            f"{scale:.3g}, the poses' noise {floor:.2g}, same units per "
+                            "second, over windows of "
                             f"{1000 * float(np.median(windows.duration)):.0f} ms){hint}")
