@@ -288,3 +288,24 @@ def test_pybullet_load_failure_carries_pybullets_reason(tmp_path, capfd):
     assert "Cylinder shape must have both length and radius" in message
     assert "b3Error" not in message
     assert capfd.readouterr().out == ""
+
+
+@pytest.mark.parametrize("target, problem", [("folder", "is a folder"),
+                                             ("/dev/null", "is not a regular file")])
+def test_a_mesh_path_to_a_folder_or_device_says_so(tmp_path, target, problem):
+    """Not "not found": the path is there, and is not a mesh file."""
+    if target == "folder":
+        (tmp_path / "folder").mkdir()
+    path = tmp_path / "thing.urdf"
+    path.write_text(_robot(_link("a", geometry=f'<mesh filename="{target}"/>')))
+    with pytest.raises(SceneError) as caught:
+        make_scene(str(path))
+    assert str(path) in str(caught.value) and problem in str(caught.value), caught.value
+
+
+def test_params_from_a_device_is_refused_naming_it():
+    from residualsim.errors import ParameterError
+    from residualsim.sim.scenes.params import parse_params
+
+    with pytest.raises(ParameterError, match="/dev/null: not a regular file"):
+        parse_params("/dev/null")

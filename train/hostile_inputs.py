@@ -223,6 +223,9 @@ CASES: list[Case] = [
     _urdf_case("URDF: missing mesh file",
                _robot(_link("a", geometry='<mesh filename="meshes/gone.obj"/>')),
                "mesh file 'meshes/gone.obj' not found"),
+    _urdf_case("URDF: mesh path is a device",
+               _robot(_link("a", geometry='<mesh filename="/dev/null"/>')),
+               "'/dev/null' is not a regular file"),
     _urdf_case("URDF: package:// mesh not found",
                _robot(_link("a", geometry='<mesh filename="package://kit/m.obj"/>')),
                "package://"),
@@ -375,6 +378,9 @@ CASES: list[Case] = [
     Case("--params: a calibration folder without summary", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "without summary.json"),
+    Case("--params: a device (/dev/null)", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params", "/dev/null",
+        "--out", str(d / "p.npz")], "/dev/null: not a regular file"),
     Case("rollout --horizon nan", lambda d: [
         "rollout", "--state", "0,0,0.3,1,0,0,0,0.5,0,-0.5,0,5,0", "--horizon", "nan",
         "--out", str(d / "r.npz")], "--horizon"),

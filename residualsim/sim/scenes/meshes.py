@@ -120,6 +120,21 @@ def resolve_mesh(filename: str, urdf: Path, pybullet_only: bool = False) -> Path
     return candidate if candidate.is_file() else None
 
 
+def mesh_not_found(filename: str, urdf: Path) -> str:
+    """Why :func:`resolve_mesh` found no file for ``filename``: "not found", or, for a
+    plain path that exists, that it is a folder or not a regular file (a device, a pipe)."""
+    plain = filename[len("file://"):] if filename.startswith("file://") else filename
+    if filename.startswith("package://") or not plain:
+        return "not found"
+    candidate = Path(plain)
+    candidate = candidate if candidate.is_absolute() else Path(urdf).resolve().parent / candidate
+    if candidate.is_dir():
+        return f"is a folder ({candidate}), not a mesh file"
+    if candidate.exists():
+        return f"is not a regular file ({candidate}: a device or pipe), not a mesh file"
+    return "not found"
+
+
 def meshes_load_as_written(urdf: Path, root: ElementTree.Element) -> bool:
     """Whether PyBullet finds and reads every mesh of ``urdf`` (its XML ``root``) itself:
     not when a ``package://`` mesh is found only by residualsim's search, nor when a mesh is
@@ -145,7 +160,7 @@ def point_meshes(root: ElementTree.Element, urdf: Path, written: Path | None = N
         found = resolve_mesh(name, urdf) if name else None
         if found is None:
             hint = f" ({PACKAGE_SEARCH})" if name.startswith("package://") else ""
-            raise SceneError(f"{urdf}: mesh {name!r} not found{hint}")
+            raise SceneError(f"{urdf}: mesh {name!r} {mesh_not_found(name, urdf)}{hint}")
         found = found.resolve()
         if written is None:  # residualsim's own copy: what PyBullet can read
             mesh.set("filename", str(pybullet_mesh(found)))

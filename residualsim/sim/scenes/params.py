@@ -289,6 +289,10 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     elif path.is_dir():
         raise ParameterError(f"{path}: a folder without summary.json, so not a calibration "
                              "(give name=value pairs, a JSON file or a calibrate --out folder)")
+    if path.exists() and not path.is_file():
+        raise ParameterError(f"{path}: not a regular file (a device or pipe), so not a "
+                             "parameter file (give name=value pairs, a JSON file or a calibrate "
+                             "--out folder)")
     if text.endswith(".json") or path.is_file():
         content = read_json(path, missing=f"{path}: parameter file not found",
                             error=ParameterError, unique_keys=True)

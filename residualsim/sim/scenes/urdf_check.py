@@ -69,7 +69,7 @@ import numpy as np
 from residualsim.errors import SceneError
 from residualsim.sim.implausible import refuse_implausible
 from residualsim.sim.scenes.mesh_check import check_mesh
-from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, resolve_mesh
+from residualsim.sim.scenes.meshes import PACKAGE_SEARCH, mesh_not_found, resolve_mesh
 from residualsim.sim.scenes.stl import pybullet_mesh
 from residualsim.sim.scenes.xml_guard import parse_xml
 
@@ -252,7 +252,8 @@ def _meshes(link: ElementTree.Element, path: Path, name: str) -> None:
         found = resolve_mesh(filename, path)
         if found is None:
             hint = f" ({PACKAGE_SEARCH})" if filename.startswith("package://") else ""
-            raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} not found{hint}")
+            raise SceneError(f"{path}: link {name!r}: mesh file {filename!r} "
+                             f"{mesh_not_found(filename, path)}{hint}")
         try:
             extents = check_mesh(found)  # PyBullet crashes on some broken meshes, drops others
             pybullet_mesh(found)  # an ASCII STL: its binary copy, written here
