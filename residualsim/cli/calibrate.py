@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_seed,
-                                     add_split_options, add_workers, bounds_option, count,
-                                     json_line, kappa_option, mapping_option, split_options)
+from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_envelope_options,
+                                     add_seed, add_split_options, add_workers, bounds_option,
+                                     count, json_line, kappa_option, mapping_option,
+                                     split_options)
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import ParameterError
 
@@ -92,7 +93,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             recorded_start=args.recorded_start, start_points=args.start_points,
             weighting=args.weighting, rugged_weight=args.rugged_weight,
             small_sample=args.small_sample, base=args.base, ground=not args.no_ground,
-            keep_calibrated=args.keep_calibrated)
+            keep_calibrated=args.keep_calibrated, covariance=args.covariance,
+            bootstrap_replicates=args.bootstrap)
         if summary.get("ground"):
             from residualsim.sysid.ground import ground_note
 
@@ -188,8 +190,7 @@ def register(commands) -> None:
                      help="calibrated: share of the likelihood's departure from its envelope "
                      "kept, 0 to 1 (default 0.2; 0: the envelope alone, no rollouts while "
                      "sampling; 1: Chandler-Bate)")
-    cal.add_argument("--small-sample", choices=("cr1t", "none"), default="cr1t", help="calibr"
-                     "ated: few-recordings widening (default cr1t: t, recordings - d dof)")
+    add_envelope_options(cal)
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION", help="MH: screen "
                      "each proposal on this share of the recordings first (default: off)")
     cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W", help="weight "

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from residualsim.cli.options import (SCENE_HELP, add_seed, add_workers, bounds_option, count,
-                                     json_line, nonnegative_float)
+from residualsim.cli.options import (SCENE_HELP, add_envelope_options, add_seed, add_workers,
+                                     bounds_option, count, json_line, nonnegative_float)
 from residualsim.errors import ParameterError
 
 DEFAULT_PARAMS = "lateral_friction,restitution"
@@ -53,8 +53,11 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
         options.update(samples=args.mh_samples, burn_in=args.burn_in)
     if args.weighting is not None:
         options["weighting"] = args.weighting
-    if args.rugged_weight is not None:
-        options["rugged_weight"] = args.rugged_weight
+    for key in ("rugged_weight", "small_sample", "covariance", "recorded_start"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    if args.bootstrap is not None:
+        options["bootstrap_replicates"] = args.bootstrap
 
     def progress(result: dict, done: int) -> None:
         truth = " ".join(f"{k}={v:.3f}" for k, v in result["truth"].items())
@@ -112,6 +115,9 @@ def register(commands) -> None:
     sub.add_argument("--rugged-weight", type=float, metavar="LAMBDA",
                      help="calibrate's --rugged-weight with --weighting calibrated (default: "
                      "calibrate's, 0.2)")
+    add_envelope_options(sub, passed_on=True)
+    sub.add_argument("--recorded-start", choices=("fit", "recorded"), help="calibrate's "
+                     "--recorded-start (default: calibrate's, recorded)")
     sub.add_argument("--mh-samples", type=count(1), default=3000,
                      help="calibrate's --samples: kept MH draws per chain (default 3000)")
     sub.add_argument("--burn-in", type=count(0), default=1000,

@@ -103,6 +103,27 @@ def add_recording_options(sub: argparse.ArgumentParser) -> None:
                           "are otherwise read by name)")
 
 
+def add_envelope_options(sub: argparse.ArgumentParser, passed_on: bool = False) -> None:
+    """``--small-sample``, ``--covariance`` and ``--bootstrap``: how calibrate widens its
+    envelope (:mod:`residualsim.sysid.calibrated`, :mod:`residualsim.sysid.bootstrap`);
+    ``passed_on``: check-calibration's, passed on to calibrate, each defaulting to its own."""
+    def option(flag: str, default, text: str, **kwargs) -> None:
+        own = f"calibrate's {flag}: " if passed_on else ""
+        text = text.replace("(default ", "(default calibrate's, " if passed_on else "(default ")
+        sub.add_argument(flag, default=None if passed_on else default, help=own + text,
+                         **kwargs)
+
+    option("--small-sample", "cr1t", "--weighting calibrated: few-recordings widening "
+           "(default cr1t: t, recordings - d dof)", choices=("cr1t", "none"))
+    option("--covariance", "sandwich", "--method sandwich: the Gaussian's covariance (default "
+           "sandwich; bootstrap: from --bootstrap refits of data simulated at the estimate "
+           "from the recordings' first states with their pose noise, which sees the first "
+           "poses' error the sandwich misses: train/README.md section 20.4)",
+           choices=("sandwich", "bootstrap"))
+    option("--bootstrap", 10, "--covariance bootstrap: refits, each a sandwich fit (default "
+           "10)", type=count(2), metavar="B")
+
+
 def add_force(sub: argparse.ArgumentParser) -> None:
     """``--force``: replace an existing result file (otherwise refused before any work)."""
     sub.add_argument("--force", action="store_true",

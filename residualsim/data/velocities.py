@@ -60,6 +60,7 @@ __all__ = [
     "MIN_FIT_SAMPLES",
     "VelocityEstimate",
     "relative_rotvecs",
+    "white_noise_level",
     "smoothed_derivative",
     "smoothed_angular_velocity",
     "base_accelerations",
@@ -414,14 +415,22 @@ def difference_noise(values: np.ndarray, durations: np.ndarray) -> float:
     differences over windows of ``durations`` (s): sqrt(2 Σ σ_k²) / median duration, in the
     values' units per second, with σ_k each column's white-noise level read off its third
     differences (variance 20 σ², blind to any motion of constant acceleration such as free
-    flight; a robust spread, so impacts do not count)."""
+    flight; :func:`white_noise_level`)."""
     values = np.asarray(values, dtype=float)
     if len(values) < 8 or not len(durations):
         return 0.0
-    third = np.diff(values, n=3, axis=0)
-    spread = 1.4826 * np.median(np.abs(third - np.median(third, axis=0)), axis=0)
-    sigma = spread / np.sqrt(20.0)
+    sigma = white_noise_level(values)
     return float(np.sqrt(2.0 * np.sum(sigma ** 2)) / np.median(durations))
+
+
+def white_noise_level(values: np.ndarray) -> np.ndarray:
+    """Per column, the level σ (the values' units) of white noise on sampled ``values``
+    (n >= 4, d), read off their third differences: variance 20 σ², blind to any motion of
+    constant acceleration such as free flight; a robust spread (1.4826 × the median
+    absolute deviation), so that impacts do not count."""
+    third = np.diff(np.asarray(values, dtype=float), n=3, axis=0)
+    spread = 1.4826 * np.median(np.abs(third - np.median(third, axis=0)), axis=0)
+    return spread / np.sqrt(20.0)
 
 
 class SlidingWindows:

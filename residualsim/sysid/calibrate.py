@@ -39,6 +39,7 @@ import numpy as np
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget
+from residualsim.sysid.bootstrap import DEFAULT_REPLICATES, bootstrap_sandwich, check_covariance
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
@@ -202,7 +203,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None, rugged_weight: float = DEFAULT_RUGGED,
-              small_sample: str = DEFAULT_SMALL_SAMPLE,
+              small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str = "sandwich",
+              bootstrap_replicates: int = DEFAULT_REPLICATES,
               base: EngineParams | Mapping[str, float] | str | None = None,
               ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
@@ -240,12 +242,12 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     32 × ``chains`` Sobol points refined by 40 Nelder-Mead evaluations), each recording's
     ν_i measured there, the ν-weighted mode (30 evaluations), and the Gaussian posterior
     of :func:`~residualsim.sysid.weighting.sandwich_posterior` around the likelihood's
-    envelope there (``median``, ``q05``, ``q95`` as MH's summary; the posterior that
-    passed simulation-based calibration, train/README.md §20).
+    envelope there (``median``, ``q05``, ``q95`` as MH's summary; train/README.md §20);
+    ``covariance="bootstrap"``: its covariance from ``bootstrap_replicates`` refits
+    (:func:`~residualsim.sysid.bootstrap.bootstrap_sandwich`, §20.4).
     ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`), the
     likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
-    ``"recording"``). ``"calibrated"``:
-    :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
+    ``"recording"``). ``"calibrated"``: :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
     envelope's mode ẑ where the chains start, the target with the envelope's sandwich
     curvature times the few-recordings factor of ``small_sample``, keeping the share
     ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on the
@@ -297,6 +299,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
+    check_covariance(covariance, method)
     if weighting == "calibrated" and delayed_acceptance:
         raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
                              "--weighting calibrated screens every proposal on the envelope "
@@ -431,6 +434,13 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 likelihood, log_like, space, seed, start_points * chains, start,
                 checkpoint=out / "sandwich-checkpoint.json", resume=resume,
                 fingerprint={**fingerprint, "space": space.as_json(), "start": start}))
+            if covariance == "bootstrap" and result["sandwich"]["covariance_unit"] is not None:
+                result.update(bootstrap_sandwich(scene, likelihood, space, result, lambda r:
+                    TrajectoryLikelihood(scene, r, settings.substeps, None, n_workers, draws, seed,
+                                         rotation_weight=rotation_weight,
+                                         fit_recorded=fit_recorded), seed=seed,
+                    sobol_points=start_points * chains, replicates=bootstrap_replicates,
+                    checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
             point = result["median"]
         elif method == "lsq":
             if kind != "trajectories":

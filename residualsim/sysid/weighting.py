@@ -374,13 +374,21 @@ def sandwich_posterior(likelihood, space, center: np.ndarray,
     inverse = np.linalg.inv(information)
     covariance = inflation * inverse @ (spread + information) @ inverse
     mode = found["envelope_mode"]
-    sd = np.sqrt(np.diag(covariance))
-    quantiles = {key: space.from_unit(np.clip(mode + k * sd, 0, 1)[None])[0]
-                 for key, k in (("median", 0.0), ("q05", -1.645), ("q95", 1.645))}
+    quantiles = gaussian_quantiles(space, mode, covariance)
     return {"mode_unit": mode, "covariance": covariance, "w": found["w_raw"],
             "h": found["h"], "evaluations": found["evaluations"], "inflation": inflation,
-            "mode": dict(zip(names, quantiles["median"].tolist())),
-            **{key: dict(zip(names, value.tolist())) for key, value in quantiles.items()}}
+            "mode": quantiles["median"], **quantiles}
+
+
+def gaussian_quantiles(space, mode_unit: np.ndarray, covariance: np.ndarray
+                       ) -> dict[str, dict[str, float]]:
+    """``median``, ``q05`` and ``q95`` (natural values per name) of the marginals of
+    N(``mode_unit``, ``covariance``) in the space's unit coordinates, clipped to the box."""
+    mode = np.asarray(mode_unit, dtype=np.float64)
+    sd = np.sqrt(np.diag(covariance))
+    return {key: dict(zip(space.names,
+                          space.from_unit(np.clip(mode + k * sd, 0, 1)[None])[0].tolist()))
+            for key, k in (("median", 0.0), ("q05", -1.645), ("q95", 1.645))}
 
 
 def weighted_mode(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
