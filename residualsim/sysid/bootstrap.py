@@ -77,6 +77,11 @@ def bootstrap_estimates(scene: str, trajectories: Mapping[str, Trajectory], spac
     if int(replicates) != replicates or replicates < 2:
         raise ParameterError(f"bootstrap replicates must be an integer >= 2, got {replicates}")
     noise_m, noise_rad = pose_noise(trajectories) if noise is None else noise
+    if noise_m > MAX_NOISE_M or noise_rad > MAX_NOISE_RAD:
+        log.warning("the recordings' pose noise (%.3g m, %.3g rad) is above what synthetic "
+                    "recordings take: the bootstrap simulates %.3g m, %.3g rad, and its "
+                    "intervals may be too narrow", noise_m, noise_rad,
+                    min(noise_m, MAX_NOISE_M), min(noise_rad, MAX_NOISE_RAD))
     noise_m, noise_rad = min(noise_m, MAX_NOISE_M), min(noise_rad, MAX_NOISE_RAD)
     params = space.engine_params(np.asarray(estimate, dtype=np.float64))
     key = {"estimate": [float(v) for v in estimate], "noise": [noise_m, noise_rad],
