@@ -309,3 +309,14 @@ def test_params_from_a_device_is_refused_naming_it():
 
     with pytest.raises(ParameterError, match="/dev/null: not a regular file"):
         parse_params("/dev/null")
+
+
+def test_params_text_too_long_for_a_file_name_is_read_as_pairs():
+    """5000 characters are no path (the OS refuses the name): one short message, no
+    OSError traceback."""
+    from residualsim.errors import ParameterError
+    from residualsim.sim.scenes.params import parse_params
+
+    with pytest.raises(ParameterError, match=r"expected name=value .*'\.\.\.$") as caught:
+        parse_params("lateral_friction=0.3," + "x" * 5000)
+    assert len(str(caught.value)) < 200

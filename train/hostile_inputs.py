@@ -378,6 +378,9 @@ CASES: list[Case] = [
     Case("--params: a calibration folder without summary", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
         str(_mkdir(d / "cal")), "--out", str(d / "p.npz")], "without summary.json"),
+    Case("--params: 5000 characters (an OSError traceback: file name too long)", lambda d: [
+        "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params",
+        "lateral_friction=0.3," + "x" * 5000, "--out", str(d / "p.npz")], "expected name=value"),
     Case("--params: a device (/dev/null)", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--params", "/dev/null",
         "--out", str(d / "p.npz")], "/dev/null: not a regular file"),

@@ -18,6 +18,7 @@ exact velocities. Each set is fitted by ``calibrate --method sandwich`` (its med
   ½ g t² puts x_0 about ½ g h t̄ ≈ 0.5 mm low and biased restitution down on 7 of 8 sets);
   recorded orientation and velocities kept. Synthetic recordings only: it reads the exact
   velocities;
+* ``fit``: ``calibrate --recorded-start fit`` (pose fitted by rollout, velocities kept);
 * ``true``: the noise-free first position.
 
 ``--boot B`` adds a parametric bootstrap: B data sets simulated at the estimate from the
@@ -43,8 +44,10 @@ GRAVITY_MPS2 = np.array([0.0, 0.0, -9.81])
 TOSSES, SAMPLES, SUBSTEPS, NOISE_M = 20, 60, 5, 0.002
 
 
-def sandwich_fit(tosses: dict, seed: int, workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """calibrate --method sandwich on ``tosses``: (median (2,), sd (2,) from the 90 % width)."""
+def sandwich_fit(tosses: dict, seed: int, workers: int, recorded_start: str = "recorded"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """calibrate --method sandwich (``--recorded-start``) on ``tosses``: (median (2,), sd
+    (2,) from the 90 % width)."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.sysid.calibrate import calibrate
 
@@ -52,7 +55,7 @@ def sandwich_fit(tosses: dict, seed: int, workers: int) -> tuple[np.ndarray, np.
         save_csv_trajectories(Path(tmp) / "data", tosses, with_velocities=True)
         summary = calibrate("cube", Path(tmp) / "data", NAMES, Path(tmp) / "out", split="all",
                             bounds=BOUNDS, substeps=SUBSTEPS, n_workers=workers, seed=seed,
-                            plots=False, method="sandwich")
+                            plots=False, method="sandwich", recorded_start=recorded_start)
     return (np.array([summary["median"][n] for n in NAMES]),
             np.array([(summary["q95"][n] - summary["q05"][n]) / 3.29 for n in NAMES]))
 
@@ -84,8 +87,22 @@ def data_set(j: int, noise_m: float = NOISE_M):
     return space, truth, tosses
 
 
+def fitted_starts(tosses: dict, workers: int) -> dict:
+    """``tosses`` with their first poses fitted by rollout as ``--recorded-start fit`` does."""
+    from residualsim.data import load_trajectories
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.recordings import fit_starts
+    from residualsim.sim.rollout import recording_settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_csv_trajectories(tmp, tosses, with_velocities=True)
+        loaded = load_trajectories(tmp)
+    settings = recording_settings("cube", loaded, SUBSTEPS)
+    return fit_starts("cube", loaded, settings, None, workers, estimated=False, recorded=True)
+
+
 def treated(tosses: dict, start: str, j: int) -> dict:
-    if start == "recorded":
+    if start in ("recorded", "fit"):
         return tosses
     if start == "ballistic":
         return {k: ballistic_start(t) for k, t in tosses.items()}
@@ -102,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     from residualsim.sim.synthesize import synthesize_tosses
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--start", choices=("recorded", "ballistic", "true"), required=True)
+    parser.add_argument("--start", choices=("recorded", "ballistic", "fit", "true"), required=True)
     parser.add_argument("--boot", type=int, default=0, help="bootstrap refits per set")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--datasets", type=int, default=25)
@@ -113,17 +130,18 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         space, truth, tosses = data_set(j)
         tosses = treated(tosses, args.start, j)
-        estimate, sd = sandwich_fit(tosses, j, args.workers)
+        how = "fit" if args.start == "fit" else "recorded"
+        estimate, sd = sandwich_fit(tosses, j, args.workers, how)
         line = {"index": j, "start": args.start, "truth": truth.tolist(),
                 "est": estimate.tolist(), "sd": sd.tolist(),
                 "z": ((estimate - truth) / sd).tolist()}
         if args.boot:
-            starts = tosses if args.start != "true" else treated(tosses, "recorded", j)
+            starts = fitted_starts(tosses, args.workers) if args.start == "fit" else tosses
             boots = np.array([sandwich_fit(treated(synthesize_tosses(
                 space.engine_params(estimate), like=starts, noise_m=NOISE_M,
                 rng=np.random.default_rng([j, b, 7]), substeps=SUBSTEPS),
                 "ballistic" if args.start == "ballistic" else "recorded", j),
-                1000 + b, args.workers)[0] for b in range(args.boot)])
+                1000 + b, args.workers, how)[0] for b in range(args.boot)])
             bias = boots.mean(axis=0) - estimate
             line.update(boots=boots.tolist(), bsd=boots.std(axis=0, ddof=1).tolist(),
                         zc=((estimate - bias - truth) / sd).tolist())

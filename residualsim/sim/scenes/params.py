@@ -263,6 +263,17 @@ def body_of(params: EngineParams) -> BodyParams | None:
     return getattr(params, "body", None)
 
 
+def _path_kind(path: Path) -> str | None:
+    """"dir", "file", "other" (a device, a pipe) or None (nothing there, or text that cannot
+    name a file: too long, a NUL byte), so that name=value text is never an OS error."""
+    try:
+        if not path.exists():
+            return None
+        return "dir" if path.is_dir() else "file" if path.is_file() else "other"
+    except (OSError, ValueError):
+        return None
+
+
 def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
                  base: EngineParams | None = None) -> EngineParams:
     """Engine parameters from a ``k=v,...`` string, a JSON file, a mapping or None.
@@ -283,17 +294,18 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
         return base.replace(**{str(k): v for k, v in source.items()})
     text = str(source).strip()
     path = Path(text)
-    if path.is_dir() and (path / "summary.json").is_file():  # a calibration directory
-        path = path / "summary.json"
+    kind = _path_kind(path)
+    if kind == "dir" and (path / "summary.json").is_file():  # a calibration directory
+        path, kind = path / "summary.json", "file"
         text = str(path)
-    elif path.is_dir():
+    elif kind == "dir":
         raise ParameterError(f"{path}: a folder without summary.json, so not a calibration "
                              "(give name=value pairs, a JSON file or a calibrate --out folder)")
-    if path.exists() and not path.is_file():
+    if kind == "other":
         raise ParameterError(f"{path}: not a regular file (a device or pipe), so not a "
                              "parameter file (give name=value pairs, a JSON file or a calibrate "
                              "--out folder)")
-    if text.endswith(".json") or path.is_file():
+    if text.endswith(".json") or kind == "file":
         content = read_json(path, missing=f"{path}: parameter file not found",
                             error=ParameterError, unique_keys=True)
         body = content.get("body") if isinstance(content, dict) else None
@@ -328,7 +340,8 @@ def parse_params(source: str | Path | Mapping[str, float] | EngineParams | None,
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, value = item.partition("=")
         if not sep:
-            raise ParameterError(f"expected name=value in parameter list, got {item!r}")
+            cut = f"{item[:60]!r}..." if len(item) > 60 else repr(item)
+            raise ParameterError(f"expected name=value in parameter list, got {cut}")
         if name.strip() in changes:
             raise ParameterError(f"{name.strip()} is given twice in the parameter list "
                                  f"{text!r}")
