@@ -199,8 +199,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               split_fractions: Sequence[float] | None = None,
               split_lists: Mapping[str, Sequence[str]] | None = None,
               initial_draws: int | None = None, delayed_acceptance: float | None = None,
-              rotation_weight: float = 1.0,
-              export_urdf: str | os.PathLike[str] | None = None,
+              rotation_weight: float = 1.0, export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None, rugged_weight: float = DEFAULT_RUGGED,
               small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str = "sandwich",
@@ -221,7 +220,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     split (:func:`residualsim.data.splits.split_recordings`; default 0.7/0.15/0.15).
     ``initial_draws``: initial states drawn per recording whose initial state was fitted
     from poses (:class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`); default
-    :data:`DEFAULT_INITIAL_DRAWS` (recordings with velocities are rolled out once).
+    :data:`DEFAULT_INITIAL_DRAWS`, 0 with the bootstrap (§20.4; velocities: one rollout).
     ``delayed_acceptance``: MH screens each proposal on this fraction of the recordings
     first (:class:`~residualsim.sysid.likelihood.StagedLikelihood`; the chain stays exact).
     ``rotation_weight``: weight w of the squared rotation angle against the squared position
@@ -321,7 +320,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             raise ParameterError("rotation_weight applies to trajectories, not impacts")
         likelihood = ImpactLikelihood(scene, train, substeps, noise, n_workers)
     else:
-        draws = DEFAULT_INITIAL_DRAWS if initial_draws is None else initial_draws
+        draws = (0 if covariance == "bootstrap" else DEFAULT_INITIAL_DRAWS) \
+            if initial_draws is None else initial_draws
         if delayed_acceptance and method == "mh":
             likelihood = StagedLikelihood(scene, train, delayed_acceptance, seed=seed,
                                           substeps=substeps, noise_m=noise,
