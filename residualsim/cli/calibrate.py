@@ -172,8 +172,8 @@ def register(commands) -> None:
     cal.add_argument("--noise", type=float, help="observation noise (m; m/s for impacts); "
                      "default estimated")
     cal.add_argument("--substeps", type=count(1), help="substeps per sample (default: scene's)")
-    cal.add_argument("--initial-draws", type=count(0), help="initial states per pose-only "
-                     "recording, drawn from its fit's uncertainty (default 4; 0: the fit only)")
+    cal.add_argument("--initial-draws", type=count(0), help="initial states per fitted start,"
+                     " drawn from its fit's uncertainty (default 4, 0 with --covariance bootstrap)")
     cal.add_argument("--recorded-start", choices=("fit", "recorded"),
                      help="recordings with recorded velocities: fit the first pose to the "
                      "free flight, averaging over --initial-draws (fit), or roll out from it as "

@@ -13,10 +13,10 @@ same estimator; the covariance of the B estimates (unit coordinates of the space
 posterior's. Replicate b draws from ``default_rng([seed, b])``, so the result does not
 depend on the number of workers.
 
-Not the default: simulation-based calibration on 20 tosses × 60 samples (25 data sets,
-``--recorded-start fit``) gave friction / restitution 90 % coverage 0.88 / 0.84 against the
-sandwich's 0.72 / 0.68, but restitution's ranks still fail (p 0.040): its estimate sits low
-from fitted starts, a bias the replicates do not reproduce (train/README.md §20.4).
+Not the default yet: simulation-based calibration on 20 tosses × 60 samples (25 data sets,
+``--recorded-start fit``, starts rolled out once) passed for both parameters (p 0.27 /
+0.078) with 90 % coverage 0.92 / 0.80, against the sandwich's 0.72 / 0.68 (p 0.012 /
+0.007); 50 data sets and MH are to come (train/README.md §20.4).
 """
 
 from __future__ import annotations
