@@ -16,7 +16,10 @@ depend on the number of workers.
 Not the default yet: simulation-based calibration on 20 tosses × 60 samples (25 data sets,
 ``--recorded-start fit``, starts rolled out once) passed for both parameters (p 0.27 /
 0.078) with 90 % coverage 0.92 / 0.80, against the sandwich's 0.72 / 0.68 (p 0.012 /
-0.007); 50 data sets and MH are to come (train/README.md §20.4).
+0.007); 50 data sets and MH are to come (train/README.md §20.4). Only white noise is
+simulated: on the real cube the poses' white jitter is ~0.01 mm while each recording sits
+~0.3 mm off as a whole (:mod:`residualsim.residual.observation_noise`), which the replicates
+would miss (not yet measured on real recordings: there the sandwich found no envelope).
 """
 
 from __future__ import annotations
