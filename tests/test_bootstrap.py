@@ -84,6 +84,20 @@ def test_bootstrap_is_for_the_sandwich_only():
             check_covariance(covariance, method)
 
 
+def test_replicates_are_checked_before_any_work(tmp_path, capsys, tosses):
+    check_covariance("bootstrap", "sandwich", 2)
+    with pytest.raises(ParameterError, match="apply to --covariance bootstrap only"):
+        check_covariance("sandwich", "sandwich", 5)
+    with pytest.raises(ParameterError, match="integer >= 2"):
+        check_covariance("bootstrap", "sandwich", 1)
+    save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--method", "sandwich", "--bootstrap", "5", "--data",
+                 str(tmp_path / "data"), "--out", str(out)]) == 2
+    assert "--covariance bootstrap only" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_calibrate_sandwich_with_bootstrap_end_to_end(tmp_path, capsys):
     """The command writes the bootstrap's covariance beside the sandwich's, and its
     intervals come from it."""

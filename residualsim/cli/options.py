@@ -120,7 +120,7 @@ def add_envelope_options(sub: argparse.ArgumentParser, passed_on: bool = False) 
            "from the recordings' first states with their pose noise, which sees the first "
            "poses' error the sandwich misses: train/README.md section 20.4)",
            choices=("sandwich", "bootstrap"))
-    option("--bootstrap", 10, "--covariance bootstrap: refits, each a sandwich fit (default "
+    option("--bootstrap", None, "--covariance bootstrap: refits, each a sandwich fit (default "
            "10)", type=count(2), metavar="B")
 
 

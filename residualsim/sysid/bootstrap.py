@@ -129,13 +129,19 @@ def bootstrap_covariance(space, estimates: np.ndarray) -> np.ndarray:
     return covariance + 1e-12 * np.eye(len(covariance))
 
 
-def check_covariance(covariance: str, method: str) -> None:
-    """ParameterError unless ``covariance`` is one of :data:`COVARIANCES` and a bootstrap
-    comes with ``method`` ``sandwich``."""
+def check_covariance(covariance: str, method: str, replicates: int | None = None) -> None:
+    """ParameterError, before any work, unless ``covariance`` is one of :data:`COVARIANCES`,
+    a bootstrap comes with ``method`` ``sandwich``, and ``replicates`` (None: not given) is
+    given only with a bootstrap and is an integer >= 2."""
     if covariance not in COVARIANCES or (covariance == "bootstrap" and method != "sandwich"):
         raise ParameterError(f"covariance (--covariance) must be one of "
                              f"{', '.join(COVARIANCES)}, bootstrap with method 'sandwich'; got "
                              f"{covariance!r} with {method!r}")
+    if replicates is not None and covariance != "bootstrap":
+        raise ParameterError(f"bootstrap replicates (--bootstrap {replicates}) apply to "
+                             "--covariance bootstrap only")
+    if replicates is not None and (int(replicates) != replicates or replicates < 2):
+        raise ParameterError(f"bootstrap replicates must be an integer >= 2, got {replicates}")
 
 
 def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping,

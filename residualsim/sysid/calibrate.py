@@ -203,7 +203,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None, rugged_weight: float = DEFAULT_RUGGED,
               small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str = "sandwich",
-              bootstrap_replicates: int = DEFAULT_REPLICATES,
+              bootstrap_replicates: int | None = None,
               base: EngineParams | Mapping[str, float] | str | None = None,
               ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
@@ -242,7 +242,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     ν_i measured there, the ν-weighted mode (30 evaluations), and the Gaussian posterior
     of :func:`~residualsim.sysid.weighting.sandwich_posterior` around the likelihood's
     envelope there (``median``, ``q05``, ``q95`` as MH's summary; train/README.md §20);
-    ``covariance="bootstrap"``: its covariance from ``bootstrap_replicates`` refits
+    ``covariance="bootstrap"``: its covariance from ``bootstrap_replicates`` (10) refits
     (:func:`~residualsim.sysid.bootstrap.bootstrap_sandwich`, §20.4).
     ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`), the
     likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
@@ -298,7 +298,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
-    check_covariance(covariance, method)
+    check_covariance(covariance, method, bootstrap_replicates)
     if weighting == "calibrated" and delayed_acceptance:
         raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
                              "--weighting calibrated screens every proposal on the envelope "
@@ -439,7 +439,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     TrajectoryLikelihood(scene, r, settings.substeps, None, n_workers, draws, seed,
                                          rotation_weight=rotation_weight,
                                          fit_recorded=fit_recorded), seed=seed,
-                    sobol_points=start_points * chains, replicates=bootstrap_replicates,
+                    sobol_points=start_points * chains, replicates=bootstrap_replicates or DEFAULT_REPLICATES,
                     checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
             point = result["median"]
         elif method == "lsq":
