@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from residualsim.cli import main
-from residualsim.sysid.calibrate import convergence_warnings
+from residualsim.sysid.posterior import convergence_warnings
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "samples" / "cube-synthetic"
 

@@ -272,11 +272,16 @@ def _likelihood_note(summary: Mapping[str, Any]) -> str:
     if method == "calibrated" and "failed" not in adjustment:
         mode = ", ".join(f"{name} {value:.4g}" for name, value in
                          zip(summary.get("calibrated") or [], weighting.get("mode") or []))
+        boot = adjustment.get("bootstrap")
+        scale = (f"the inverse of a parametric bootstrap's covariance ({boot['replicates']} "
+                 f"refits of data simulated at the mode with the recordings' pose noise, "
+                 f"{1000 * boot['noise_m']:.2g} mm)" if boot else
+                 f"the sandwich's from the scatter between recordings, widened "
+                 f"×{adjustment.get('inflation', 1.0):.3g} for few recordings "
+                 f"({adjustment.get('small_sample')})")
         return (f"Likelihood: calibrated (train/README.md §20.3). The likelihood tied to its "
                 f"envelope, whose mode ({mode}) the chains start from and whose curvature is "
-                f"the sandwich's from the scatter between recordings, widened "
-                f"×{adjustment.get('inflation', 1.0):.3g} for few recordings "
-                f"({adjustment.get('small_sample')}); λ = "
+                f"{scale}; λ = "
                 f"{adjustment.get('rugged_weight', 0.0):g} of the likelihood's departure "
                 f"from the envelope kept.")
     if method == "calibrated":

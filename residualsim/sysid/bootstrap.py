@@ -39,7 +39,8 @@ from residualsim.errors import ParameterError
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_REPLICATES", "COVARIANCES", "pose_noise", "bootstrap_estimates",
-           "bootstrap_covariance", "bootstrap_sandwich", "check_covariance"]
+           "bootstrap_covariance", "bootstrap_about", "bootstrap_sandwich",
+           "check_covariance"]
 
 #: Bootstrap replicates B by default: the standard deviations to about ±25 % (B = 10).
 DEFAULT_REPLICATES = 10
@@ -129,14 +130,19 @@ def bootstrap_covariance(space, estimates: np.ndarray) -> np.ndarray:
     return covariance + 1e-12 * np.eye(len(covariance))
 
 
-def check_covariance(covariance: str, method: str, replicates: int | None = None) -> None:
+def check_covariance(covariance: str, method: str, replicates: int | None = None,
+                     weighting: str | None = None) -> None:
     """ParameterError, before any work, unless ``covariance`` is one of :data:`COVARIANCES`,
-    a bootstrap comes with ``method`` ``sandwich``, and ``replicates`` (None: not given) is
-    given only with a bootstrap and is an integer >= 2."""
-    if covariance not in COVARIANCES or (covariance == "bootstrap" and method != "sandwich"):
+    a bootstrap comes with ``method`` ``sandwich`` or ``mh`` with ``weighting``
+    ``calibrated``, and ``replicates`` (None: not given) is given only with a bootstrap and
+    is an integer >= 2."""
+    allowed = method == "sandwich" or (method == "mh" and weighting == "calibrated")
+    if covariance not in COVARIANCES or (covariance == "bootstrap" and not allowed):
         raise ParameterError(f"covariance (--covariance) must be one of "
-                             f"{', '.join(COVARIANCES)}, bootstrap with method 'sandwich'; got "
-                             f"{covariance!r} with {method!r}")
+                             f"{', '.join(COVARIANCES)}, bootstrap with method 'sandwich' or "
+                             f"'mh' with --weighting calibrated; got {covariance!r} with "
+                             f"{method!r}" + (f" and weighting {weighting!r}"
+                                              if method == "mh" else ""))
     if replicates is not None and covariance != "bootstrap":
         raise ParameterError(f"bootstrap replicates (--bootstrap {replicates}) apply to "
                              "--covariance bootstrap only")
@@ -144,28 +150,21 @@ def check_covariance(covariance: str, method: str, replicates: int | None = None
         raise ParameterError(f"bootstrap replicates must be an integer >= 2, got {replicates}")
 
 
-def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping,
-                       make_likelihood: Callable[[dict], object], *, seed: int,
-                       sobol_points: int, replicates: int,
-                       checkpoint: str | os.PathLike[str] | None = None,
-                       resume: bool = False) -> dict:
-    """``calibrate --method sandwich --covariance bootstrap``: the sandwich's ``result``
-    (:func:`~residualsim.sysid.weighting.sandwich_calibration`'s entries) with its
-    covariance replaced by the bootstrap's about the same mode. ``likelihood`` is the one the
-    result came from (its ``trajectories`` as rolled out give the first states, its
-    settings the substeps); ``make_likelihood(recordings)`` builds the same kind of
-    likelihood on a replicate (a context manager); ``checkpoint``, ``resume``: as
-    :func:`bootstrap_estimates`. Returns the entries to update:
-    ``median``, ``q05``, ``q95`` and ``sandwich`` (its ``covariance_unit`` now the
-    bootstrap's; the sandwich's own kept as ``sandwich_covariance_unit``, the replicates'
-    estimates and the pose noise used under ``bootstrap``)."""
-    from residualsim.sysid.weighting import gaussian_quantiles, sandwich_calibration
-
-    sandwich = dict(result["sandwich"])
-    estimate = np.array([result["median"][n] for n in space.names])
+def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed: int,
+                    sobol_points: int, replicates: int = DEFAULT_REPLICATES,
+                    checkpoint: str | os.PathLike[str] | None = None,
+                    resume: bool = False) -> tuple[np.ndarray, dict]:
+    """The bootstrap covariance (d, d; unit coordinates) of the sandwich estimator about
+    ``estimate`` (natural values (d,)), and its record for the summary (replicates, seed,
+    pose noise in m and rad, the replicates' estimates). ``likelihood``
+    (a :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`) is the one the estimate
+    came from: its ``trajectories`` as rolled out give the first states, its settings the
+    substeps, and :meth:`~residualsim.sysid.likelihood.TrajectoryLikelihood.like` the same
+    likelihood on each replicate; ``checkpoint``, ``resume``: as :func:`bootstrap_estimates`."""
+    from residualsim.sysid.weighting import sandwich_calibration
 
     def fit(recordings: dict, b: int) -> np.ndarray:
-        with make_likelihood(recordings) as replicate:
+        with likelihood.like(recordings) as replicate:
             def log_like(x: np.ndarray) -> np.ndarray:
                 return replicate([space.engine_params(row) for row in x])
 
@@ -177,11 +176,29 @@ def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping,
     estimates = bootstrap_estimates(scene, likelihood.trajectories, space, estimate, fit,
                                     replicates, seed, likelihood.settings.substeps, noise,
                                     checkpoint, resume)
-    covariance = bootstrap_covariance(space, estimates)
+    return bootstrap_covariance(space, estimates), {
+        "replicates": int(replicates), "seed": int(seed), "noise_m": noise[0],
+        "noise_rad": noise[1], "estimates": estimates.tolist()}
+
+
+def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping, *, seed: int,
+                       sobol_points: int, replicates: int = DEFAULT_REPLICATES,
+                       checkpoint: str | os.PathLike[str] | None = None,
+                       resume: bool = False) -> dict:
+    """``calibrate --method sandwich --covariance bootstrap``: the sandwich's ``result``
+    (:func:`~residualsim.sysid.weighting.sandwich_calibration`'s entries) with its
+    covariance replaced by :func:`bootstrap_about`'s about the same mode (arguments as
+    there). Returns the entries to update: ``median``, ``q05``, ``q95`` and ``sandwich``
+    (its ``covariance_unit`` now the bootstrap's; the sandwich's own kept as
+    ``sandwich_covariance_unit``, the bootstrap's record under ``bootstrap``)."""
+    from residualsim.sysid.weighting import gaussian_quantiles
+
+    sandwich = dict(result["sandwich"])
+    estimate = np.array([result["median"][n] for n in space.names])
+    covariance, record = bootstrap_about(scene, likelihood, space, estimate, seed=seed,
+                                         sobol_points=sobol_points, replicates=replicates,
+                                         checkpoint=checkpoint, resume=resume)
     sandwich.update(sandwich_covariance_unit=sandwich.get("covariance_unit"),
-                    covariance_unit=covariance.tolist(),
-                    bootstrap={"replicates": int(replicates), "seed": int(seed),
-                               "noise_m": noise[0], "noise_rad": noise[1],
-                               "estimates": estimates.tolist()})
+                    covariance_unit=covariance.tolist(), bootstrap=record)
     return {**gaussian_quantiles(space, np.asarray(sandwich["mode_unit"]), covariance),
             "sandwich": sandwich}

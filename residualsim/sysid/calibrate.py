@@ -39,7 +39,8 @@ import numpy as np
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget
-from residualsim.sysid.bootstrap import DEFAULT_REPLICATES, bootstrap_sandwich, check_covariance
+from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
+                                         bootstrap_sandwich, check_covariance)
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
@@ -47,6 +48,7 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
 from residualsim.sysid.mcmc import MetropolisHastings
 from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace
+from residualsim.sysid.posterior import convergence_warnings
 from residualsim.sysid.calibrated import (DEFAULT_RUGGED, DEFAULT_SMALL_SAMPLE,
                                           calibrated_weights)
 from residualsim.sysid.weighting import SMALL_SAMPLE, effective_weights, sandwich_calibration
@@ -56,8 +58,7 @@ from residualsim.sim.scenes.body import BodyParams, check_body_matches
 from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
 
-__all__ = ["calibrate", "engine_from_option", "point_estimate", "convergence_warnings",
-           "RHAT_MAX", "ESS_MIN", "ACCEPTANCE_RANGE", "Calibration", "load_calibration", "is_calibration",
+__all__ = ["calibrate", "engine_from_option", "point_estimate", "Calibration", "load_calibration", "is_calibration",
            "SUMMARY_FORMAT", "CUBE_CALIBRATED",
            "CUBE_CALIBRATION_BOUNDS"]
 
@@ -71,14 +72,6 @@ log = logging.getLogger(__name__)
 #: restitution grid, at a seventh of the cost: pass ``--substeps 1`` and train and predict
 #: at 1 too; the result records it.)
 DEFAULT_TRAJECTORY_SUBSTEPS = None
-#: Convergence limits of a Metropolis-Hastings calibration: beyond them ``summary.json`` and
-#: the command's JSON line carry a warning (:func:`convergence_warnings`). Rank-normalised
-#: split R-hat above 1.05 (chains disagree), bulk ESS below 100 draws per parameter (the
-#: 5-95 % interval is then itself uncertain), acceptance outside 10-60 % (a random walk
-#: whose step is far too large or too small).
-RHAT_MAX = 1.05
-ESS_MIN = 100.0
-ACCEPTANCE_RANGE = (0.10, 0.60)
 #: Initial states drawn per recording whose initial state was fitted from poses, K of
 #: :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood` (K times the rollouts of those
 #: recordings). 4 smoothed the hinge's likelihood surface enough that MH's 90 % intervals
@@ -158,28 +151,6 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
         raise DataError(f"{summary_path}: incomplete calibration summary ({exc})") from None
 
 
-def convergence_warnings(summary: Mapping[str, Any]) -> list[str]:
-    """Warnings (text) for a posterior summary (:meth:`Posterior.summary`) outside the limits
-    :data:`RHAT_MAX`, :data:`ESS_MIN` and :data:`ACCEPTANCE_RANGE`; empty when converged."""
-    warnings = []
-    for name, value in (summary.get("rhat") or {}).items():
-        if isinstance(value, (int, float)) and math.isfinite(value) and value > RHAT_MAX:
-            warnings.append(f"R-hat of {name} is {value:.3g} (> {RHAT_MAX}): the chains have "
-                            "not mixed; run more samples or burn-in")
-    for name, value in (summary.get("ess") or {}).items():
-        if isinstance(value, (int, float)) and math.isfinite(value) and value < ESS_MIN:
-            warnings.append(f"bulk ESS of {name} is {value:.3g} (< {ESS_MIN:g}): the "
-                            "interval rests on too few independent draws; run more samples")
-    acceptance = summary.get("acceptance")
-    low, high = ACCEPTANCE_RANGE
-    if isinstance(acceptance, (int, float)) and not low <= acceptance <= high:
-        warnings.append(f"acceptance is {100 * acceptance:.1f} % (outside {100 * low:.0f}-"
-                        f"{100 * high:.0f} %): the proposal step is too "
-                        f"{'large' if acceptance < low else 'small'}; change "
-                        "--proposal-scale or keep adaptation on")
-    return warnings
-
-
 # --- the calibration job ------------------------------------------------------------------------------
 def _data_fingerprint(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
@@ -248,7 +219,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
     ``"recording"``). ``"calibrated"``: :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
     envelope's mode ẑ where the chains start, the target with the envelope's sandwich
-    curvature times the few-recordings factor of ``small_sample``, keeping the share
+    curvature times the few-recordings factor of ``small_sample``, or with
+    ``covariance="bootstrap"`` the inverse of the bootstrap's covariance about ẑ
+    (:func:`~residualsim.sysid.bootstrap.bootstrap_about`), keeping the share
     ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on the
     envelope first, so ``delayed_acceptance`` is refused with it). With ``"effective"`` a
     pilot fit
@@ -298,7 +271,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
-    check_covariance(covariance, method, bootstrap_replicates)
+    check_covariance(covariance, method, bootstrap_replicates, weighting)
     if weighting == "calibrated" and delayed_acceptance:
         raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
                              "--weighting calibrated screens every proposal on the envelope "
@@ -368,13 +341,24 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             adjusted = kind == "trajectories" and noise is None and weighting != "recording"
             effective = adjusted and weighting == "effective"
             to_params, target, screen = space.engine_params, log_like, None
+            if covariance == "bootstrap" and not adjusted:
+                raise ParameterError("--covariance bootstrap is for trajectories with the "
+                                     "noise scale estimated (no --noise)")
             if adjusted and weighting == "calibrated":
                 result["weighting"], calibrated_mh = calibrated_weights(
                     likelihood, log_like, space, seed, start_points * chains, start,
-                    rugged_weight, small_sample)
+                    rugged_weight, small_sample, None if covariance != "bootstrap" else
+                    lambda mode: bootstrap_about(
+                        scene, likelihood, space, mode, seed=seed,
+                        sobol_points=start_points * chains,
+                        replicates=bootstrap_replicates or DEFAULT_REPLICATES,
+                        checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
                 start = result["weighting"]["mode"]
                 fingerprint["weighting"] = {"method": "calibrated", "rugged_weight":
                                             rugged_weight, "small_sample": small_sample}
+                if covariance == "bootstrap":
+                    fingerprint["weighting"]["bootstrap"] = \
+                        bootstrap_replicates or DEFAULT_REPLICATES
                 target, screen = calibrated_mh.target, calibrated_mh.screen
             elif effective:
                 result["weighting"], move = effective_weights(likelihood, log_like, space,
@@ -435,11 +419,10 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 checkpoint=out / "sandwich-checkpoint.json", resume=resume,
                 fingerprint={**fingerprint, "space": space.as_json(), "start": start}))
             if covariance == "bootstrap" and result["sandwich"]["covariance_unit"] is not None:
-                result.update(bootstrap_sandwich(scene, likelihood, space, result, lambda r:
-                    TrajectoryLikelihood(scene, r, settings.substeps, None, n_workers, draws, seed,
-                                         rotation_weight=rotation_weight,
-                                         fit_recorded=fit_recorded), seed=seed,
-                    sobol_points=start_points * chains, replicates=bootstrap_replicates or DEFAULT_REPLICATES,
+                result.update(bootstrap_sandwich(
+                    scene, likelihood, space, result, seed=seed,
+                    sobol_points=start_points * chains,
+                    replicates=bootstrap_replicates or DEFAULT_REPLICATES,
                     checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
             point = result["median"]
         elif method == "lsq":

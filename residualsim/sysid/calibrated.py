@@ -69,6 +69,9 @@ __all__ = ["DEFAULT_RUGGED", "CalibratedTarget", "calibrated_target", "calibrate
 DEFAULT_RUGGED = 0.2
 #: The few-recordings correction of the envelope's covariance.
 DEFAULT_SMALL_SAMPLE = "cr1t"
+#: The envelope's mode (natural values (d,)) → its bootstrap covariance (unit coordinates)
+#: and a JSON record of the replicates.
+Bootstrap = Callable[[np.ndarray], tuple[np.ndarray, dict]]
 
 
 @dataclass
@@ -86,10 +89,14 @@ class CalibratedTarget:
 
 def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
                       center: np.ndarray, rugged: float = DEFAULT_RUGGED,
-                      small_sample: str = DEFAULT_SMALL_SAMPLE) -> CalibratedTarget:
+                      small_sample: str = DEFAULT_SMALL_SAMPLE,
+                      bootstrap: Bootstrap | None = None) -> CalibratedTarget:
     """Steps 2-4 of the module docstring around ``center`` (natural values (d,), the
     ν-weighted mode; ``likelihood`` with its ν_i set, ``log_like`` its log-likelihood of
-    natural values (n, d))."""
+    natural values (n, d)). ``bootstrap``: the envelope's mode (natural (d,)) → (its
+    covariance Σ_b (d, d), unit coordinates; a JSON record), which then replaces the
+    sandwich's k H⁻¹ (J + H) H⁻¹ (the map C has Cᵀ H C = Σ_b⁻¹; ``--covariance
+    bootstrap``, :func:`~residualsim.sysid.bootstrap.bootstrap_about`)."""
     if not 0.0 <= rugged <= 1.0:
         raise ParameterError(f"rugged weight λ must be within 0 to 1, got {rugged}")
     center = np.asarray(center, dtype=np.float64)
@@ -103,9 +110,14 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
             "failed": "no positive-definite envelope of the likelihood around its mode",
             "evaluations": found["evaluations"]})
     information, spread = found["information"], found["spread"]
-    transform = curvature_transform(information, inflation * (spread + information))
     mode_unit = np.asarray(found["envelope_mode"], dtype=np.float64)
     mode = space.from_unit(mode_unit[None])[0]
+    record = None
+    if bootstrap is None:
+        transform = curvature_transform(information, inflation * (spread + information))
+    else:
+        covariance, record = bootstrap(mode)
+        transform = curvature_transform(information, information @ covariance @ information)
     curvature = transform.T @ information @ transform
     move = adjusted_point(space, mode, transform)
 
@@ -133,13 +145,17 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
                "transform_unit": transform.tolist(), "information_unit": information.tolist(),
                "spread_unit": spread.tolist(), "design_steps_unit": found["h"],
                "magnitude_w": found["w_raw"], "evaluations": found["evaluations"]}
+    if record is not None:
+        summary.update(covariance="bootstrap", bootstrap=record,
+                       covariance_unit=np.linalg.inv(curvature).tolist())
     return CalibratedTarget(target, screen, mode, summary)
 
 
 def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
                        seed: int, sobol_points: int, start: Sequence[float] | None,
                        rugged: float = DEFAULT_RUGGED,
-                       small_sample: str = DEFAULT_SMALL_SAMPLE
+                       small_sample: str = DEFAULT_SMALL_SAMPLE,
+                       bootstrap: Bootstrap | None = None
                        ) -> tuple[dict[str, Any], CalibratedTarget]:
     """Steps 1-4 of the module docstring: the pilot fit (``start`` natural values, or the
     best of ``sobol_points`` seeded Sobol points, refined by 40 Nelder-Mead evaluations),
@@ -148,16 +164,20 @@ def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray],
     started = time.perf_counter()
     reference, nu, mode, evaluations = weighted_mode(likelihood, log_like, space, seed,
                                                      sobol_points, start)
-    calibrated = calibrated_target(likelihood, log_like, space, mode, rugged, small_sample)
+    calibrated = calibrated_target(likelihood, log_like, space, mode, rugged, small_sample,
+                                   bootstrap)
     adjustment = calibrated.summary
     if "failed" in adjustment:  # the raw likelihood (too wide on few tosses), not the
         likelihood.reset_weights()  # ν-weighted one (too narrow)
         adjustment["fallback"] = "recording"
+    scale = (f"bootstrap covariance ({adjustment['bootstrap']['replicates']} replicates)"
+             if "bootstrap" in adjustment else
+             f"covariance x {adjustment.get('inflation', 1.0):.3g}")
     log.info("effective residuals per recording at the pilot fit: median %.1f (%.1f..%.1f); "
              "%s", np.median(nu), nu.min(), nu.max(),
              f"not calibrated: {adjustment['failed']}" if "failed" in adjustment else
              f"envelope mode {dict(zip(space.names, np.round(calibrated.start, 4)))}, "
-             f"covariance x {adjustment['inflation']:.3g}, lambda {rugged:g}")
+             f"{scale}, lambda {rugged:g}")
     entry = {"mode": [float(v) for v in calibrated.start],
              "reference": [float(v) for v in reference],
              "weighted_mode": [float(v) for v in mode],

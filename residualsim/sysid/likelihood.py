@@ -345,6 +345,9 @@ class TrajectoryLikelihood(_Likelihood):
             trajectories = fit_starts(scene, trajectories, settings, None, n_workers,
                                       estimated=False, recorded=True)
         self.fit_recorded = bool(fit_recorded)
+        self._options = {"substeps": settings.substeps, "noise_m": noise_m,
+                         "n_workers": n_workers, "initial_draws": initial_draws, "seed": seed,
+                         "rotation_weight": rotation_weight, "fit_recorded": fit_recorded}
         #: The recordings as rolled out (first poses fitted with ``fit_recorded``).
         self.trajectories = dict(trajectories)
         radius = layout.radius_of_gyration_m
@@ -375,6 +378,11 @@ class TrajectoryLikelihood(_Likelihood):
         self.initial_draws = int(initial_draws) if max(sizes) > 1 else 0
         super().__init__(scene, items, settings, noise_m, n_workers, list(trajectories),
                          sizes)
+
+    def like(self, trajectories: Mapping[str, Trajectory]) -> "TrajectoryLikelihood":
+        """The same likelihood (scene, substeps, noise, workers, start handling) on other
+        ``trajectories``, e.g. a bootstrap replicate's; open it with ``with``."""
+        return TrajectoryLikelihood(self.scene, trajectories, **self._options)
 
 
 class ImpactLikelihood(_Likelihood):

@@ -12,6 +12,8 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,10 +22,20 @@ from residualsim.atomic import atomic_open
 from residualsim.errors import DataError
 from residualsim.sysid.paramspace import ParamSpace
 
-__all__ = ["Posterior", "POSTERIOR_FORMAT"]
+__all__ = ["Posterior", "POSTERIOR_FORMAT", "convergence_warnings", "RHAT_MAX", "ESS_MIN",
+           "ACCEPTANCE_RANGE"]
 
 #: Format tag stored in every posterior file.
 POSTERIOR_FORMAT = "residualsim.sysid.posterior/1"
+
+#: Convergence limits of a Metropolis-Hastings calibration: beyond them ``summary.json`` and
+#: the command's JSON line carry a warning (:func:`convergence_warnings`). Rank-normalised
+#: split R-hat above 1.05 (chains disagree), bulk ESS below 100 draws per parameter (the
+#: 5-95 % interval is then itself uncertain), acceptance outside 10-60 % (a random walk
+#: whose step is far too large or too small).
+RHAT_MAX = 1.05
+ESS_MIN = 100.0
+ACCEPTANCE_RANGE = (0.10, 0.60)
 
 
 def _per_parameter(names: list[str], values: np.ndarray) -> dict[str, float]:
@@ -159,3 +171,25 @@ class Posterior:
                        **arrays)
         except Exception as exc:
             raise DataError(f"{path}: {exc}") from None
+
+
+def convergence_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """Warnings (text) for a posterior summary (:meth:`Posterior.summary`) outside the limits
+    :data:`RHAT_MAX`, :data:`ESS_MIN` and :data:`ACCEPTANCE_RANGE`; empty when converged."""
+    warnings = []
+    for name, value in (summary.get("rhat") or {}).items():
+        if isinstance(value, (int, float)) and math.isfinite(value) and value > RHAT_MAX:
+            warnings.append(f"R-hat of {name} is {value:.3g} (> {RHAT_MAX}): the chains have "
+                            "not mixed; run more samples or burn-in")
+    for name, value in (summary.get("ess") or {}).items():
+        if isinstance(value, (int, float)) and math.isfinite(value) and value < ESS_MIN:
+            warnings.append(f"bulk ESS of {name} is {value:.3g} (< {ESS_MIN:g}): the "
+                            "interval rests on too few independent draws; run more samples")
+    acceptance = summary.get("acceptance")
+    low, high = ACCEPTANCE_RANGE
+    if isinstance(acceptance, (int, float)) and not low <= acceptance <= high:
+        warnings.append(f"acceptance is {100 * acceptance:.1f} % (outside {100 * low:.0f}-"
+                        f"{100 * high:.0f} %): the proposal step is too "
+                        f"{'large' if acceptance < low else 'small'}; change "
+                        "--proposal-scale or keep adaptation on")
+    return warnings
