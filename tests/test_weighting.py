@@ -217,3 +217,33 @@ def test_small_sample_correction_widens_the_sandwich_by_the_t_quantile_and_needs
         sandwich_posterior(QuadraticLikelihood(space, modes[:2], 1e4), space, centre, "cr1t")
     with pytest.raises(ParameterError, match="expected one of"):
         small_sample_inflation(6, 2, "cr2")
+
+
+def test_an_envelope_is_found_with_its_mode_near_a_bound():
+    """A mode 0.004 from the box's edge (the real cube's restitution): the design moves
+    inward instead of collapsing on the bound, and the envelope's mode and spread are
+    read from it (before: no envelope, the prior's intervals)."""
+    from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.weighting import sandwich_posterior
+
+    space = ParamSpace(["lateral_friction", "restitution"],
+                       bounds={"lateral_friction": (0.1, 0.7), "restitution": (0.0, 0.7)})
+    modes = np.array([0.5, 0.03]) + 0.01 * np.random.default_rng(5).standard_normal((30, 2))
+    likelihood = QuadraticLikelihood(space, modes, 1e4)
+    designs = []
+    errors = likelihood.errors
+
+    def recorded(batch):
+        designs.append(space.to_unit(np.array([[p.lateral_friction, p.restitution]
+                                               for p in batch])))
+        return errors(batch)
+
+    likelihood.errors = recorded
+    found = sandwich_posterior(likelihood, space, space.from_unit(np.array([[0.5, 0.004]]))[0])
+    for z in designs:  # every point distinct: none piled up on the bound
+        assert len(np.unique(np.round(z, 12), axis=0)) == len(z)
+    assert found["covariance"] is not None
+    np.testing.assert_allclose(found["mode_unit"], modes.mean(axis=0), atol=0.004)
+    sd = np.sqrt(np.diag(found["covariance"]))
+    expected = np.sqrt(2 * 0.01 ** 2 / 30)  # each recording's 0.01 and the scatter's, over 30
+    np.testing.assert_allclose(sd, expected, rtol=0.3)

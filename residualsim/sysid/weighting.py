@@ -211,7 +211,8 @@ def magnitude_adjustment(likelihood, space, center: np.ndarray) -> dict:
     Each recording's log-likelihood ℓ_i = −(ν_i/2) log e_i is fitted by a quadratic in the
     space's unit coordinates, by least squares over a design around ``center`` (0, ±h,
     ±2h along each axis and (±h, ±h) on each pair of axes; 4d + 1 + 2d(d−1) evaluations of
-    all recordings), twice: h = 0.01, then h = 1.5 standard deviations of the resulting
+    all recordings; within 2h of a bound the design's centre moves inward to 2h from it, and
+    the envelope's mode is read from the quadratic there), twice: h = 0.01, then h = 1.5 standard deviations of the resulting
     posterior per axis (the design spans ±3: contact likelihoods are rugged on small
     scales, and the envelope is what a posterior should follow). H = −Σ_i ∇²ℓ_i and J =
     n/(n−1) Σ_i (s_i − s̄)(s_i − s̄)ᵀ, s_i = ∇ℓ_i at ``center``. If each recording's data were
@@ -244,13 +245,16 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
     steps, evaluations, found, scaled = np.full(d, first_step), 0, None, False
     for _ in range(6 if sandwich else 4):
         h = np.minimum(steps, 0.25)
-        z = np.clip(zc + offsets * h, 0.0, 1.0)
+        # near a bound the design moves inward (one-sided about the mode), as a clipped
+        # one collapses there and finds no envelope (the real cube's restitution at 0.007)
+        middle = np.clip(zc, 2 * h, 1.0 - 2 * h)
+        z = np.clip(middle + offsets * h, 0.0, 1.0)
         errors = likelihood.errors([space.engine_params(x) for x in space.from_unit(z)])
         evaluations += len(z)
         with np.errstate(divide="ignore", invalid="ignore"):
             ell = -0.5 * nu * np.log(np.maximum(errors, 1e-10))  # (points, items)
         finite = np.all(np.isfinite(ell), axis=1)
-        u = z[finite] - zc
+        u = z[finite] - middle
         design = np.column_stack([np.ones(len(u)), u] + [u[:, j] * u[:, k] for j, k in pairs])
         coef = np.linalg.lstsq(design, ell[finite], rcond=None)[0]  # (1 + d + pairs, items)
         grad = coef[1:1 + d].T
@@ -263,7 +267,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
                 hess[:, j, k] = hess[:, k, j] = c
         total = -hess.sum(axis=0)
         if np.linalg.eigvalsh(total).min() > 0:
-            found = (total, grad, h, -hess)
+            found = (total, grad, h, -hess, middle)
             if sandwich:
                 centred = grad - grad.mean(axis=0)
                 spread = n_items / (n_items - 1) * centred.T @ centred
@@ -280,14 +284,14 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             steps = 2 * h  # rugged or flat at this scale: look wider
     if found is None:
         return {"w": 1.0, "w_raw": None, "h": h.tolist(), "evaluations": evaluations}
-    information, grad, h, items = found
+    information, grad, h, items, middle = found
     centred = grad - grad.mean(axis=0)
     spread = n_items / (n_items - 1) * centred.T @ centred
     w = d / float(np.trace(np.linalg.solve(information, spread)))
     return {"w": float(np.clip(w, 1e-3, 1.0)), "w_raw": w, "h": h.tolist(),
             "evaluations": evaluations, "information": information, "spread": spread,
             "transform": curvature_transform(information, spread),
-            "envelope_mode": np.clip(zc + np.linalg.solve(information, grad.sum(axis=0)),
+            "envelope_mode": np.clip(middle + np.linalg.solve(information, grad.sum(axis=0)),
                                      0.0, 1.0),
             "scores": grad, "item_information": items}
 
