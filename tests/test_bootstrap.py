@@ -175,7 +175,10 @@ def test_mh_samples_the_bootstrap_scaled_envelope(tmp_path, capsys):
     assert len(adjustment["bootstrap"]["estimates"]) == 3
     boot = np.array(adjustment["bootstrap"]["estimates"])
     space = ParamSpace(NAMES, scene="cube")
-    expected = bootstrap_covariance(space, boot)
+    from residualsim.sysid.weighting import t_inflation
+
+    assert adjustment["inflation"] == pytest.approx(t_inflation(2))  # cr1t on B - 1 = 2 dof
+    expected = t_inflation(2) * bootstrap_covariance(space, boot)
     # the map never sharpens the likelihood beyond its own curvature: compare where the
     # bootstrap is wider than the sandwich (here it is, or the test says so)
     sampled = np.array(adjustment["covariance_unit"])

@@ -59,7 +59,7 @@ from residualsim.errors import ParameterError
 from residualsim.sysid.mcmc import Screen
 from residualsim.sysid.weighting import (_local_quadratics, adjusted_point,
                                          curvature_transform, small_sample_inflation,
-                                         weighted_mode)
+                                         t_inflation, weighted_mode)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     natural values (n, d)). ``bootstrap``: the envelope's mode (natural (d,)) → (its
     covariance Σ_b (d, d), unit coordinates; a JSON record), which then replaces the
     sandwich's k H⁻¹ (J + H) H⁻¹ (the map C has Cᵀ H C = Σ_b⁻¹; ``--covariance
-    bootstrap``, :func:`~residualsim.sysid.bootstrap.bootstrap_about`)."""
+    bootstrap``, :func:`~residualsim.sysid.bootstrap.bootstrap_about`), widened by
+    ``small_sample`` ``cr1t`` as a covariance of B − 1 degrees of freedom (B = 10: × 1.24)."""
     if not 0.0 <= rugged <= 1.0:
         raise ParameterError(f"rugged weight λ must be within 0 to 1, got {rugged}")
     center = np.asarray(center, dtype=np.float64)
@@ -116,7 +117,9 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     if bootstrap is None:
         transform = curvature_transform(information, inflation * (spread + information))
     else:
-        covariance, record = bootstrap(mode)
+        covariance, record = bootstrap(mode)  # B − 1 degrees of freedom: cr1t's t on them
+        inflation = 1.0 if small_sample == "none" else t_inflation(record["replicates"] - 1)
+        covariance = inflation * covariance
         transform = curvature_transform(information, information @ covariance @ information)
     curvature = transform.T @ information @ transform
     move = adjusted_point(space, mode, transform)

@@ -96,9 +96,15 @@ def small_sample_inflation(groups: int, d: int, method: str = "none") -> float:
         raise ParameterError(f"small-sample correction {method}: {groups} recordings for "
                              f"{d} parameters leave no degrees of freedom for the scatter "
                              "between recordings (needs more recordings than parameters)")
+    return t_inflation(groups - d)
+
+
+def t_inflation(dof: int) -> float:
+    """(t_{0.95, dof} / z_{0.95})²: the factor on a covariance estimated with ``dof``
+    degrees of freedom that gives its ±1.645 sd intervals the t interval's width."""
     from scipy.stats import norm, t
 
-    return float((t.ppf(0.95, groups - d) / norm.ppf(0.95)) ** 2)
+    return float((t.ppf(0.95, dof) / norm.ppf(0.95)) ** 2)
 
 
 def autocorrelation_time(series: np.ndarray) -> float:
