@@ -98,7 +98,8 @@ def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):
     """``weighting="calibrated"`` on 6 synthetic tosses: the summary names the likelihood and its
     adjustment; the draws spread as the widened envelope says (λ = 0: a Gaussian of the
     sandwich covariance × the t factor, truncated to the box, no rollouts while sampling);
-    λ = 0.2 screens proposals on the envelope; the default is the raw one."""
+    λ = 0.2 screens proposals on the envelope; the default is the bootstrap's envelope
+    alone from fitted starts, and the raw one is kept behind ``weighting="recording"``."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.experiments.report import _posterior_section
     from residualsim.sysid.calibrate import calibrate
@@ -109,7 +110,7 @@ def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):
                                substeps=5)
     save_csv_trajectories(tmp_path / "data", tosses, with_velocities=True)
     options = dict(split="all", substeps=5, chains=2, plots=False, start_points=4, seed=0,
-                   weighting="calibrated")
+                   weighting="calibrated", covariance="sandwich")
     flat = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "flat", samples=1500,
                      burn_in=500, rugged_weight=0.0, **options)
     weighting = flat["weighting"]
@@ -135,10 +136,17 @@ def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):
         calibrate("cube", tmp_path / "data", NAMES, tmp_path / "both", samples=60,
                   burn_in=40, delayed_acceptance=0.5, **options)
     assert not (tmp_path / "both").exists()  # refused before anything was written
-    options.pop("weighting")
+    options.update(weighting="recording", covariance=None)
     raw = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "raw", samples=60,
                     burn_in=40, **options)
     assert raw["weighting"] == {"method": "recording"}
+    options.pop("weighting")  # the default: calibrated, the bootstrap's envelope alone
+    default = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "default", samples=60,
+                        burn_in=40, bootstrap_replicates=2, **options)
+    adjusted = default["weighting"]["adjustment"]
+    assert default["weighting"]["method"] == "calibrated"
+    assert adjusted["covariance"] == "bootstrap" and adjusted["rugged_weight"] == 0.0
+    assert default["recorded_start"] == "fit" and default["initial_draws"] == 0
     saved = json.loads((tmp_path / "flat" / "summary.json").read_text())
     text, _ = _posterior_section(tmp_path / "flat", saved)
     assert "Likelihood: calibrated" in text and "λ = 0 of" in text
@@ -163,7 +171,8 @@ def test_effective_weighting_shares_the_pilot_stage_and_starts_at_the_weighted_m
     effective = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "effective",
                           weighting="effective", **options)["weighting"]
     calibrated = calibrate("cube", tmp_path / "data", NAMES, tmp_path / "calibrated",
-                           weighting="calibrated", rugged_weight=0.0, **options)["weighting"]
+                           weighting="calibrated", rugged_weight=0.0, covariance="sandwich",
+                           **options)["weighting"]
     assert effective["method"] == "effective" and effective["adjustment_transform"]
     assert effective["mode"] == calibrated["weighted_mode"]
     assert effective["reference"] == calibrated["reference"]

@@ -18,9 +18,13 @@ from residualsim.evaluation.predictions import load_predictions
 TRUTH = {"lateral_friction": 0.3, "restitution": 0.4}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The set below is made at 1 substep, so it is calibrated at 1 (explicitly: the default is
-# the scene's 10, as data synthesize uses).
+# the scene's 10, as data synthesize uses). MH on the raw likelihood (--weighting
+# recording): these tests are about MH's plumbing (samples, checkpoints, resume), and on
+# this set (16 tosses, 1 mm and 5 mrad noise) the default calibrated likelihood's 90 %
+# intervals miss the truth (friction 2.6 of its sds off; orientation noise is not in its
+# simulation-based calibration yet, train/README.md §20.5).
 MH_ARGS = ["--split", "all", "--samples", "300", "--burn-in", "200", "--chains", "2",
-           "--seed", "0", "--quiet", "--substeps", "1"]
+           "--seed", "0", "--quiet", "--substeps", "1", "--weighting", "recording"]
 
 
 def _quiet_main(argv: list) -> tuple[int, str, str]:
@@ -278,7 +282,8 @@ def test_start_points_set_how_many_evaluations_mh_spends_before_its_first_step(
         code, stdout, err = _run(capsys, "calibrate", "--data", synth_dir, "--samples", "2",
                                  "--burn-in", "1", "--chains", "1", "--start-points",
                                  points, "--substeps", "1", "--no-plots", "--quiet",
-                                 "--max-trajectories", "3", "--out", tmp_path / str(points))
+                                 "--max-trajectories", "3", "--weighting", "recording",
+                                 "--out", tmp_path / str(points))
         assert code == 0, err
         counts[points] = _last_json(stdout)["evaluations"]
     assert counts[8] - counts[2] == 6

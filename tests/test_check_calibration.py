@@ -28,7 +28,7 @@ def test_check_calibration_runs_resumes_and_refuses_another_configuration(
     captured = capsys.readouterr()
     figures = json.loads(captured.out.strip().splitlines()[-1])
     assert figures["command"] == "check-calibration" and figures["ran"] == 2
-    assert figures["weighting"] == "recording"  # calibrate's default, named in the result
+    assert figures["weighting"] == "calibrated"  # calibrate's default, named in the result
     assert "chi2 p" in captured.err
     lines = _lines(out)
     assert sorted(r["index"] for r in lines) == [0, 1]

@@ -176,20 +176,20 @@ def register(commands) -> None:
                      " drawn from its fit's uncertainty (default 4, 0 with --covariance bootstrap)")
     cal.add_argument("--recorded-start", choices=("fit", "recorded"),
                      help="recordings with recorded velocities: fit the first pose to the "
-                     "free flight, averaging over --initial-draws (fit), or roll out from it as "
-                     "recorded (default: fit for lsq, else recorded; train/README.md section "
-                     "22)")
+                     "free flight (fit), or roll out from it as recorded (default: fit for lsq "
+                     "and the default MH, else recorded; train/README.md section 22)")
     cal.add_argument("--weighting", choices=("recording", "calibrated", "effective"),
-                     default="recording", help="the likelihood MH samples on trajectories, "
-                     "noise estimated (default recording: the raw one, each recording one "
-                     "observation: too wide on few tosses, too narrow on many); calibrated: "
-                     "tied to its envelope with the sandwich's curvature (passed simulation-"
-                     "based calibration on few tosses, far too narrow on many with noisy first "
-                     "poses: train/README.md section 20.3); effective: too narrow")
-    cal.add_argument("--rugged-weight", type=float, default=0.2, metavar="LAMBDA",
+                     help="the likelihood MH samples on trajectories, noise estimated "
+                     "(default calibrated: tied to its envelope, whose covariance is a "
+                     "parametric bootstrap's, --covariance; passed simulation-based "
+                     "calibration on 6 and 20 synthetic tosses, train/README.md section 20.5; "
+                     "recording with --delayed-acceptance); recording: the raw one, each "
+                     "recording one observation, too wide on few tosses, too narrow on many, "
+                     "for comparison; effective: too narrow")
+    cal.add_argument("--rugged-weight", type=float, metavar="LAMBDA",
                      help="calibrated: share of the likelihood's departure from its envelope "
-                     "kept, 0 to 1 (default 0.2; 0: the envelope alone, no rollouts while "
-                     "sampling; 1: Chandler-Bate)")
+                     "kept, 0 to 1 (default 0, the envelope alone, with the bootstrap's "
+                     "covariance; 0.2 with the sandwich's; 1: Chandler-Bate)")
     add_envelope_options(cal)
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION", help="MH: screen "
                      "each proposal on this share of the recordings first (default: off)")

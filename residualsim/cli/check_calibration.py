@@ -46,7 +46,7 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
                              f"than {DEFAULT_PARAMS}: the truths are drawn from that box")
     if Path(args.out).is_dir():
         raise ParameterError(f"--out {args.out}: a directory; name a .jsonl file")
-    if args.rugged_weight is not None and args.weighting != "calibrated":
+    if args.rugged_weight is not None and (args.weighting or DEFAULT_WEIGHTING) != "calibrated":
         raise ParameterError("--rugged-weight applies to --weighting calibrated")
     options = {"method": args.method}
     if args.method == "mh":
@@ -111,13 +111,13 @@ def register(commands) -> None:
                      help="calibrate's method: mh (posterior draws thinned) or sandwich (draws "
                      "from its Gaussian) (default mh)")
     sub.add_argument("--weighting", choices=("recording", "calibrated", "effective"),
-                     help="calibrate's --weighting for mh (default: calibrate's, recording)")
+                     help="calibrate's --weighting for mh (default: calibrate's, calibrated)")
     sub.add_argument("--rugged-weight", type=float, metavar="LAMBDA",
                      help="calibrate's --rugged-weight with --weighting calibrated (default: "
-                     "calibrate's, 0.2)")
+                     "calibrate's)")
     add_envelope_options(sub, passed_on=True)
     sub.add_argument("--recorded-start", choices=("fit", "recorded"), help="calibrate's "
-                     "--recorded-start (default: calibrate's, recorded)")
+                     "--recorded-start (default: calibrate's)")
     sub.add_argument("--mh-samples", type=count(1), default=3000,
                      help="calibrate's --samples: kept MH draws per chain (default 3000)")
     sub.add_argument("--burn-in", type=count(0), default=1000,

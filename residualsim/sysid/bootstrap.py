@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_REPLICATES", "COVARIANCES", "pose_noise", "bootstrap_estimates",
            "bootstrap_covariance", "bootstrap_about", "bootstrap_sandwich",
-           "check_covariance"]
+           "check_covariance", "default_covariance"]
 
 #: Bootstrap replicates B by default: the standard deviations to about ±25 % (B = 10).
 DEFAULT_REPLICATES = 10
@@ -148,6 +148,15 @@ def check_covariance(covariance: str, method: str, replicates: int | None = None
                              "--covariance bootstrap only")
     if replicates is not None and (int(replicates) != replicates or replicates < 2):
         raise ParameterError(f"bootstrap replicates must be an integer >= 2, got {replicates}")
+
+
+def default_covariance(method: str, weighting: str, noise: float | None, kind: str) -> str:
+    """``calibrate``'s covariance when none is named: ``bootstrap`` for MH's calibrated
+    likelihood on trajectories with the noise estimated (the default MH, train/README.md
+    §20.5), else ``sandwich`` (``--method sandwich``'s own; ignored by the rest)."""
+    calibrated_mh = method == "mh" and weighting == "calibrated"
+    return "bootstrap" if calibrated_mh and noise is None and kind == "trajectories" \
+        else "sandwich"
 
 
 def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed: int,

@@ -40,7 +40,8 @@ from residualsim.atomic import atomic_write_text, path_for_file, path_from_file,
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget
 from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
-                                         bootstrap_sandwich, check_covariance)
+                                         bootstrap_sandwich, check_covariance,
+                                         default_covariance)
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
@@ -83,17 +84,16 @@ DEFAULT_INITIAL_DRAWS = 4
 #: flight, velocities kept, averaged over its uncertainty with the initial draws). lsq: its
 #: noise misled the point and the held-out figures (train/README.md §22, issue 51).
 DEFAULT_RECORDED_START = {"lsq": "fit"}
-#: The likelihood MH samples on trajectories with the noise estimated: ``"recording"`` (the
-#: raw likelihood, each recording one observation, ν_i = 1: too wide a posterior on few
-#: short tosses, too narrow on many), ``"calibrated"`` (the ν-weighted likelihood tied to its
-#: envelope, scaled to the scatter between recordings, :mod:`residualsim.sysid.calibrated`:
-#: passed simulation-based calibration on few short tosses, but far too narrow when the
-#: recorded first poses are noisy and the recordings many, train/README.md §20.3) or
-#: ``"effective"`` (ν_i with the Chandler-Bate curvature adjustment at the rugged mode:
-#: too narrow, MH finds the likelihood's spikes). The default stays the raw one until a
-#: likelihood passes both regimes.
+#: The likelihood MH samples on trajectories with the noise estimated: ``"calibrated"`` (the
+#: default: the ν-weighted likelihood tied to its envelope, whose covariance is a parametric
+#: bootstrap's, :mod:`residualsim.sysid.calibrated` and :mod:`residualsim.sysid.bootstrap`;
+#: passed simulation-based calibration on 6 × 50 and 20 × 60 synthetic tosses,
+#: train/README.md §20.5), ``"recording"`` (the raw likelihood, each recording one
+#: observation, ν_i = 1: too wide a posterior on few short tosses, too narrow on many; kept
+#: for comparison) or ``"effective"`` (ν_i with the Chandler-Bate curvature adjustment at
+#: the rugged mode: too narrow, MH finds the likelihood's spikes).
 WEIGHTINGS = ("recording", "calibrated", "effective")
-DEFAULT_WEIGHTING = "recording"
+DEFAULT_WEIGHTING = "calibrated"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -172,8 +172,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               initial_draws: int | None = None, delayed_acceptance: float | None = None,
               rotation_weight: float = 1.0, export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
-              weighting: str | None = None, rugged_weight: float = DEFAULT_RUGGED,
-              small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str = "sandwich",
+              weighting: str | None = None, rugged_weight: float | None = None,
+              small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str | None = None,
               bootstrap_replicates: int | None = None,
               base: EngineParams | Mapping[str, float] | str | None = None,
               ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
@@ -222,7 +222,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     curvature times the few-recordings factor of ``small_sample``, or with
     ``covariance="bootstrap"`` the inverse of the bootstrap's covariance about ẑ
     (:func:`~residualsim.sysid.bootstrap.bootstrap_about`), keeping the share
-    ``rugged_weight`` λ of the likelihood's departure from it; proposals screened on the
+    ``rugged_weight`` λ (default 0.2; 0, the envelope alone, with the bootstrap: §20.5) of
+    the likelihood's departure from it; proposals screened on the
     envelope first, so ``delayed_acceptance`` is refused with it). With ``"effective"`` a
     pilot fit
     (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
@@ -257,21 +258,22 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     budget = budget or default_budget(method, names)  # 600 for lsq on the body, else 200
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
-    recorded_start = recorded_start or DEFAULT_RECORDED_START.get(method, "recorded")
-    if recorded_start not in ("fit", "recorded"):
+    weighting = weighting or ("recording" if delayed_acceptance else DEFAULT_WEIGHTING)
+    if recorded_start not in (None, "fit", "recorded"):
         raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got {recorded_start!r}")
-    fit_recorded = recorded_start == "fit"
-    weighting = weighting or DEFAULT_WEIGHTING
     if weighting not in WEIGHTINGS:
         raise ParameterError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got "
                              f"{weighting!r}")
-    if not 0.0 <= rugged_weight <= 1.0:
+    if not (math.isfinite(proposal_scale) and 0 < proposal_scale <= 1):  # before the pilot
+        raise ParameterError(f"proposal_scale must lie in (0, 1], got {proposal_scale}")
+    if rugged_weight is not None and not 0.0 <= rugged_weight <= 1.0:
         raise ParameterError(f"rugged_weight (--rugged-weight) must be within 0 to 1, got "
                              f"{rugged_weight}")
     if small_sample not in SMALL_SAMPLE:
         raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
                              f"{small_sample!r}")
-    check_covariance(covariance, method, bootstrap_replicates, weighting)
+    check_covariance(covariance or default_covariance(method, weighting, noise, "trajectories"),
+                     method, bootstrap_replicates, weighting)
     if weighting == "calibrated" and delayed_acceptance:
         raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
                              "--weighting calibrated screens every proposal on the envelope "
@@ -288,6 +290,12 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     recordings = load_calibration_data(scene, data, split, max_items,
                                        fractions=split_fractions, lists=split_lists)
     kind, train, validation = recordings.kind, recordings.train, recordings.validation
+    covariance = covariance or default_covariance(method, weighting, noise, kind)
+    if rugged_weight is None:  # the bootstrap's envelope alone (§20.5), the sandwich's 0.2
+        rugged_weight = 0.0 if covariance == "bootstrap" else DEFAULT_RUGGED
+    recorded_start = recorded_start or ("fit" if covariance == "bootstrap" else
+                                        DEFAULT_RECORDED_START.get(method, "recorded"))
+    fit_recorded = recorded_start == "fit"
     if kind == "impacts":
         if rotation_weight != 1.0:
             raise ParameterError("rotation_weight applies to trajectories, not impacts")

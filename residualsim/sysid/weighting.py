@@ -293,7 +293,8 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
     information, grad, h, items, middle = found
     centred = grad - grad.mean(axis=0)
     spread = n_items / (n_items - 1) * centred.T @ centred
-    w = d / float(np.trace(np.linalg.solve(information, spread)))
+    scatter = float(np.trace(np.linalg.solve(information, spread)))
+    w = d / scatter if scatter > 0 else math.inf  # recordings that agree exactly: no widening
     return {"w": float(np.clip(w, 1e-3, 1.0)), "w_raw": w, "h": h.tolist(),
             "evaluations": evaluations, "information": information, "spread": spread,
             "transform": curvature_transform(information, spread),
