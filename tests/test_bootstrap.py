@@ -177,7 +177,7 @@ def test_mh_samples_the_bootstrap_scaled_envelope(tmp_path, capsys):
     space = ParamSpace(NAMES, scene="cube")
     from residualsim.sysid.weighting import t_inflation
 
-    assert adjustment["inflation"] == pytest.approx(t_inflation(2))  # cr1t on B - 1 = 2 dof
+    assert adjustment["bootstrap"]["inflation"] == pytest.approx(t_inflation(2))  # B - 1 dof
     expected = t_inflation(2) * bootstrap_covariance(space, boot)
     # the map never sharpens the likelihood beyond its own curvature: compare where the
     # bootstrap is wider than the sandwich (here it is, or the test says so)
@@ -193,3 +193,24 @@ def test_mh_samples_the_bootstrap_scaled_envelope(tmp_path, capsys):
     from residualsim.experiments.report import _likelihood_note
 
     assert "parametric bootstrap" in _likelihood_note(summary)
+
+
+def test_the_envelope_takes_the_wider_covariance_in_every_direction():
+    """The bootstrap (shared start error) or the sandwich (scatter between recordings,
+    model mismatch), whichever is wider along each direction."""
+    from residualsim.sysid.calibrated import wider
+
+    widened, count = wider(np.diag([1.0, 4.0]), np.diag([2.0, 1.0]))
+    np.testing.assert_allclose(widened, np.diag([2.0, 4.0]), atol=1e-12)
+    assert count == 1
+    a = np.array([[2.0, 0.6], [0.6, 1.0]])
+    same, none = wider(a, 0.5 * a)
+    np.testing.assert_allclose(same, a, atol=1e-12)
+    assert none == 0
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.standard_normal((2, 5, 3))
+        first, second = x.T @ x + 0.1 * np.eye(3), y.T @ y + 0.1 * np.eye(3)
+        both, _ = wider(first, second)
+        for other in (first, second):  # at least as wide as each, in every direction
+            assert np.linalg.eigvalsh(both - other).min() > -1e-9

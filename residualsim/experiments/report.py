@@ -275,7 +275,9 @@ def _likelihood_note(summary: Mapping[str, Any]) -> str:
         boot = adjustment.get("bootstrap")
         scale = (f"the inverse of a parametric bootstrap's covariance ({boot['replicates']} "
                  f"refits of data simulated at the mode with the recordings' pose noise, "
-                 f"{1000 * boot['noise_m']:.2g} mm)" if boot else
+                 f"{1000 * boot['noise_m']:.2g} mm) or of the sandwich's from the scatter "
+                 f"between recordings, the wider in each direction (the bootstrap in "
+                 f"{boot.get('wider_directions', 0)})" if boot else
                  f"the sandwich's from the scatter between recordings, widened "
                  f"×{adjustment.get('inflation', 1.0):.3g} for few recordings "
                  f"({adjustment.get('small_sample')})")

@@ -1,5 +1,5 @@
 """A parametric bootstrap of ``calibrate --method sandwich``'s estimate: its covariance
-(``calibrate --covariance bootstrap``; issue 50, train/README.md §20.4).
+(``--covariance bootstrap``, MH's default; issue 50, train/README.md §20.4-20.5).
 
 From the true first poses the sandwich's intervals are calibrated (20 synthetic tosses × 60
 samples, 2 mm noise: 90 % coverage 1.00 / 0.96 for friction / restitution). From recorded
@@ -13,13 +13,14 @@ same estimator; the covariance of the B estimates (unit coordinates of the space
 posterior's. Replicate b draws from ``default_rng([seed, b])``, so the result does not
 depend on the number of workers.
 
-Not the default yet: simulation-based calibration on 20 tosses × 60 samples (25 data sets,
-``--recorded-start fit``, starts rolled out once) passed for both parameters (p 0.27 /
-0.078) with 90 % coverage 0.92 / 0.80, against the sandwich's 0.72 / 0.68 (p 0.012 /
-0.007); 50 data sets and MH are to come (train/README.md §20.4). Only white noise is
-simulated: on the real cube the poses' white jitter is ~0.01 mm while each recording sits
-~0.3 mm off as a whole (:mod:`residualsim.residual.observation_noise`), which the replicates
-would miss (not yet measured on real recordings: there the sandwich found no envelope).
+MH's default (``calibrate``: the calibrated likelihood's envelope with this covariance,
+:func:`bootstrap_about`, :mod:`residualsim.sysid.calibrated`; train/README.md §20.5) and an
+option of ``--method sandwich``. Simulation-based calibration of the default on 50 data
+sets each of 6 × 50 and 20 × 60 synthetic tosses passed (ranks p ≥ 0.05 for friction and
+restitution; §20.5). Only white noise is simulated: on the real cube the poses' white
+jitter is ~0.01 mm while each recording sits ~0.3 mm off as a whole
+(:mod:`residualsim.residual.observation_noise`), which the replicates would miss (not
+measured: no real recordings with a known truth).
 """
 
 from __future__ import annotations

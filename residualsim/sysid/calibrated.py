@@ -33,16 +33,18 @@ Where no positive-definite envelope is found, or the recordings are too few for 
 (G ≤ d), :func:`calibrated_weights` falls back to the raw likelihood (ν_i = 1, ``--weighting
 recording``: too wide on few tosses, where the ν-weighted one would be too narrow), chains
 starting at the ν-weighted mode, and the summary says so (a warning). On 30 real
-ContactNets cube tosses this happens: restitution's mode lies at 0.007, at the prior's
-edge, where the envelope's design is clipped (train/README.md §20.3).
+ContactNets cube tosses this happened while the envelope's design was clipped at the
+prior's edge (restitution's pilot mode 0.007, train/README.md §20.3); near a bound the
+design now moves inward instead (§20.5).
 
-Not the default (train/README.md §20.3): the scatter between recordings measures their
-independent errors, not an error they share, and a noisy recorded first pose biases every
-recording's fit the same way. On 20 tosses of 60 samples the envelope covers the truth
-1.00 / 0.92 (friction / restitution, 90 % intervals) from the true first poses and
-0.68 / 0.68 from the recorded ones; on 16 tosses with 1 mm / 5 mrad start noise
-restitution's envelope lay 2.6 of its standard deviations from the truth and short chains
-(λ = 0.2) sat on a spike 16 from it.
+The default of ``calibrate --method mh`` since issue 50 (train/README.md §20.5), with the
+bootstrap's covariance in place of the sandwich's (``--covariance bootstrap``: the scatter
+between recordings does not see the error they share, a noisy recorded first pose, which
+the bootstrap's replicates do) and λ = 0. With the sandwich's covariance it covered 0.68 /
+0.68 on 20 tosses of 60 samples (§20.3); λ = 0.2 on the bootstrap's envelope put MH on
+the likelihood's spikes (16 tosses of 90 samples: 90 % intervals 0.0002 wide, off the
+truth), so the default samples the envelope alone: its Gaussian truncated to the prior's
+box, times the prior.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ from residualsim.sysid.weighting import (_local_quadratics, adjusted_point,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_RUGGED", "CalibratedTarget", "calibrated_target", "calibrated_weights"]
+__all__ = ["DEFAULT_RUGGED", "CalibratedTarget", "calibrated_target", "calibrated_weights",
+           "wider"]
 
 #: λ, the share of the likelihood's departure from its adjusted envelope MH keeps.
 DEFAULT_RUGGED = 0.2
@@ -95,9 +98,12 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     ν-weighted mode; ``likelihood`` with its ν_i set, ``log_like`` its log-likelihood of
     natural values (n, d)). ``bootstrap``: the envelope's mode (natural (d,)) → (its
     covariance Σ_b (d, d), unit coordinates; a JSON record), which then replaces the
-    sandwich's k H⁻¹ (J + H) H⁻¹ (the map C has Cᵀ H C = Σ_b⁻¹; ``--covariance
-    bootstrap``, :func:`~residualsim.sysid.bootstrap.bootstrap_about`), widened by
-    ``small_sample`` ``cr1t`` as a covariance of B − 1 degrees of freedom (B = 10: × 1.24)."""
+    sandwich's k H⁻¹ (J + H) H⁻¹ where it is wider (:func:`wider`; ``--covariance
+    bootstrap``, :func:`~residualsim.sysid.bootstrap.bootstrap_about`): the bootstrap sees
+    the error the recordings share (a noisy first pose), the scatter between them a model
+    mismatch the bootstrap, simulating the model, cannot. Σ_b is widened by
+    ``small_sample`` ``cr1t`` as a covariance of B − 1 degrees of freedom (B = 10: × 1.24);
+    the map C then has Cᵀ H C = Σ⁻¹."""
     if not 0.0 <= rugged <= 1.0:
         raise ParameterError(f"rugged weight λ must be within 0 to 1, got {rugged}")
     center = np.asarray(center, dtype=np.float64)
@@ -114,13 +120,14 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     mode_unit = np.asarray(found["envelope_mode"], dtype=np.float64)
     mode = space.from_unit(mode_unit[None])[0]
     record = None
-    if bootstrap is None:
-        transform = curvature_transform(information, inflation * (spread + information))
-    else:
-        covariance, record = bootstrap(mode)  # B − 1 degrees of freedom: cr1t's t on them
-        inflation = 1.0 if small_sample == "none" else t_inflation(record["replicates"] - 1)
-        covariance = inflation * covariance
-        transform = curvature_transform(information, information @ covariance @ information)
+    inverse = np.linalg.inv(information)
+    covariance = inflation * inverse @ (spread + information) @ inverse  # the sandwich's
+    if bootstrap is not None:
+        replicated, record = bootstrap(mode)  # B − 1 degrees of freedom: cr1t's t on them
+        k_b = 1.0 if small_sample == "none" else t_inflation(record["replicates"] - 1)
+        covariance, record["wider_directions"] = wider(covariance, k_b * replicated)
+        record["inflation"] = k_b
+    transform = curvature_transform(information, information @ covariance @ information)
     curvature = transform.T @ information @ transform
     move = adjusted_point(space, mode, transform)
 
@@ -152,6 +159,18 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
         summary.update(covariance="bootstrap", bootstrap=record,
                        covariance_unit=np.linalg.inv(curvature).tolist())
     return CalibratedTarget(target, screen, mode, summary)
+
+
+def wider(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, int]:
+    """The covariance (d, d) as wide as the wider of ``first`` and ``second`` (positive
+    definite, d × d) in every direction: in ``first``'s whitened coordinates the
+    eigenvalues of ``second`` raised to at least 1. Also returns the number of directions
+    ``second`` widened."""
+    root = np.linalg.cholesky(first)
+    inner = np.linalg.solve(root, np.linalg.solve(root, second).T)
+    values, vectors = np.linalg.eigh((inner + inner.T) / 2)
+    widened = root @ vectors @ np.diag(np.maximum(values, 1.0)) @ vectors.T @ root.T
+    return (widened + widened.T) / 2, int(np.sum(values > 1.0))
 
 
 def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray], space,
