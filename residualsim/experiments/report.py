@@ -281,8 +281,8 @@ def _likelihood_note(summary: Mapping[str, Any]) -> str:
                  f"the sandwich's from the scatter between recordings, widened "
                  f"×{adjustment.get('inflation', 1.0):.3g} for few recordings "
                  f"({adjustment.get('small_sample')})")
-        return (f"Likelihood: calibrated (train/README.md §20.3). The likelihood tied to its "
-                f"envelope, whose mode ({mode}) the chains start from and whose curvature is "
+        return (f"Likelihood: calibrated (train/README.md §20.3, §20.5). The likelihood tied "
+                f"to its envelope, whose mode ({mode}) the chains start from and whose curvature is "
                 f"{scale}; λ = "
                 f"{adjustment.get('rugged_weight', 0.0):g} of the likelihood's departure "
                 f"from the envelope kept.")

@@ -204,7 +204,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     squares on trajectory error (:mod:`residualsim.sysid.lsq`, ``budget`` parameter sets,
     default 600 on the body, else 200: :func:`~residualsim.sysid.bodyspace.default_budget`).
     ``export_urdf``: also write the scene's URDF with the identified values there.
-    ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`),
+    ``recorded_start``: ``"fit"`` or ``"recorded"`` (default :data:`DEFAULT_RECORDED_START`;
+    ``"fit"`` with the bootstrap's covariance),
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
     of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §20);
     with ``"fit"`` lsq and the validation split start from the fitted poses too.
@@ -215,13 +216,14 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     envelope there (``median``, ``q05``, ``q95`` as MH's summary; train/README.md §20);
     ``covariance="bootstrap"``: its covariance from ``bootstrap_replicates`` (10) refits
     (:func:`~residualsim.sysid.bootstrap.bootstrap_sandwich`, §20.4).
-    ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`), the
-    likelihood MH samples on trajectories with the noise estimated (otherwise the raw one,
-    ``"recording"``). ``"calibrated"``: :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
+    ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`;
+    ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on trajectories
+    with the noise estimated (otherwise the raw one, ``"recording"``). ``"calibrated"``:
+    :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
     envelope's mode ẑ where the chains start, the target with the envelope's sandwich
     curvature times the few-recordings factor of ``small_sample``, or with
-    ``covariance="bootstrap"`` the inverse of the bootstrap's covariance about ẑ
-    (:func:`~residualsim.sysid.bootstrap.bootstrap_about`), keeping the share
+    ``covariance="bootstrap"`` (the default here) the wider of that and the bootstrap's
+    covariance about ẑ (:func:`~residualsim.sysid.bootstrap.bootstrap_about`), keeping the share
     ``rugged_weight`` λ (default 0.2; 0, the envelope alone, with the bootstrap: §20.5) of
     the likelihood's departure from it; proposals screened on the
     envelope first, so ``delayed_acceptance`` is refused with it). With ``"effective"`` a
