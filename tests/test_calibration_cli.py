@@ -18,13 +18,10 @@ from residualsim.evaluation.predictions import load_predictions
 TRUTH = {"lateral_friction": 0.3, "restitution": 0.4}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The set below is made at 1 substep, so it is calibrated at 1 (explicitly: the default is
-# the scene's 10, as data synthesize uses). MH on the raw likelihood (--weighting
-# recording): these tests are about MH's plumbing (samples, checkpoints, resume), and on
-# this set (16 tosses, 1 mm and 5 mrad noise) the default calibrated likelihood's 90 %
-# intervals miss the truth (friction 2.6 of its sds off; orientation noise is not in its
-# simulation-based calibration yet, train/README.md §20.5).
+# the scene's 10, as data synthesize uses). MH's default likelihood: the calibrated one
+# (train/README.md §20.5).
 MH_ARGS = ["--split", "all", "--samples", "300", "--burn-in", "200", "--chains", "2",
-           "--seed", "0", "--quiet", "--substeps", "1", "--weighting", "recording"]
+           "--seed", "0", "--quiet", "--substeps", "1"]
 
 
 def _quiet_main(argv: list) -> tuple[int, str, str]:
@@ -141,9 +138,12 @@ def test_resume_needs_the_flag_and_then_gives_the_same_answer(calibrated, copied
                                                               synth_dir, capsys):
     _, record, _ = calibrated
     argv = ["calibrate", "--data", synth_dir, *MH_ARGS, "--out", copied_run]
+    (copied_run / "bootstrap-checkpoint.json").unlink()
     code, _, err = _run(capsys, *argv)
     assert code == 2
     assert "residualsim: error:" in err and "checkpoint" in err
+    # refused before any work: the bootstrap (after the pilot fit) wrote nothing
+    assert not (copied_run / "bootstrap-checkpoint.json").exists()
     code, stdout, err = _run(capsys, *argv, "--resume")
     assert code == 0, err
     again = _last_json(stdout)

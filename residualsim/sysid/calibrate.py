@@ -46,7 +46,7 @@ from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
-from residualsim.sysid.mcmc import MetropolisHastings
+from residualsim.sysid.mcmc import MetropolisHastings, check_resumable
 from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sysid.posterior import convergence_warnings
@@ -355,6 +355,17 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                 raise ParameterError("--covariance bootstrap is for trajectories with the "
                                      "noise scale estimated (no --noise)")
             if adjusted and weighting == "calibrated":
+                fingerprint["weighting"] = {"method": "calibrated", "rugged_weight":
+                                            rugged_weight, "small_sample": small_sample}
+                if covariance == "bootstrap":
+                    fingerprint["weighting"]["bootstrap"] = \
+                        bootstrap_replicates or DEFAULT_REPLICATES
+            elif effective:
+                fingerprint["weighting"] = "effective"
+            check_resumable(out / "checkpoint.npz", fingerprint, resume, space, burn_in,
+                            {"n_chains": chains, "proposal_scale": proposal_scale,
+                             "adapt": adapt, "init_draws": start_points})
+            if adjusted and weighting == "calibrated":
                 result["weighting"], calibrated_mh = calibrated_weights(
                     likelihood, log_like, space, seed, start_points * chains, start,
                     rugged_weight, small_sample, None if covariance != "bootstrap" else
@@ -364,17 +375,11 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                         replicates=bootstrap_replicates or DEFAULT_REPLICATES,
                         checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
                 start = result["weighting"]["mode"]
-                fingerprint["weighting"] = {"method": "calibrated", "rugged_weight":
-                                            rugged_weight, "small_sample": small_sample}
-                if covariance == "bootstrap":
-                    fingerprint["weighting"]["bootstrap"] = \
-                        bootstrap_replicates or DEFAULT_REPLICATES
                 target, screen = calibrated_mh.target, calibrated_mh.screen
             elif effective:
                 result["weighting"], move = effective_weights(likelihood, log_like, space,
                                                               seed, start_points * chains, start)
                 start = result["weighting"]["mode"]
-                fingerprint["weighting"] = "effective"
                 if move is not None:
                     def to_params(x: np.ndarray) -> EngineParams:
                         return space.engine_params(move(x))

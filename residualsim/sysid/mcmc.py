@@ -43,7 +43,7 @@ from residualsim.sysid.paramspace import ParamSpace
 from residualsim.sysid.posterior import Posterior
 
 __all__ = ["MetropolisHastings", "Screen", "CHECKPOINT_FORMAT", "as_generator",
-           "check_fingerprint"]
+           "check_resumable", "check_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -366,14 +366,7 @@ class MetropolisHastings:
                      history_lp=chains.history_lp, accepted=chains.accepted)
 
     def _load(self, path: Path, fingerprint: Mapping[str, Any]) -> _Chains:
-        try:
-            with np.load(path, allow_pickle=False) as content:
-                header = json.loads(str(content["header"]))
-                arrays = {k: content[k] for k in content.files if k != "header"}
-        except Exception as exc:  # any unreadable file (truncated zip, empty, not npz)
-            raise DataError(f"{path}: not a readable checkpoint ({exc!r})") from None
-        if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:
-            raise DataError(f"{path}: not a Metropolis-Hastings checkpoint")
+        header, arrays = _read_checkpoint(path)
         check_fingerprint(path, header.get("fingerprint", {}), fingerprint)
         if header["rng"]["bit_generator"] != type(self.rng.bit_generator).__name__:
             raise DataError(f"{path}: checkpoint used a {header['rng']['bit_generator']} "
@@ -388,6 +381,38 @@ class MetropolisHastings:
             chains.log_screen = arrays["log_screen"]
         self.rng.bit_generator.state = header["rng"]["state"]
         return chains
+
+
+def _read_checkpoint(path: Path) -> tuple[dict, dict]:
+    """(header, arrays) of an MH checkpoint; DataError naming ``path`` if it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as content:
+            header = json.loads(str(content["header"]))
+            arrays = {k: content[k] for k in content.files if k != "header"}
+    except Exception as exc:  # any unreadable file (truncated zip, empty, not npz)
+        raise DataError(f"{path}: not a readable checkpoint ({exc!r})") from None
+    if not isinstance(header, dict) or header.get("format") != CHECKPOINT_FORMAT:
+        raise DataError(f"{path}: not a Metropolis-Hastings checkpoint")
+    return header, arrays
+
+
+def check_resumable(path: Path, fingerprint: Mapping[str, Any], resume: bool, space,
+                    burn_in: int, sampler: Mapping[str, Any]) -> None:
+    """Before any work (a pilot fit, a bootstrap): refuse an existing checkpoint at ``path``
+    without ``resume``, or one of another run, as :meth:`MetropolisHastings.run` would;
+    ``sampler``: the sampler options known before it is built (:meth:`~MetropolisHastings.
+    options`' keys; the rest are compared when it starts)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not resume:
+        raise DataError(f"{path}: a checkpoint of an earlier run exists; resume it or "
+                        "choose another output")
+    saved = dict(_read_checkpoint(path)[0].get("fingerprint") or {})
+    options = saved.get("sampler") if isinstance(saved.get("sampler"), dict) else {}
+    saved["sampler"] = {key: options.get(key) for key in sampler}
+    check_fingerprint(path, saved, {**dict(fingerprint), "space": space.as_json(),
+                                    "burn_in": int(burn_in), "sampler": dict(sampler)})
 
 
 def _take(token: Any, rows: np.ndarray) -> Any:
