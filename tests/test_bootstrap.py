@@ -207,6 +207,8 @@ def test_the_envelope_takes_the_wider_covariance_in_every_direction():
     same, none = wider(a, 0.5 * a)
     np.testing.assert_allclose(same, a, atol=1e-12)
     assert none == 0
+    singular, _ = wider(np.ones((2, 2)), np.eye(2))  # a sandwich of no spread along (1, -1)
+    np.testing.assert_allclose(singular, [[1.5, 0.5], [0.5, 1.5]], atol=1e-9)
     rng = np.random.default_rng(0)
     for _ in range(20):
         x, y = rng.standard_normal((2, 5, 3))

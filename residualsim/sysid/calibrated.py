@@ -166,8 +166,10 @@ def wider(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, int]:
     definite, d × d) in every direction: in ``first``'s whitened coordinates the
     eigenvalues of ``second`` raised to at least 1. Also returns the number of directions
     ``second`` widened."""
-    root = np.linalg.cholesky(first)
-    inner = np.linalg.solve(root, np.linalg.solve(root, second).T)
+    scale, basis = np.linalg.eigh((first + first.T) / 2)  # first^½, floored: a nearly
+    scale = np.sqrt(np.maximum(scale, 1e-12 * max(scale.max(), 1e-300)))  # singular one too
+    root, inverse = basis @ np.diag(scale) @ basis.T, basis @ np.diag(1 / scale) @ basis.T
+    inner = inverse @ second @ inverse
     values, vectors = np.linalg.eigh((inner + inner.T) / 2)
     widened = root @ vectors @ np.diag(np.maximum(values, 1.0)) @ vectors.T @ root.T
     return (widened + widened.T) / 2, int(np.sum(values > 1.0))
