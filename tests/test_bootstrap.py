@@ -216,3 +216,15 @@ def test_the_envelope_takes_the_wider_covariance_in_every_direction():
         both, _ = wider(first, second)
         for other in (first, second):  # at least as wide as each, in every direction
             assert np.linalg.eigvalsh(both - other).min() > -1e-9
+
+
+def test_bootstrap_replicates_on_impacts_are_refused_not_ignored(make_mcube, tmp_path):
+    """MH's default takes the bootstrap on trajectories only: --bootstrap on planar impacts
+    is an error naming it, before anything is written."""
+    from residualsim.sysid.calibrate import calibrate
+
+    make_mcube(tmp_path / "mcube", n_rows=6)
+    with pytest.raises(ParameterError, match="--covariance bootstrap only"):
+        calibrate("planar-ellipse", tmp_path / "mcube", NAMES, tmp_path / "cal",
+                  bootstrap_replicates=3, plots=False)
+    assert not (tmp_path / "cal").exists()

@@ -293,6 +293,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                        fractions=split_fractions, lists=split_lists)
     kind, train, validation = recordings.kind, recordings.train, recordings.validation
     covariance = covariance or default_covariance(method, weighting, noise, kind)
+    check_covariance(covariance, method, bootstrap_replicates, weighting)  # impacts: none
     if rugged_weight is None:  # the bootstrap's envelope alone (§20.5), the sandwich's 0.2
         rugged_weight = 0.0 if covariance == "bootstrap" else DEFAULT_RUGGED
     recorded_start = recorded_start or ("fit" if covariance == "bootstrap" else
