@@ -180,9 +180,9 @@ def register(commands) -> None:
                      "and the default MH, else recorded; train/README.md section 22)")
     cal.add_argument("--weighting", choices=("recording", "calibrated", "effective"),
                      help="the likelihood MH samples on trajectories, noise estimated "
-                     "(default calibrated: tied to its envelope, whose covariance is a "
-                     "parametric bootstrap's, --covariance; passed simulation-based "
-                     "calibration on 6 and 20 synthetic tosses, train/README.md section 20.5; "
+                     "(default calibrated: tied to its envelope, whose covariance is the "
+                     "wider of a parametric bootstrap's and the sandwich's, --covariance; passed "
+                     "simulation-based calibration on 6 and 20 tosses, train/README.md 20.5; "
                      "recording with --delayed-acceptance); recording: the raw one, each "
                      "recording one observation, too wide on few tosses, too narrow on many, "
                      "for comparison; effective: too narrow")

@@ -115,11 +115,11 @@ def add_envelope_options(sub: argparse.ArgumentParser, passed_on: bool = False) 
 
     option("--small-sample", "cr1t", "--weighting calibrated: few-recordings widening "
            "(default cr1t: t, recordings - d dof)", choices=("cr1t", "none"))
-    option("--covariance", None, "--method sandwich: the Gaussian's covariance; --weighting "
-           "calibrated: the envelope's (default bootstrap for MH on trajectories, noise "
-           "estimated, else sandwich; bootstrap: from --bootstrap refits of data simulated "
-           "at the estimate from the recordings' first states with their pose noise, which "
-           "sees the first poses' error the sandwich misses: train/README.md section 20.5)",
+    option("--covariance", None, "the sandwich's or calibrated MH's (default bootstrap for MH "
+           "on trajectories, noise estimated, else sandwich; bootstrap: --bootstrap refits of "
+           "data simulated at the estimate with the recordings' pose noise, seeing the first "
+           "poses' error the sandwich misses; MH keeps the sandwich's where wider, as it sees "
+           "model mismatch: train/README.md section 20.5)",
            choices=("sandwich", "bootstrap"))
     option("--bootstrap", None, "--covariance bootstrap: refits, each a sandwich fit (default "
            "10)", type=count(2), metavar="B")

@@ -13,8 +13,9 @@ same estimator; the covariance of the B estimates (unit coordinates of the space
 posterior's. Replicate b draws from ``default_rng([seed, b])``, so the result does not
 depend on the number of workers.
 
-MH's default (``calibrate``: the calibrated likelihood's envelope with this covariance,
-:func:`bootstrap_about`, :mod:`residualsim.sysid.calibrated`; train/README.md §20.5) and an
+MH's default (``calibrate``: the calibrated likelihood's envelope with this covariance
+where it is wider than the sandwich's, :func:`bootstrap_about`,
+:func:`residualsim.sysid.calibrated.wider`; train/README.md §20.5) and an
 option of ``--method sandwich``. Simulation-based calibration of the default on 50 data
 sets each of 6 × 50 and 20 × 60 synthetic tosses passed (ranks p ≥ 0.05 for friction and
 restitution; §20.5). Only white noise is simulated: on the real cube the poses' white

@@ -85,8 +85,9 @@ DEFAULT_INITIAL_DRAWS = 4
 #: noise misled the point and the held-out figures (train/README.md §22, issue 51).
 DEFAULT_RECORDED_START = {"lsq": "fit"}
 #: The likelihood MH samples on trajectories with the noise estimated: ``"calibrated"`` (the
-#: default: the ν-weighted likelihood tied to its envelope, whose covariance is a parametric
-#: bootstrap's, :mod:`residualsim.sysid.calibrated` and :mod:`residualsim.sysid.bootstrap`;
+#: default: the ν-weighted likelihood tied to its envelope, whose covariance is the wider of a
+#: parametric bootstrap's and the sandwich's, :mod:`residualsim.sysid.calibrated` and
+#: :mod:`residualsim.sysid.bootstrap`;
 #: passed simulation-based calibration on 6 × 50 and 20 × 60 synthetic tosses,
 #: train/README.md §20.5), ``"recording"`` (the raw likelihood, each recording one
 #: observation, ν_i = 1: too wide a posterior on few short tosses, too narrow on many; kept

@@ -38,9 +38,10 @@ prior's edge (restitution's pilot mode 0.007, train/README.md §20.3); near a bo
 design now moves inward instead (§20.5).
 
 The default of ``calibrate --method mh`` since issue 50 (train/README.md §20.5), with the
-bootstrap's covariance in place of the sandwich's (``--covariance bootstrap``: the scatter
-between recordings does not see the error they share, a noisy recorded first pose, which
-the bootstrap's replicates do) and λ = 0. With the sandwich's covariance it covered 0.68 /
+bootstrap's covariance where it is wider than the sandwich's (``--covariance bootstrap``,
+:func:`wider`: the scatter between recordings does not see the error they share, a noisy
+recorded first pose, which the bootstrap's replicates do; the bootstrap, simulating the
+model, does not see a model mismatch, which the scatter does) and λ = 0. With the sandwich's covariance it covered 0.68 /
 0.68 on 20 tosses of 60 samples (§20.3); λ = 0.2 on the bootstrap's envelope put MH on
 the likelihood's spikes (16 tosses of 90 samples: 90 % intervals 0.0002 wide, off the
 truth), so the default samples the envelope alone: its Gaussian truncated to the prior's
@@ -60,8 +61,9 @@ import numpy as np
 from residualsim.errors import ParameterError
 from residualsim.sysid.mcmc import Screen
 from residualsim.sysid.weighting import (_local_quadratics, adjusted_point,
-                                         curvature_transform, small_sample_inflation,
-                                         t_inflation, weighted_mode)
+                                         curvature_transform, sandwich_covariance,
+                                         small_sample_inflation, t_inflation,
+                                         weighted_mode)
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +122,7 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
     mode_unit = np.asarray(found["envelope_mode"], dtype=np.float64)
     mode = space.from_unit(mode_unit[None])[0]
     record = None
-    inverse = np.linalg.inv(information)
-    covariance = inflation * inverse @ (spread + information) @ inverse  # the sandwich's
+    covariance = sandwich_covariance(information, spread, inflation)
     if bootstrap is not None:
         replicated, record = bootstrap(mode)  # B − 1 degrees of freedom: cr1t's t on them
         k_b = 1.0 if small_sample == "none" else t_inflation(record["replicates"] - 1)

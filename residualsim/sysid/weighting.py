@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 __all__ = ["autocorrelation_time", "effective_count", "signed_residuals", "pilot_reference",
            "magnitude_adjustment", "curvature_transform", "adjusted_log_likelihood",
            "adjusted_point", "sandwich_posterior", "effective_weights",
-           "sandwich_calibration", "SMALL_SAMPLE", "small_sample_inflation", "weighted_mode"]
+           "sandwich_calibration", "sandwich_covariance", "SMALL_SAMPLE",
+           "small_sample_inflation", "t_inflation", "weighted_mode"]
 
 SMALL_SAMPLE = ("none", "cr1t")
 
@@ -97,6 +98,14 @@ def small_sample_inflation(groups: int, d: int, method: str = "none") -> float:
                              f"{d} parameters leave no degrees of freedom for the scatter "
                              "between recordings (needs more recordings than parameters)")
     return t_inflation(groups - d)
+
+
+def sandwich_covariance(information: np.ndarray, spread: np.ndarray,
+                        inflation: float = 1.0) -> np.ndarray:
+    """k H⁻¹ (J + H) H⁻¹ (d, d): the sandwich covariance of information H and score scatter
+    J (unit coordinates), times the few-recordings factor k (:func:`small_sample_inflation`)."""
+    inverse = np.linalg.inv(information)
+    return inflation * inverse @ (spread + information) @ inverse
 
 
 def t_inflation(dof: int) -> float:
@@ -277,8 +286,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             if sandwich:
                 centred = grad - grad.mean(axis=0)
                 spread = n_items / (n_items - 1) * centred.T @ centred
-                inverse = np.linalg.inv(total)
-                width = 1.5 * np.sqrt(np.diag(inverse @ (spread + total) @ inverse))
+                width = 1.5 * np.sqrt(np.diag(sandwich_covariance(total, spread)))
                 if np.all(np.abs(np.log(width / h)) < np.log(1.5)):
                     break
                 steps = np.maximum(width, 1e-4)
@@ -382,8 +390,7 @@ def sandwich_posterior(likelihood, space, center: np.ndarray,
                 **{key: dict(zip(names, space.from_unit(np.full((1, d), q))[0].tolist()))
                    for key, q in (("mode", .5), ("median", .5), ("q05", .05), ("q95", .95))}}
     information, spread = found["information"], found["spread"]
-    inverse = np.linalg.inv(information)
-    covariance = inflation * inverse @ (spread + information) @ inverse
+    covariance = sandwich_covariance(information, spread, inflation)
     mode = found["envelope_mode"]
     quantiles = gaussian_quantiles(space, mode, covariance)
     return {"mode_unit": mode, "covariance": covariance, "w": found["w_raw"],
