@@ -227,10 +227,11 @@ def magnitude_adjustment(likelihood, space, center: np.ndarray) -> dict:
     space's unit coordinates, by least squares over a design around ``center`` (0, ±h,
     ±2h along each axis and (±h, ±h) on each pair of axes; 4d + 1 + 2d(d−1) evaluations of
     all recordings; within 2h of a bound the design's centre moves inward to 2h from it, and
-    the envelope's mode is read from the quadratic there), twice: h = 0.01, then h = 1.5 standard deviations of the resulting
-    posterior per axis (the design spans ±3: contact likelihoods are rugged on small
-    scales, and the envelope is what a posterior should follow). H = −Σ_i ∇²ℓ_i and J =
-    n/(n−1) Σ_i (s_i − s̄)(s_i − s̄)ᵀ, s_i = ∇ℓ_i at ``center``. If each recording's data were
+    the envelope's mode is read from the quadratic there), twice: h = 0.01, then h = 1.5
+    standard deviations of the resulting posterior per axis (the design spans ±3: contact
+    likelihoods are rugged on small scales, and the envelope is what a posterior should
+    follow). H = −Σ_i ∇²ℓ_i and J = n/(n−1) Σ_i (s_i − s̄)(s_i − s̄)ᵀ, s_i = ∇ℓ_i at the
+    design's centre (``center``, or moved inward near a bound). If each recording's data were
     the model's (independent noise, the start's error small), recordings would scatter as
     their curvatures say and w ≈ 1; each recording pulled elsewhere by its own initial
     state's error amplified by contact, or by model mismatch, gives w < 1 and widens the
