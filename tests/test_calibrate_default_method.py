@@ -1,5 +1,5 @@
-"""calibrate's method when none is named: lsq for body or joint names; mh and nevergrad
-refused for them (issue 48)."""
+"""calibrate's method when none is named: lsq for body or joint names; nevergrad refused
+for them (issue 48); mh takes them, starting from lsq's staged fit (issue 50)."""
 
 from __future__ import annotations
 
@@ -28,36 +28,37 @@ def test_no_method_named_is_lsq_exactly_when_body_or_joint_names_are(names, meth
     assert resolve_method(None, names) == method
 
 
-def test_a_named_method_is_kept_and_mh_or_nevergrad_on_the_body_is_refused():
+def test_a_named_method_is_kept_and_nevergrad_on_the_body_is_refused():
     assert resolve_method("sandwich", ["contact"]) == "sandwich"
     assert resolve_method("nevergrad", ["contact"]) == "nevergrad"
     assert resolve_method("lsq", ["body"]) == "lsq"
-    for method in ("mh", "nevergrad"):
-        for names in (["contact", "body"], ["joint.elbow.damping"], [" joints"]):
-            with pytest.raises(ParameterError, match=f"--method {method} is refused.*"
-                                                     "use --method lsq"):
-                resolve_method(method, names)
+    for names in (["contact", "body"], ["joint.elbow.damping"], [" joints"]):
+        assert resolve_method("mh", names) == "mh"
+        with pytest.raises(ParameterError, match="--method nevergrad is refused.*"
+                                                 "use --method lsq"):
+            resolve_method("nevergrad", names)
 
 
-@pytest.mark.parametrize("method", ["mh", "nevergrad"])
-def test_the_command_line_refuses_mh_and_nevergrad_on_the_body(tmp_path, capsys, method):
-    """Exit 2, one line naming the method that works, nothing written."""
+def test_the_command_line_refuses_nevergrad_on_the_body(tmp_path, capsys):
+    """Exit 2, one line naming the methods that work, nothing written."""
     from residualsim.cli import main
 
     code = main(["calibrate", "--scene", str(HINGE), "--data", str(ROOT / "data" / "samples" /
-                 "contactnets-cube"), "--params", "contact,body,joints", "--method", method,
-                 "--out", str(tmp_path / "c")])
+                 "contactnets-cube"), "--params", "contact,body,joints", "--method",
+                 "nevergrad", "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err
     assert code == 2
-    assert f"--method {method} is refused for body or joint parameters" in err
+    assert "--method nevergrad is refused for body or joint parameters" in err
     assert "use --method lsq" in err and "free flight -> contact -> weak directions" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()
 
 
-def test_the_default_budget_is_larger_only_for_lsq_on_the_body():
+def test_the_default_budget_is_larger_only_for_lsq_and_its_mh_pilot_on_the_body():
     assert BODY_LSQ_BUDGET > DEFAULT_BUDGET
     assert default_budget("lsq", ["contact", "body", "joints"]) == BODY_LSQ_BUDGET
+    assert default_budget("mh", ["contact", "joints"]) == BODY_LSQ_BUDGET
+    assert default_budget("mh", ["contact"]) == DEFAULT_BUDGET
     assert default_budget("lsq", ["joint.elbow.damping"]) == BODY_LSQ_BUDGET
     assert default_budget("lsq", ["contact"]) == DEFAULT_BUDGET
     assert default_budget("nevergrad", ["contact", "body"]) == DEFAULT_BUDGET
@@ -84,6 +85,7 @@ def test_the_command_line_runs_lsq_on_joints_when_no_method_is_named(tmp_path, c
     ("contact", ["--method", "lsq"], "lsq", DEFAULT_BUDGET),
     ("contact", ["--method", "nevergrad"], "nevergrad", DEFAULT_BUDGET),
     ("contact,body", ["--budget", "7"], "lsq", 7),
+    ("contact,joints", ["--method", "mh"], "mh", BODY_LSQ_BUDGET),
 ])
 def test_the_command_line_passes_the_resolved_method_and_budget(tmp_path, monkeypatch,
                                                                  params, extra, method, budget):
@@ -101,3 +103,30 @@ def test_the_command_line_passes_the_resolved_method_and_budget(tmp_path, monkey
                  "contactnets-cube"), "--params", params, "--out", str(tmp_path / "c"),
                  "--quiet", *extra]) == 0
     assert (seen["method"], seen["budget"]) == (method, budget)
+
+
+def test_mh_on_joints_samples_about_the_staged_least_squares_fit(tmp_path):
+    """calibrate --method mh with a joint name: the staged fit first (its record in the
+    summary), the calibrated likelihood's pilot refined from it, then MH."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.paramspace import ParamSpace
+
+    truth = ParamSpace(["joint.elbow.damping"], scene=str(HINGE)).engine_params([0.004])
+    save_csv_trajectories(tmp_path / "data", synthesize_tosses(
+        truth, n_tosses=5, n_samples=20,
+        rng=3, scene=str(HINGE), rate_hz=100.0, noise_m=0.001), with_velocities=True)
+    summary = calibrate(str(HINGE), tmp_path / "data", ["joint.elbow.damping"],
+                        tmp_path / "cal", method="mh", samples=40, burn_in=20, budget=6,
+                        split="all", plots=False, start_points=2, bootstrap_replicates=2,
+                        bounds={"joint.elbow.damping": (0.0005, 0.01)})
+    pilot = summary["lsq_pilot"]
+    assert [stage["stage"] for stage in pilot["stages"]] == ["body"]
+    assert 0 < pilot["evaluations"] <= 6 + 2 and "x" not in pilot and "history" not in pilot
+    weighting = summary["weighting"]
+    assert weighting["pilot_evaluations"] <= 40 + 30 + 60  # refined, no Sobol search
+    assert summary["method"] == "mh" and summary["q05"]["joint.elbow.damping"] <= \
+        summary["q95"]["joint.elbow.damping"]
+    replicates = weighting["adjustment"].get("bootstrap", {}).get("estimates", [])
+    assert all(0.0005 <= row[0] <= 0.01 for row in replicates)

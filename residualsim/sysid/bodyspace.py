@@ -90,20 +90,22 @@ def resolve_method(method: str | None, names: Sequence[str]) -> str:
     directions) with each pose-only recording's initial state solved beside the body; on
     pose-only recordings nevergrad over body, joints and contact together returned a body
     predicting held-out recordings 1.745x worse than PyBullet's defaults, lsq 0.887x (issue
-    48; train/README.md §22). ``mh`` or ``nevergrad`` named with body or joint names is
-    therefore refused (:class:`ParameterError` naming ``--method lsq``); the library's
-    :func:`~residualsim.sysid.calibrate.calibrate` still takes them, for studies.
+    48; train/README.md §22). ``nevergrad`` named with body or joint names is therefore
+    refused (:class:`ParameterError` naming ``--method lsq``); ``mh`` takes them, its pilot
+    being that staged fit (:func:`~residualsim.sysid.calibrate.calibrate`; issue 50); the
+    library's :func:`~residualsim.sysid.calibrate.calibrate` takes nevergrad too, for
+    studies.
     """
     body = names_body(names)
     if method is None:
         return "lsq" if body else "mh"
-    if body and method in ("mh", "nevergrad"):
+    if body and method == "nevergrad":
         raise ParameterError(
-            f"--method {method} is refused for body or joint parameters: it searches them "
+            "--method nevergrad is refused for body or joint parameters: it searches them "
             "together with the contact, which on pose-only recordings found bodies worse "
             "than PyBullet's defaults; use --method lsq (the default with body or joint "
-            "names), which stages free flight -> contact -> weak directions "
-            "(train/README.md §22)")
+            "names), which stages free flight -> contact -> weak directions, or mh, which "
+            "samples about that fit (train/README.md §22)")
     return method
 
 
@@ -116,8 +118,10 @@ DEFAULT_BUDGET, BODY_LSQ_BUDGET = 200, 600
 
 def default_budget(method: str, names: Sequence[str]) -> int:
     """``calibrate``'s ``--budget`` when none is given: :data:`BODY_LSQ_BUDGET` for ``lsq``
-    with body or joint names (or their groups), else :data:`DEFAULT_BUDGET`."""
-    return BODY_LSQ_BUDGET if method == "lsq" and names_body(names) else DEFAULT_BUDGET
+    with body or joint names (or their groups) and for ``mh``'s staged least-squares pilot
+    of them, else :data:`DEFAULT_BUDGET`."""
+    return BODY_LSQ_BUDGET if method in ("lsq", "mh") and names_body(names) \
+        else DEFAULT_BUDGET
 
 
 @dataclasses.dataclass(frozen=True)

@@ -164,14 +164,18 @@ def default_covariance(method: str, weighting: str, noise: float | None, kind: s
 def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed: int,
                     sobol_points: int, replicates: int = DEFAULT_REPLICATES,
                     checkpoint: str | os.PathLike[str] | None = None,
-                    resume: bool = False) -> tuple[np.ndarray, dict]:
+                    resume: bool = False, search: bool = True) -> tuple[np.ndarray, dict]:
     """The bootstrap covariance (d, d; unit coordinates) of the sandwich estimator about
     ``estimate`` (natural values (d,)), and its record for the summary (replicates, seed,
     pose noise in m and rad, the replicates' estimates). ``likelihood``
     (a :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`) is the one the estimate
     came from: its ``trajectories`` as rolled out give the first states, its settings the
     substeps, and :meth:`~residualsim.sysid.likelihood.TrajectoryLikelihood.like` the same
-    likelihood on each replicate; ``checkpoint``, ``resume``: as :func:`bootstrap_estimates`."""
+    likelihood on each replicate; ``checkpoint``, ``resume``: as :func:`bootstrap_estimates`.
+    ``search``: each replicate's fit starts, as the estimate's did, from the best of
+    ``sobol_points`` over the box; False: from ``estimate`` (MH's staged least-squares pilot
+    of body and joint names, too costly to repeat per replicate and a box search being what
+    found poor bodies: train/README.md §22)."""
     from residualsim.sysid.weighting import sandwich_calibration
 
     def fit(recordings: dict, b: int) -> np.ndarray:
@@ -180,7 +184,7 @@ def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed
                 return replicate([space.engine_params(row) for row in x])
 
             found = sandwich_calibration(replicate, log_like, space, seed + 1 + b,
-                                         sobol_points, None)
+                                         sobol_points, None if search else estimate)
         return np.array([found["median"][n] for n in space.names])
 
     noise = pose_noise(likelihood.trajectories)

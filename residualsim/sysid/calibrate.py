@@ -38,12 +38,13 @@ import numpy as np
 
 from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
 from residualsim.errors import DataError, ParameterError
-from residualsim.sysid.bodyspace import default_budget
+from residualsim.sysid.bodyspace import default_budget, names_body
 from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
                                          bootstrap_sandwich, check_covariance,
                                          default_covariance)
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
+from residualsim.sysid.lsq import lsq_pilot
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings, check_resumable
@@ -59,9 +60,8 @@ from residualsim.sim.scenes.body import BodyParams, check_body_matches
 from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
 
-__all__ = ["calibrate", "engine_from_option", "point_estimate", "Calibration", "load_calibration", "is_calibration",
-           "SUMMARY_FORMAT", "CUBE_CALIBRATED",
-           "CUBE_CALIBRATION_BOUNDS"]
+__all__ = ["calibrate", "engine_from_option", "point_estimate", "Calibration", "load_calibration",
+           "is_calibration", "SUMMARY_FORMAT", "CUBE_CALIBRATED", "CUBE_CALIBRATION_BOUNDS"]
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +184,12 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     is in sampler steps for MH (default 50) and in evaluations for nevergrad (default every
     batch). Workers run on the backend of :func:`residualsim.parallel.workers.parallel_backend`.
     ``substeps`` default: the scene's, for trajectories and impacts alike (as ``data
-    synthesize``, ``train`` and ``predict`` use). ``noise``: observation noise scale σ (m for trajectories, m/s for impacts),
-    default estimated. ``initial``: MH chains start at these values (e.g. an MPEC estimate,
-    :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`) instead of the best points
-    of a Sobol set of ``start_points`` × ``chains`` points (each one likelihood evaluation
-    before the first step). ``split_fractions`` / ``split_lists``: the train / validation / test
-    split (:func:`residualsim.data.splits.split_recordings`; default 0.7/0.15/0.15).
+    synthesize``, ``train`` and ``predict`` use). ``noise``: observation noise scale σ (m
+    for trajectories, m/s for impacts), default estimated. ``initial``: MH starts there
+    (its pilot fit, or the raw likelihood's chains; e.g. MPEC's values,
+    :func:`residualsim.sysid.mpec.calibration.calibrate_mpec`). ``split_fractions`` /
+    ``split_lists``: the train / validation / test split
+    (:func:`residualsim.data.splits.split_recordings`; default 0.7/0.15/0.15).
     ``initial_draws``: initial states drawn per recording whose initial state was fitted
     from poses (:class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`); default
     :data:`DEFAULT_INITIAL_DRAWS`, 0 with the bootstrap (§20.4; velocities: one rollout).
@@ -210,31 +210,24 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     how the first pose of a recording with recorded velocities is treated (``fit_recorded``
     of :class:`~residualsim.sysid.likelihood.TrajectoryLikelihood`; train/README.md §20);
     with ``"fit"`` lsq and the validation split start from the fitted poses too.
-    ``method="sandwich"`` (trajectories, noise estimated): a pilot fit (ν = 1, the best of
-    32 × ``chains`` Sobol points refined by 40 Nelder-Mead evaluations), each recording's
-    ν_i measured there, the ν-weighted mode (30 evaluations), and the Gaussian posterior
-    of :func:`~residualsim.sysid.weighting.sandwich_posterior` around the likelihood's
-    envelope there (``median``, ``q05``, ``q95`` as MH's summary; train/README.md §20);
-    ``covariance="bootstrap"``: its covariance from ``bootstrap_replicates`` (10) refits
-    (:func:`~residualsim.sysid.bootstrap.bootstrap_sandwich`, §20.4).
+    ``method="sandwich"`` (trajectories, noise estimated): the pilot fit below, each
+    recording's ν_i measured there, the ν-weighted mode (30 evaluations) and the Gaussian
+    of :func:`~residualsim.sysid.weighting.sandwich_posterior` about the envelope there
+    (``median``, ``q05``, ``q95`` as MH's; train/README.md §20); ``covariance="bootstrap"``:
+    its covariance from ``bootstrap_replicates`` (10) refits (§20.4).
     ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`;
     ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on trajectories
-    with the noise estimated (otherwise the raw one, ``"recording"``). ``"calibrated"``:
-    :func:`~residualsim.sysid.calibrated.calibrated_weights` (the pilot fit as below, the
-    envelope's mode ẑ where the chains start, the target with the envelope's sandwich
-    curvature times the few-recordings factor of ``small_sample``, or with
-    ``covariance="bootstrap"`` (the default here) the wider of that and the bootstrap's
-    covariance about ẑ (:func:`~residualsim.sysid.bootstrap.bootstrap_about`), keeping the share
-    ``rugged_weight`` λ (default 0.2; 0, the envelope alone, with the bootstrap: §20.5) of
-    the likelihood's departure from it; proposals screened on the
-    envelope first, so ``delayed_acceptance`` is refused with it). With ``"effective"`` a
-    pilot fit
-    (:func:`~residualsim.sysid.weighting.pilot_reference`: the best of 32 × ``chains``
-    Sobol points, or ``initial``, refined by 40 Nelder-Mead evaluations) fixes each
-    recording's weight ν_i; the mode of that likelihood (30 more evaluations) is where the
-    chains start and where its curvature is adjusted to the scatter between recordings
-    (26 evaluations; MH samples x with the engine at x̂ + C (x − x̂), Chandler and Bate
-    2007; see :mod:`residualsim.sysid.weighting` and train/README.md §20).
+    with the noise estimated (otherwise the raw one). ``"calibrated"``:
+    :func:`~residualsim.sysid.calibrated.calibrated_weights`: the envelope's mode ẑ where
+    chains start, its sandwich covariance times the few-recordings factor of
+    ``small_sample`` or, with ``covariance="bootstrap"`` (the default), the wider of that
+    and the bootstrap's about ẑ; the share ``rugged_weight`` λ (0.2; 0 with the bootstrap:
+    §20.5) of the likelihood's departure kept, proposals screened on the envelope (so no
+    ``delayed_acceptance``). ``"effective"``: the mode's curvature adjusted to the scatter
+    between recordings (Chandler and Bate 2007; :mod:`residualsim.sysid.weighting`). The
+    pilot fit: ``initial``, or with body or joint names the staged least-squares fit
+    (:func:`~residualsim.sysid.lsq.lsq_pilot`, ``budget``), or the best of 32 × ``chains``
+    Sobol points; refined by 40 Nelder-Mead evaluations.
     ``names`` may also hold the group ``solver`` (the solver parameters the scene's engine
     honours, :func:`~residualsim.sysid.bodyspace.solver_group`); a solver parameter the
     engine ignores is refused before any work. ``base``: values of the parameters not
@@ -346,8 +339,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             return -log_like(x) / likelihood.n_items
 
         result: dict[str, Any] = {}
+        start = None if initial is None else [float(initial[n]) for n in space.names]
         if method == "mh":
-            start = None if initial is None else [float(initial[n]) for n in space.names]
             if start is not None:
                 fingerprint["initial"] = start
             adjusted = kind == "trajectories" and noise is None and weighting != "recording"
@@ -367,6 +360,12 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             check_resumable(out / "checkpoint.npz", fingerprint, resume, space, burn_in,
                             {"n_chains": chains, "proposal_scale": proposal_scale,
                              "adapt": adapt, "init_draws": start_points})
+            body = names_body(space.names) and kind == "trajectories"
+            if body and start is None:  # the body found in stages, not by a box search
+                start, result["lsq_pilot"] = lsq_pilot(
+                    scene, train, space, likelihood, budget=budget, out=out, resume=resume,
+                    fingerprint=fingerprint, progress=progress, n_workers=n_workers,
+                    rotation_weight=rotation_weight, seed=seed)
             if adjusted and weighting == "calibrated":
                 result["weighting"], calibrated_mh = calibrated_weights(
                     likelihood, log_like, space, seed, start_points * chains, start,
@@ -375,7 +374,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                         scene, likelihood, space, mode, seed=seed,
                         sobol_points=start_points * chains,
                         replicates=bootstrap_replicates or DEFAULT_REPLICATES,
-                        checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
+                        checkpoint=out / "bootstrap-checkpoint.json", resume=resume,
+                        search=not body))
                 start = result["weighting"]["mode"]
                 target, screen = calibrated_mh.target, calibrated_mh.screen
             elif effective:
@@ -401,7 +401,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                     meta={**fingerprint, "data_path": str(data)})
             posterior.save(out / "posterior.npz")
             result.update(posterior.summary())
-            result["warnings"] = convergence_warnings(result)
+            result["warnings"] = convergence_warnings(result) + \
+                result.get("lsq_pilot", {}).get("warnings", [])
             if effective and result["weighting"]["adjustment_transform"] is None:
                 result["warnings"].append(
                     "the likelihood's curvature could not be adjusted to the scatter between "
@@ -430,7 +431,6 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             if kind != "trajectories" or noise is not None:
                 raise ParameterError("method 'sandwich' is for trajectories with the noise "
                                      "scale estimated (no --noise)")
-            start = None if initial is None else [float(initial[n]) for n in space.names]
             result.update(sandwich_calibration(
                 likelihood, log_like, space, seed, start_points * chains, start,
                 checkpoint=out / "sandwich-checkpoint.json", resume=resume,

@@ -551,3 +551,15 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
+
+
+def lsq_pilot(scene: str, train: Mapping[str, Any], space: ParamSpace, likelihood: Any,
+              **stages: Any) -> tuple[list[float], dict[str, Any]]:
+    """MH's pilot with body or joint names (``calibrate --method mh``): the staged fit of
+    :func:`staged_least_squares` (its keyword arguments ``stages``), where the calibrated
+    likelihood's pilot, envelope and bootstrap then start instead of a Sobol search of the
+    box (which found poor bodies on pose-only recordings: train/README.md §22). Returns the
+    natural values (d,) and the fit's record for the summary (its loss, evaluations,
+    stages and warnings)."""
+    found = staged_least_squares(scene, train, space, likelihood, **stages)
+    return found["x"], {k: v for k, v in found.items() if k not in ("x", "history")}
