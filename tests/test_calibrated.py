@@ -87,11 +87,53 @@ def test_too_few_recordings_or_no_envelope_leave_the_likelihood_unadjusted_and_s
     probe = SPACE.from_unit(np.array([[0.4, 0.6]]))
     assert found.target(probe) == pytest.approx(log_like(probe))
     flat, flat_log_like, centre = _stand_in(8, 6)
-    flat.a = 0.0  # no curvature anywhere: no positive-definite envelope
-    found = calibrated_target(flat, flat_log_like, SPACE, centre, 0.2, "none")
-    assert "positive-definite" in found.summary["failed"]
     with pytest.raises(Exception, match="within 0 to 1"):
         calibrated_target(flat, flat_log_like, SPACE, centre, 1.5)
+
+
+class _Saddle(QuadraticLikelihood):
+    """Each recording pins friction (curvature a about its mode) and pushes restitution
+    away from 0.5 (curvature −b): the envelope is indefinite at every scale."""
+
+    def errors(self, batch) -> np.ndarray:
+        z = self.space.to_unit(np.array([[p.lateral_friction, p.restitution] for p in batch]))
+        ell = (-0.5 * self.a * (z[:, None, 0] - self.modes[None, :, 0]) ** 2
+               + 0.5 * 40.0 * (z[:, None, 1] - 0.5) ** 2)
+        return np.exp(-2.0 * ell / self.nu)
+
+
+def test_a_direction_the_recordings_do_not_pin_is_sampled_at_the_prior_width_and_said():
+    """An envelope indefinite along restitution at every scale: that direction gets the
+    flat curvature (sd 0.5 in unit coordinates, about the prior's box), friction keeps its
+    sandwich width, the summary counts the direction and warns; MH's draws (λ = 0) spread
+    over the box along restitution."""
+    from residualsim.sysid.calibrated import FLAT_CURVATURE
+    from residualsim.sysid.mcmc import MetropolisHastings
+
+    scatter = 0.01 * np.random.default_rng(7).standard_normal((12, 2))
+    saddle = _Saddle(SPACE, 0.5 + scatter, 1e4)
+
+    def log_like(x: np.ndarray) -> np.ndarray:
+        batch = [SPACE.engine_params(row) for row in np.atleast_2d(x)]
+        return np.sum(-0.5 * saddle.nu * np.log(saddle.errors(batch)), axis=1)
+
+    found = calibrated_target(saddle, log_like, SPACE, SPACE.from_unit(
+        np.array([[0.5, 0.5]]))[0], 0.0, "none")
+    summary = found.summary
+    assert "failed" not in summary and summary["flat_directions"] == 1
+    assert "not concave along 1 of 2 directions" in summary["warnings"][0]
+    information = np.array(summary["information_unit"])
+    assert information[1, 1] == pytest.approx(FLAT_CURVATURE, rel=1e-6)
+    assert information[0, 0] > 1e4  # friction pinned by 12 recordings of curvature 1e4
+    draws = MetropolisHastings(found.target, SPACE, n_chains=2, rng=0).run(
+        3000, 500, initial=found.start).samples.reshape(-1, 2)
+    units = SPACE.to_unit(draws)
+    assert units[:, 0].std() < 0.02 and 0.2 < units[:, 1].std() < 0.35  # the box's: 0.29
+    from residualsim.experiments.report import _likelihood_note
+
+    note = _likelihood_note({"calibrated": NAMES, "weighting": {
+        "method": "calibrated", "mode": list(found.start), "adjustment": summary}})
+    assert "Along 1 direction(s) the envelope was not concave" in note
 
 
 def test_calibrate_mh_samples_the_calibrated_likelihood_when_asked(tmp_path):

@@ -408,11 +408,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     "the likelihood's curvature could not be adjusted to the scatter between "
                     "recordings (flat or rugged around the mode): the posterior may be too "
                     "narrow (--weighting recording is wider)")
-            failed = (result.get("weighting") or {}).get("adjustment", {}).get("failed")
-            if failed:
-                result["warnings"].append(f"the calibrated likelihood could not be built "
-                                          f"({failed}): MH sampled the raw one (as --weighting "
-                                          "recording), whose intervals may be too wide")
+            result["warnings"] += (result.get("weighting") or {}).get(
+                "adjustment", {}).get("warnings", [])
             for warning in result["warnings"]:
                 log.warning("%s: %s", out, warning)
             point = posterior.median()

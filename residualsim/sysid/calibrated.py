@@ -29,13 +29,14 @@ MH evaluates the target with delayed acceptance (Christen and Fox 2005): a propo
 the envelope q first, which costs nothing, and only one that passes is rolled out; the
 chain is still exact for the target (:mod:`residualsim.sysid.mcmc`).
 
-Where no positive-definite envelope is found, or the recordings are too few for the scatter
-(G ≤ d), :func:`calibrated_weights` falls back to the raw likelihood (ν_i = 1, ``--weighting
-recording``: too wide on few tosses, where the ν-weighted one would be too narrow), chains
-starting at the ν-weighted mode, and the summary says so (a warning). On 30 real
-ContactNets cube tosses this happened while the envelope's design was clipped at the
-prior's edge (restitution's pilot mode 0.007, train/README.md §20.3); near a bound the
-design now moves inward instead (§20.5).
+Where the envelope stays indefinite at every design scale, its curvature along the
+directions that are not concave is raised to :data:`FLAT_CURVATURE` (as wide as the prior's
+box: the recordings do not pin them, or the likelihood is rugged there; a warning): on the
+two-link hinge the joint's damping near its lower bound did this (train/README.md §20.6).
+Where the recordings are too few for the scatter (G ≤ d), :func:`calibrated_weights` falls
+back to the raw likelihood (ν_i = 1, ``--weighting recording``: too wide on few tosses,
+where the ν-weighted one would be too narrow), chains starting at the ν-weighted mode, and
+the summary says so (a warning). Near a bound the design moves inward (§20.5).
 
 The default of ``calibrate --method mh`` since issue 50 (train/README.md §20.5), with the
 bootstrap's covariance where it is wider than the sandwich's (``--covariance bootstrap``,
@@ -72,6 +73,10 @@ __all__ = ["DEFAULT_RUGGED", "CalibratedTarget", "calibrated_target", "calibrate
 
 #: λ, the share of the likelihood's departure from its adjusted envelope MH keeps.
 DEFAULT_RUGGED = 0.2
+#: The curvature (unit coordinates) an envelope indefinite at every design scale gets along
+#: the directions the recordings do not pin (:func:`calibrated_target`): a Gaussian of
+#: standard deviation 0.5, as wide as the prior's box, which then bounds the posterior there.
+FLAT_CURVATURE = 4.0
 #: The few-recordings correction of the envelope's covariance.
 DEFAULT_SMALL_SAMPLE = "cr1t"
 #: The envelope's mode (natural values (d,)) → its bootstrap covariance (unit coordinates)
@@ -113,10 +118,10 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
         inflation = small_sample_inflation(likelihood.n_items, space.ndim, small_sample)
     except ParameterError as error:  # G <= d: no scatter to scale by
         return CalibratedTarget(log_like, None, center, {"failed": str(error)})
-    found = _local_quadratics(likelihood, space, center, sandwich=True)
+    found = _local_quadratics(likelihood, space, center, sandwich=True, flat=FLAT_CURVATURE)
     if found.get("information") is None:
         return CalibratedTarget(log_like, None, center, {
-            "failed": "no positive-definite envelope of the likelihood around its mode",
+            "failed": "no envelope of the likelihood around its mode",
             "evaluations": found["evaluations"]})
     information, spread = found["information"], found["spread"]
     mode_unit = np.asarray(found["envelope_mode"], dtype=np.float64)
@@ -155,7 +160,13 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
                "inflation": float(inflation), "envelope_mode": mode.tolist(),
                "transform_unit": transform.tolist(), "information_unit": information.tolist(),
                "spread_unit": spread.tolist(), "design_steps_unit": found["h"],
-               "magnitude_w": found["w_raw"], "evaluations": found["evaluations"]}
+               "magnitude_w": found["w_raw"], "evaluations": found["evaluations"],
+               "flat_directions": found["flat_directions"]}
+    if found["flat_directions"]:
+        summary["warnings"] = [
+            f"the likelihood's envelope is not concave along {found['flat_directions']} of "
+            f"{space.ndim} directions at any scale tried (the recordings do not pin them, or "
+            "it is rugged there): MH samples them about as wide as the prior's box"]
     if record is not None:
         summary.update(covariance="bootstrap", bootstrap=record,
                        covariance_unit=np.linalg.inv(curvature).tolist())
@@ -195,6 +206,9 @@ def calibrated_weights(likelihood, log_like: Callable[[np.ndarray], np.ndarray],
     if "failed" in adjustment:  # the raw likelihood (too wide on few tosses), not the
         likelihood.reset_weights()  # ν-weighted one (too narrow)
         adjustment["fallback"] = "recording"
+        adjustment["warnings"] = [f"the calibrated likelihood could not be built "
+                                  f"({adjustment['failed']}): MH sampled the raw one (as "
+                                  "--weighting recording), whose intervals may be too wide"]
     scale = (f"bootstrap covariance ({adjustment['bootstrap']['replicates']} replicates)"
              if "bootstrap" in adjustment else
              f"covariance x {adjustment.get('inflation', 1.0):.3g}")

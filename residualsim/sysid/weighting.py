@@ -243,9 +243,13 @@ def magnitude_adjustment(likelihood, space, center: np.ndarray) -> dict:
 
 
 def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float = 0.01,
-                      sandwich: bool = False) -> dict:
+                      sandwich: bool = False, flat: float | None = None) -> dict:
     """See :func:`magnitude_adjustment`; ``sandwich``: rescale the design to 1.5 standard
-    deviations of the sandwich covariance H⁻¹ J H⁻¹ (not of H⁻¹) until it is stable."""
+    deviations of the sandwich covariance H⁻¹ J H⁻¹ (not of H⁻¹) until it is stable.
+    ``flat`` (a curvature, unit coordinates): when H stays indefinite at every scale, the
+    widest design's H with its eigenvalues raised to at least ``flat``; the result's
+    ``flat_directions`` counts the eigenvalues raised (the recordings do not pin those
+    directions, or the likelihood is rugged there at every scale tried)."""
     nu = np.asarray(likelihood.nu, dtype=np.float64)
     d = space.ndim
     zc = space.to_unit(np.asarray(center, dtype=np.float64)[None])[0]
@@ -258,7 +262,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
                 for a in (1, -1) for b in (1, -1)]
     offsets = np.array(offsets)
     pairs = [(j, k) for j in range(d) for k in range(j, d)]
-    steps, evaluations, found, scaled = np.full(d, first_step), 0, None, False
+    steps, evaluations, found, scaled, last = np.full(d, first_step), 0, None, False, None
     for _ in range(6 if sandwich else 4):
         h = np.minimum(steps, 0.25)
         # near a bound the design moves inward (one-sided about the mode), as a clipped
@@ -296,7 +300,12 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
                 break
             steps, scaled = 1.5 / np.sqrt(np.diag(total)), True
         else:
-            steps = 2 * h  # rugged or flat at this scale: look wider
+            steps, last = 2 * h, (total, grad, h, -hess, middle)  # rugged or flat: look wider
+    raised = 0
+    if found is None and flat is not None and last is not None:
+        values, vectors = np.linalg.eigh(last[0])
+        raised = int(np.sum(values < flat))
+        found = (vectors @ np.diag(np.maximum(values, flat)) @ vectors.T, *last[1:])
     if found is None:
         return {"w": 1.0, "w_raw": None, "h": h.tolist(), "evaluations": evaluations}
     information, grad, h, items, middle = found
@@ -309,7 +318,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             "transform": curvature_transform(information, spread),
             "envelope_mode": np.clip(middle + np.linalg.solve(information, grad.sum(axis=0)),
                                      0.0, 1.0),
-            "scores": grad, "item_information": items}
+            "scores": grad, "item_information": items, "flat_directions": raised}
 
 
 def curvature_transform(information: np.ndarray, spread: np.ndarray) -> np.ndarray:
