@@ -287,8 +287,8 @@ def _likelihood_note(summary: Mapping[str, Any]) -> str:
                 f"{adjustment.get('rugged_weight', 0.0):g} of the likelihood's departure "
                 f"from the envelope kept." + (
                     f" Along {adjustment['flat_directions']} direction(s) the envelope was not "
-                    f"concave at any scale (not pinned by the recordings): sampled about as "
-                    f"wide as the prior's box." if adjustment.get("flat_directions") else ""))
+                    f"concave at any scale (not pinned by the recordings): sampled as the "
+                    f"prior has them." if adjustment.get("flat_directions") else ""))
     if method == "calibrated":
         return (f"Likelihood: raw (as --weighting recording): the calibrated one could not "
                 f"be built ({adjustment['failed']}); its intervals may be too wide.")

@@ -30,7 +30,7 @@ the envelope q first, which costs nothing, and only one that passes is rolled ou
 chain is still exact for the target (:mod:`residualsim.sysid.mcmc`).
 
 Where the envelope stays indefinite at every design scale, its curvature along the
-directions that are not concave is raised to :data:`FLAT_CURVATURE` (as wide as the prior's
+directions that are not concave is raised to :data:`FLAT_CURVATURE` (flat over the prior's
 box: the recordings do not pin them, or the likelihood is rugged there; a warning): on the
 two-link hinge the joint's damping near its lower bound did this (train/README.md §20.6).
 Where the recordings are too few for the scatter (G ≤ d), :func:`calibrated_weights` falls
@@ -75,8 +75,10 @@ __all__ = ["DEFAULT_RUGGED", "CalibratedTarget", "calibrated_target", "calibrate
 DEFAULT_RUGGED = 0.2
 #: The curvature (unit coordinates) an envelope indefinite at every design scale gets along
 #: the directions the recordings do not pin (:func:`calibrated_target`): a Gaussian of
-#: standard deviation 0.5, as wide as the prior's box, which then bounds the posterior there.
-FLAT_CURVATURE = 4.0
+#: standard deviation 10, flat over the prior's box, so that the posterior there is the
+#: prior's. (4, a standard deviation of 0.5 about the design's centre, missed truths near
+#: the box's corners: train/README.md §20.6.)
+FLAT_CURVATURE = 0.01
 #: The few-recordings correction of the envelope's covariance.
 DEFAULT_SMALL_SAMPLE = "cr1t"
 #: The envelope's mode (natural values (d,)) → its bootstrap covariance (unit coordinates)
@@ -166,7 +168,7 @@ def calibrated_target(likelihood, log_like: Callable[[np.ndarray], np.ndarray], 
         summary["warnings"] = [
             f"the likelihood's envelope is not concave along {found['flat_directions']} of "
             f"{space.ndim} directions at any scale tried (the recordings do not pin them, or "
-            "it is rugged there): MH samples them about as wide as the prior's box"]
+            "it is rugged there): MH samples them as the prior has them"]
     if record is not None:
         summary.update(covariance="bootstrap", bootstrap=record,
                        covariance_unit=np.linalg.inv(curvature).tolist())

@@ -247,7 +247,8 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
     """See :func:`magnitude_adjustment`; ``sandwich``: rescale the design to 1.5 standard
     deviations of the sandwich covariance H⁻¹ J H⁻¹ (not of H⁻¹) until it is stable.
     ``flat`` (a curvature, unit coordinates): when H stays indefinite at every scale, the
-    widest design's H with its eigenvalues raised to at least ``flat``; the result's
+    widest design's H with its eigenvalues raised to at least ``flat``, the envelope's mode
+    moved from the design's centre along the other eigenvectors only; the result's
     ``flat_directions`` counts the eigenvalues raised (the recordings do not pin those
     directions, or the likelihood is rugged there at every scale tried)."""
     nu = np.asarray(likelihood.nu, dtype=np.float64)
@@ -301,14 +302,19 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
             steps, scaled = 1.5 / np.sqrt(np.diag(total)), True
         else:
             steps, last = 2 * h, (total, grad, h, -hess, middle)  # rugged or flat: look wider
-    raised = 0
+    raised, step = 0, None
     if found is None and flat is not None and last is not None:
         values, vectors = np.linalg.eigh(last[0])
-        raised = int(np.sum(values < flat))
+        raised, pinned = int(np.sum(values < flat)), values >= flat
         found = (vectors @ np.diag(np.maximum(values, flat)) @ vectors.T, *last[1:])
+        # the mode moves along the pinned directions only: along the others it is the prior's
+        step = vectors[:, pinned] @ ((vectors[:, pinned].T @ last[1].sum(axis=0))
+                                     / values[pinned])
     if found is None:
         return {"w": 1.0, "w_raw": None, "h": h.tolist(), "evaluations": evaluations}
     information, grad, h, items, middle = found
+    if step is None:
+        step = np.linalg.solve(information, grad.sum(axis=0))
     centred = grad - grad.mean(axis=0)
     spread = n_items / (n_items - 1) * centred.T @ centred
     scatter = float(np.trace(np.linalg.solve(information, spread)))
@@ -316,8 +322,7 @@ def _local_quadratics(likelihood, space, center: np.ndarray, first_step: float =
     return {"w": float(np.clip(w, 1e-3, 1.0)), "w_raw": w, "h": h.tolist(),
             "evaluations": evaluations, "information": information, "spread": spread,
             "transform": curvature_transform(information, spread),
-            "envelope_mode": np.clip(middle + np.linalg.solve(information, grad.sum(axis=0)),
-                                     0.0, 1.0),
+            "envelope_mode": np.clip(middle + step, 0.0, 1.0),
             "scores": grad, "item_information": items, "flat_directions": raised}
 
 
