@@ -150,7 +150,7 @@ def register(commands) -> None:
                      "homotopy or mh (default: lsq with body or joint names, else mh; "
                      "nevergrad is refused for them; mh samples about lsq's staged fit)")
     cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
-                     help="mh: start at the best Sobol points (default; body or joints: lsq's fit) or MPEC's")
+                     help="mh: from the best Sobol points (default; a body: lsq's fit) or MPEC's")
     cal.add_argument("--start-points", type=count(1), default=32, help="mh --init sobol: "
                      "Sobol points per chain, each one evaluation before the first step "
                      "(default 32; lower it for quick looks)")
@@ -199,10 +199,10 @@ def register(commands) -> None:
                      help="recordings to calibrate on (default train)")
     cal.add_argument("--max-trajectories", type=count(1),
                      help="only the first N recordings of the split (default: all)")
-    cal.add_argument("--budget", type=count(1), help="nevergrad or lsq (and mh's lsq pilot) "
-                     "parameter sets, each rolled out on every recording (default 200; lsq or "
-                     "mh with body or joint names 600: body on free flight (BUDGET), contact (at most 12 (k + 1)), then the "
-                     "body's weak directions through the first impact)")
+    cal.add_argument("--budget", type=count(1), help="nevergrad, lsq or mh's lsq pilot: "
+                     "parameter sets, each rolled out on every recording (default 200; 600 with "
+                     "body or joint names: body on free flight (BUDGET), contact (at most 12 (k "
+                     "+ 1)), then the body's weak directions through the first impact)")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
                      "nevergrad evaluations (default: each batch), between checkpoints")
