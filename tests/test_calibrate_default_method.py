@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from residualsim.errors import ParameterError
@@ -130,3 +131,30 @@ def test_mh_on_joints_samples_about_the_staged_least_squares_fit(tmp_path):
         summary["q95"]["joint.elbow.damping"]
     replicates = weighting["adjustment"].get("bootstrap", {}).get("estimates", [])
     assert all(0.0005 <= row[0] <= 0.01 for row in replicates)
+
+
+def test_refit_starts_fits_the_first_poses_with_the_given_body(tmp_path):
+    """A start fitted with the URDF's joint damping is biased for another damping; refit
+    with the true one it rolls the recordings out closer to the truth, the workers
+    restarted on the new starts and the rollouts counted on."""
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.likelihood import TrajectoryLikelihood
+    from residualsim.sysid.paramspace import ParamSpace
+
+    space = ParamSpace(["joint.elbow.damping"], scene=str(HINGE))
+    truth = space.engine_params([0.008])  # the URDF's: 0.002
+    tosses = synthesize_tosses(truth, n_tosses=3, n_samples=40, rng=4, scene=str(HINGE),
+                               rate_hz=100.0, noise_m=0.002, noise_rad=0.01)
+    with TrajectoryLikelihood(str(HINGE), tosses, fit_recorded=True) as likelihood:
+        before = likelihood.errors([truth])[0]
+        rollouts = likelihood.n_rollouts
+        starts = {k: t.positions_m[0].copy() for k, t in likelihood.trajectories.items()}
+        likelihood.refit_starts(truth)
+        after = likelihood.errors([truth])[0]
+        assert likelihood.n_rollouts == rollouts + 3
+        moved = [np.linalg.norm(likelihood.trajectories[k].positions_m[0] - starts[k])
+                 for k in starts]
+    assert max(moved) > 0 and after.sum() < before.sum()
+    with TrajectoryLikelihood(str(HINGE), tosses) as plain:  # recorded starts: no refit
+        plain.refit_starts(truth)
+        assert plain.trajectories.keys() == tosses.keys() and plain.n_rollouts == 0

@@ -366,6 +366,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     scene, train, space, likelihood, budget=budget, out=out, resume=resume,
                     fingerprint=fingerprint, progress=progress, n_workers=n_workers,
                     rotation_weight=rotation_weight, seed=seed)
+                likelihood.refit_starts(space.engine_params(np.asarray(start)))
             if adjusted and weighting == "calibrated":
                 result["weighting"], calibrated_mh = calibrated_weights(
                     likelihood, log_like, space, seed, start_points * chains, start,

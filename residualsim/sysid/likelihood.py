@@ -330,7 +330,7 @@ class TrajectoryLikelihood(_Likelihood):
                  substeps: int | None = None, noise_m: float | None = None,
                  n_workers: int = 1, initial_draws: int = 0, seed: int = 0,
                  rotation_weight: float = 1.0, horizons: Sequence[int] | None = None,
-                 fit_recorded: bool = False) -> None:
+                 fit_recorded: bool = False, start_params: EngineParams | None = None) -> None:
         if horizons is not None and len(horizons) != len(trajectories):
             raise ParameterError(f"{len(horizons)} horizons for {len(trajectories)} recordings")
         if int(initial_draws) != initial_draws or initial_draws < 0:
@@ -341,13 +341,15 @@ class TrajectoryLikelihood(_Likelihood):
         layout = make_scene(scene)
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
+        self._recorded = dict(trajectories)
         if fit_recorded:
-            trajectories = fit_starts(scene, trajectories, settings, None, n_workers,
+            trajectories = fit_starts(scene, trajectories, settings, start_params, n_workers,
                                       estimated=False, recorded=True)
         self.fit_recorded = bool(fit_recorded)
         self._options = {"substeps": settings.substeps, "noise_m": noise_m,
                          "n_workers": n_workers, "initial_draws": initial_draws, "seed": seed,
-                         "rotation_weight": rotation_weight, "fit_recorded": fit_recorded}
+                         "rotation_weight": rotation_weight, "fit_recorded": fit_recorded,
+                         "start_params": start_params}
         #: The recordings as rolled out (first poses fitted with ``fit_recorded``).
         self.trajectories = dict(trajectories)
         radius = layout.radius_of_gyration_m
@@ -383,6 +385,18 @@ class TrajectoryLikelihood(_Likelihood):
         """The same likelihood (scene, substeps, noise, workers, start handling) on other
         ``trajectories``, e.g. a bootstrap replicate's; open it with ``with``."""
         return TrajectoryLikelihood(self.scene, trajectories, **self._options)
+
+    def refit_starts(self, params: EngineParams) -> None:
+        """With ``fit_recorded``: fit the recordings' first poses again with the engine at
+        ``params`` (its body and joints: a start fitted with the URDF's is biased for
+        another, and pulls a body calibration toward the URDF's values) and restart the
+        workers on them; ν back to 1, the rollout count kept. Otherwise nothing."""
+        if not self.fit_recorded:
+            return
+        rollouts = self.n_rollouts
+        self.close()
+        self.__init__(self.scene, self._recorded, **{**self._options, "start_params": params})
+        self.n_rollouts += rollouts
 
 
 class ImpactLikelihood(_Likelihood):
@@ -464,6 +478,11 @@ class StagedLikelihood:
     def reset_weights(self) -> None:
         self.first.reset_weights()
         self.rest.reset_weights()
+
+    def refit_starts(self, params: EngineParams) -> None:
+        """Both stages' :meth:`TrajectoryLikelihood.refit_starts`."""
+        self.first.refit_starts(params)
+        self.rest.refit_starts(params)
 
     @property
     def nu(self) -> np.ndarray:
