@@ -342,9 +342,10 @@ class TrajectoryLikelihood(_Likelihood):
         self.dims = 3 if layout.planar else 4
         settings = recording_settings(scene, trajectories, substeps)
         self._recorded = dict(trajectories)
-        if fit_recorded:
+        if fit_recorded or start_params is not None:  # pose-only ones: again at its body
             trajectories = fit_starts(scene, trajectories, settings, start_params, n_workers,
-                                      estimated=False, recorded=True)
+                                      estimated=start_params is not None,
+                                      recorded=fit_recorded)
         self.fit_recorded = bool(fit_recorded)
         self._options = {"substeps": settings.substeps, "noise_m": noise_m,
                          "n_workers": n_workers, "initial_draws": initial_draws, "seed": seed,
@@ -387,11 +388,14 @@ class TrajectoryLikelihood(_Likelihood):
         return TrajectoryLikelihood(self.scene, trajectories, **self._options)
 
     def refit_starts(self, params: EngineParams) -> None:
-        """With ``fit_recorded``: fit the recordings' first poses again with the engine at
-        ``params`` (its body and joints: a start fitted with the URDF's is biased for
-        another, and pulls a body calibration toward the URDF's values) and restart the
-        workers on them; ν back to 1, the rollout count kept. Otherwise nothing."""
-        if not self.fit_recorded:
+        """Fit the recordings' first states again with the engine at ``params`` (its body
+        and joints: a start fitted with the URDF's is biased for another, and pulls a body
+        calibration toward the URDF's values) and restart the workers on them: the poses of
+        those with recorded velocities with ``fit_recorded``, pose and velocities of those
+        whose velocities were estimated from poses (as read, with the URDF's body). ν back
+        to 1, the rollout count kept. Nothing when there is neither."""
+        if not self.fit_recorded and not any(
+                t.metadata.get("velocities") == "estimated" for t in self._recorded.values()):
             return
         rollouts = self.n_rollouts
         self.close()
