@@ -5,7 +5,7 @@ simulated velocities (issue 50's 170-toss check on the two-link hinge, train/REA
 
     python train/object_truth_set.py --scene assets/examples/hinge.toml \
         --truth lateral_friction=0.3,restitution=0.4,body.arm.mass_ratio=0.6,joint.elbow.damping=0.004 \
-        --count 170 --samples 60 --substeps 5 --noise-m 0.002 --seed 0 --out /tmp/hinge170
+        --count 170 --samples 60 --substeps 5 --noise-m 0.002 --seed 0 --out runs/hinge170
 """
 
 from __future__ import annotations
