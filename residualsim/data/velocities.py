@@ -514,7 +514,7 @@ def check_recorded_velocities(path: Path, times: np.ndarray, positions: np.ndarr
     raw = [linear, angular] + [rates[:, [k]] for k in range(len(joints))]
     for (what, recorded, estimate, moving), floor, samples in zip(checks, floors, raw):
         speed = np.linalg.norm(estimate, axis=1)
-        mask = (speed > max(moving, NOISE_ALLOWANCE * float(np.max(floor)))) & \
+        mask = (speed > max(moving, NOISE_ALLOWANCE * floor)) & \
             _smooth_windows(windows, samples)  # moving beyond what noise makes of rest
         if mask.sum() < 3:
             continue
