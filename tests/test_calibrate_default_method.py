@@ -55,10 +55,12 @@ def test_the_command_line_refuses_nevergrad_on_the_body(tmp_path, capsys):
     assert not (tmp_path / "c").exists()
 
 
-def test_the_default_budget_is_larger_only_for_lsq_and_its_mh_pilot_on_the_body():
+def test_the_default_budget_is_larger_only_for_lsq_and_its_pilot_on_the_body():
     assert BODY_LSQ_BUDGET > DEFAULT_BUDGET
     assert default_budget("lsq", ["contact", "body", "joints"]) == BODY_LSQ_BUDGET
     assert default_budget("mh", ["contact", "joints"]) == BODY_LSQ_BUDGET
+    assert default_budget("sandwich", ["body.arm.mass_ratio"]) == BODY_LSQ_BUDGET
+    assert default_budget("sandwich", ["contact"]) == DEFAULT_BUDGET
     assert default_budget("mh", ["contact"]) == DEFAULT_BUDGET
     assert default_budget("lsq", ["joint.elbow.damping"]) == BODY_LSQ_BUDGET
     assert default_budget("lsq", ["contact"]) == DEFAULT_BUDGET
@@ -131,6 +133,32 @@ def test_mh_on_joints_samples_about_the_staged_least_squares_fit(tmp_path):
         summary["q95"]["joint.elbow.damping"]
     replicates = weighting["adjustment"].get("bootstrap", {}).get("estimates", [])
     assert all(0.0005 <= row[0] <= 0.01 for row in replicates)
+
+
+def test_the_sandwich_on_a_body_name_starts_from_the_staged_fit_not_a_box_search(tmp_path):
+    """calibrate --method sandwich with a body name: the staged fit first (recorded in the
+    summary, its warnings passed on), the sandwich's pilot refined from it (no Sobol points
+    spent), its interval about the truth the synthetic tosses were made with."""
+    from residualsim.data.csv import save_csv_trajectories
+    from residualsim.sim.synthesize import synthesize_tosses
+    from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.paramspace import ParamSpace
+
+    names = ["body.arm.mass_ratio"]
+    truth = ParamSpace(names, scene=str(HINGE)).engine_params([0.6])
+    save_csv_trajectories(tmp_path / "data", synthesize_tosses(
+        truth, n_tosses=6, n_samples=30, rng=5, scene=str(HINGE), rate_hz=100.0,
+        noise_m=0.001), with_velocities=True)
+    summary = calibrate(str(HINGE), tmp_path / "data", names, tmp_path / "cal",
+                        method="sandwich", budget=8, split="all", plots=False,
+                        start_points=50, bounds={names[0]: (0.3, 1.2)})
+    pilot = summary["lsq_pilot"]
+    assert [stage["stage"] for stage in pilot["stages"]] == ["body"]
+    assert 0 < pilot["evaluations"] <= 8 + 2
+    assert set(pilot["warnings"]) <= set(summary["warnings"])
+    assert summary["evaluations"] < 50 + 71  # a Sobol search would have spent 50 more
+    assert summary["q05"][names[0]] < summary["median"][names[0]] < summary["q95"][names[0]]
+    assert abs(summary["median"][names[0]] - 0.6) < 0.1
 
 
 def test_refit_starts_fits_the_first_poses_with_the_given_body(tmp_path):

@@ -118,9 +118,9 @@ DEFAULT_BUDGET, BODY_LSQ_BUDGET = 200, 600
 
 def default_budget(method: str, names: Sequence[str]) -> int:
     """``calibrate``'s ``--budget`` when none is given: :data:`BODY_LSQ_BUDGET` for ``lsq``
-    with body or joint names (or their groups) and for ``mh``'s staged least-squares pilot
-    of them, else :data:`DEFAULT_BUDGET`."""
-    return BODY_LSQ_BUDGET if method in ("lsq", "mh") and names_body(names) \
+    with body or joint names (or their groups) and for the staged least-squares pilot of
+    them of ``mh`` and ``sandwich``, else :data:`DEFAULT_BUDGET`."""
+    return BODY_LSQ_BUDGET if method in ("lsq", "mh", "sandwich") and names_body(names) \
         else DEFAULT_BUDGET
 
 

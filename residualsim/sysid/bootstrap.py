@@ -199,7 +199,7 @@ def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed
 def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping, *, seed: int,
                        sobol_points: int, replicates: int = DEFAULT_REPLICATES,
                        checkpoint: str | os.PathLike[str] | None = None,
-                       resume: bool = False) -> dict:
+                       resume: bool = False, search: bool = True) -> dict:
     """``calibrate --method sandwich --covariance bootstrap``: the sandwich's ``result``
     (:func:`~residualsim.sysid.weighting.sandwich_calibration`'s entries) with its
     covariance replaced by :func:`bootstrap_about`'s about the same mode (arguments as
@@ -212,7 +212,8 @@ def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping, *, seed: 
     estimate = np.array([result["median"][n] for n in space.names])
     covariance, record = bootstrap_about(scene, likelihood, space, estimate, seed=seed,
                                          sobol_points=sobol_points, replicates=replicates,
-                                         checkpoint=checkpoint, resume=resume)
+                                         checkpoint=checkpoint, resume=resume,
+                                         search=search)
     sandwich.update(sandwich_covariance_unit=sandwich.get("covariance_unit"),
                     covariance_unit=covariance.tolist(), bootstrap=record)
     return {**gaussian_quantiles(space, np.asarray(sandwich["mode_unit"]), covariance),

@@ -2,23 +2,16 @@
 
 The first stage of the data flow (recordings → calibration → residual training → rollouts).
 :func:`calibrate` loads a data set, keeps its training split, builds the trajectory
-likelihood (:mod:`residualsim.sysid.likelihood`) over worker processes and either
-
-- samples the posterior with Metropolis-Hastings (:class:`~residualsim.sysid.mcmc.MetropolisHastings`,
-  ``method="mh"``, the residual-learning paper's procedure; the point value is the posterior
-  median), or
-- maximises the same likelihood with a pinned nevergrad optimiser (``method="nevergrad"``,
-  a maximum-likelihood point estimate for comparison; the loss is −log L per recording).
-
-It writes one output directory: ``summary.json`` (the point value, or the held-out guard's
-better choice, as full engine parameters; the engine settings it was calibrated at,
-intervals and diagnostics, held-out figures and the guard's choice,
-:mod:`residualsim.sysid.held_out`),
-``posterior.npz`` with corner and trace plots (MH) or ``history.json`` (nevergrad), and a
-checkpoint from which an interrupted run resumes. :func:`load_calibration` reads such a
-directory back; ``simulate``/``predict``/``train`` accept it directly, and use the substep
-count it was calibrated at (parameters fitted at one substep count do not transfer to
-another: see PYBULLET_NOTES).
+likelihood (:mod:`residualsim.sysid.likelihood`) over worker processes and samples it with
+Metropolis-Hastings (``method="mh"``, :class:`~residualsim.sysid.mcmc.MetropolisHastings`;
+the point value is the posterior median), takes the Gaussian about its envelope
+(``"sandwich"``) or minimises trajectory error (``"lsq"``, ``"nevergrad"``). It writes one
+directory: ``summary.json`` (the point value, or the held-out guard's better choice,
+:mod:`residualsim.sysid.held_out`, as full engine parameters; the settings, intervals and
+diagnostics), ``posterior.npz`` with corner and trace plots (MH) and checkpoints from which
+an interrupted run resumes. :func:`load_calibration` reads it back; ``simulate``,
+``predict`` and ``train`` take it and its substep count (parameters fitted at one substep
+count do not transfer to another: see PYBULLET_NOTES).
 """
 
 from __future__ import annotations
@@ -340,6 +333,18 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
 
         result: dict[str, Any] = {}
         start = None if initial is None else [float(initial[n]) for n in space.names]
+        body = names_body(space.names) and kind == "trajectories"
+
+        def staged_pilot() -> list[float]:
+            """MH's and the sandwich's start with body or joint names: found in stages, not
+            by a box search (§22), the recordings' first states fitted again with it."""
+            found, result["lsq_pilot"] = lsq_pilot(
+                scene, train, space, likelihood, budget=budget, out=out, resume=resume,
+                fingerprint=fingerprint, progress=progress, n_workers=n_workers,
+                rotation_weight=rotation_weight, seed=seed)
+            likelihood.refit_starts(space.engine_params(np.asarray(found)))
+            return found
+
         if method == "mh":
             if start is not None:
                 fingerprint["initial"] = start
@@ -360,13 +365,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             check_resumable(out / "checkpoint.npz", fingerprint, resume, space, burn_in,
                             {"n_chains": chains, "proposal_scale": proposal_scale,
                              "adapt": adapt, "init_draws": start_points})
-            body = names_body(space.names) and kind == "trajectories"
-            if body and start is None:  # the body found in stages, not by a box search
-                start, result["lsq_pilot"] = lsq_pilot(
-                    scene, train, space, likelihood, budget=budget, out=out, resume=resume,
-                    fingerprint=fingerprint, progress=progress, n_workers=n_workers,
-                    rotation_weight=rotation_weight, seed=seed)
-                likelihood.refit_starts(space.engine_params(np.asarray(start)))
+            start = staged_pilot() if body and start is None else start
             if adjusted and weighting == "calibrated":
                 result["weighting"], calibrated_mh = calibrated_weights(
                     likelihood, log_like, space, seed, start_points * chains, start,
@@ -429,6 +428,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
             if kind != "trajectories" or noise is not None:
                 raise ParameterError("method 'sandwich' is for trajectories with the noise "
                                      "scale estimated (no --noise)")
+            start = staged_pilot() if body and start is None else start
             result.update(sandwich_calibration(
                 likelihood, log_like, space, seed, start_points * chains, start,
                 checkpoint=out / "sandwich-checkpoint.json", resume=resume,
@@ -438,7 +438,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     scene, likelihood, space, result, seed=seed,
                     sobol_points=start_points * chains,
                     replicates=bootstrap_replicates or DEFAULT_REPLICATES,
-                    checkpoint=out / "bootstrap-checkpoint.json", resume=resume))
+                    checkpoint=out / "bootstrap-checkpoint.json", resume=resume,
+                    search=not body))
+            result["warnings"] += result.get("lsq_pilot", {}).get("warnings", [])
             point = result["median"]
         elif method == "lsq":
             if kind != "trajectories":

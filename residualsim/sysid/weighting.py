@@ -518,7 +518,7 @@ def sandwich_calibration(likelihood, log_like: Callable[[np.ndarray], np.ndarray
         "magnitude_w": found["w"], "design_steps_unit": found["h"],
         "reference": reference.tolist(), "nu_median": float(np.median(nu)),
         "nu_min": float(nu.min()), "nu_max": float(nu.max())}
-    result["evaluations"] = int(found["evaluations"]) + sobol_points + 71
+    result["evaluations"] = int(found["evaluations"]) + (sobol_points if start is None else 0) + 71
     result["warnings"] = [] if found["covariance"] is not None else [
         "no positive-definite envelope of the likelihood around its mode: the intervals "
         "are the prior's (the data do not pin these parameters here)"]
