@@ -231,6 +231,26 @@ def test_fit_with_bic_recovers_a_two_component_mixture():
     np.testing.assert_allclose(stds[:, 0:3], 0.01, rtol=0.1)
 
 
+@pytest.mark.parametrize("n_workers, n_slots", [(2, 2), (2, 3), (1, 2)])
+def test_fit_on_workers_is_the_fit_done_here(n_workers, n_slots):
+    """The BIC candidates fitted side by side on a belief step's workers (largest first)
+    give the mixture fitted one after another in this process, bit for bit, for any
+    number of workers and slots."""
+    from residualsim.sim.pool import engine_workers
+
+    samples = _two_component_belief().sample(600, np.random.default_rng(4))
+    here = GaussianMixtureBelief.fit(samples, planar=False, rng=9)
+    with engine_workers("cube", list(range(n_slots)), n_workers) as workers:
+        there = GaussianMixtureBelief.fit(samples, planar=False, rng=9, workers=workers)
+        fixed = GaussianMixtureBelief.fit(samples, planar=False, n_components=3, rng=9,
+                                          workers=workers)
+    assert here.n_components == there.n_components == 2
+    for a, b in ((here, there), (GaussianMixtureBelief.fit(samples, False, 3, rng=9), fixed)):
+        np.testing.assert_array_equal(a.weights, b.weights)
+        np.testing.assert_array_equal(a.means, b.means)
+        np.testing.assert_array_equal(a.covariances, b.covariances)
+
+
 def test_fit_one_component_matches_the_sample_covariance():
     rng = np.random.default_rng(2)
     quats = (Rotation.from_rotvec(rng.normal(scale=0.1, size=(500, 3)))

@@ -131,13 +131,15 @@ class GaussianMixtureBelief:
 
     @classmethod
     def fit(cls, states: np.ndarray, planar: bool, n_components: int | str = "bic",
-            max_components: int = 4, rng: int = 0) -> GaussianMixtureBelief:
+            max_components: int = 4, rng: int = 0, workers=None) -> GaussianMixtureBelief:
         """Fit a mixture to particles ``states`` (n, state size): ``n_components`` fixed, or
         ``"bic"``: the best of 1..``max_components`` by the Bayesian information criterion.
         Coordinates are standardised for the fit (metres and rad/s differ by orders of
-        magnitude); a small floor keeps the covariances of resting particles positive."""
-        from sklearn.mixture import GaussianMixture
-
+        magnitude); a small floor keeps the covariances of resting particles positive.
+        ``workers``: a :class:`~residualsim.parallel.ShardedWorkers` over slot indices (a
+        belief step's engine workers) that fits the BIC candidates side by side, the
+        largest first (the same mixture as fitting them here: each candidate is seeded
+        alone)."""
         states = np.atleast_2d(np.asarray(states, dtype=float))
         tangent = StateTangent.around(states, planar)
         points = tangent.to_tangent(states)
@@ -146,24 +148,22 @@ class GaussianMixtureBelief:
         centre, scale = points.mean(axis=0), np.maximum(points.std(axis=0), 1e-6)
         unit = (points - centre) / scale
         if n_components == "bic":
-            candidates = range(1, max(1, min(max_components, len(points) // 10)) + 1)
+            candidates = list(range(1, max(1, min(max_components, len(points) // 10)) + 1))
         elif isinstance(n_components, int) and n_components >= 1:
             candidates = [min(n_components, len(points))]
         else:
             raise ParameterError(f"n_components must be an integer >= 1 or 'bic', got "
                                  f"{n_components!r}")
-        best, best_bic = None, math.inf
-        with _one_blas_thread(), paused_gc():
-            for k in candidates:
-                model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6,
-                                        random_state=rng)
-                model.fit(unit)
-                bic = model.bic(unit)
-                if bic < best_bic:
-                    best, best_bic = model, bic
-        covariances = best.covariances_ * np.outer(scale, scale)[None]
-        return cls(best.weights_ / best.weights_.sum(), best.means_ * scale + centre,
-                   covariances, tangent)
+        if workers is None or len(candidates) == 1 or len(workers.items) == 1:
+            fits = [_fit_candidate(unit, k, rng) for k in candidates]
+        else:
+            groups = [candidates[::-1][i::len(workers.items)] for i in range(len(workers.items))]
+            done = dict(pair for slot in workers.map(_fit_slot, (unit, groups, rng))
+                        for pair in slot)
+            fits = [done[k] for k in candidates]
+        weights, means, covariances, _ = min(fits, key=lambda fit: fit[3])  # first of ties
+        return cls(weights / weights.sum(), means * scale + centre,
+                   covariances * np.outer(scale, scale)[None], tangent)
 
     @property
     def n_components(self) -> int:
@@ -185,6 +185,26 @@ class GaussianMixtureBelief:
         return {"weights": self.weights.tolist(), "means": self.means.tolist(),
                 "covariances": self.covariances.tolist(), "planar": self.tangent.planar,
                 "reference_wxyz": list(self.tangent.reference_wxyz)}
+
+
+def _fit_candidate(unit: np.ndarray, k: int, rng: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """scikit-learn's full-covariance mixture of ``k`` components on standardised points
+    ``unit`` (n, d), seeded ``rng``: its weights (k,), means (k, d), covariances (k, d, d)
+    and BIC."""
+    from sklearn.mixture import GaussianMixture
+
+    with _one_blas_thread(), paused_gc():
+        model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6, random_state=rng)
+        model.fit(unit)
+        return model.weights_, model.means_, model.covariances_, float(model.bic(unit))
+
+
+def _fit_slot(_engine, slot: int, payload) -> list:
+    """A worker's share of :meth:`GaussianMixtureBelief.fit`'s candidates: payload (unit
+    points, the candidates of each slot, seed) → [(k, its fit)]."""
+    unit, groups, rng = payload
+    return [(k, _fit_candidate(unit, k, rng)) for k in groups[slot]]
 
 
 _CONTROLLER: list = []  # threadpoolctl's controller, built once: ~3 ms to list the libraries

@@ -202,7 +202,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
     refit = None
     if len(particles) >= 2:
         refit = GaussianMixtureBelief.fit(particles, belief.tangent.planar, n_components,
-                                          rng=int(rng.integers(2 ** 31)))
+                                          rng=int(rng.integers(2 ** 31)), workers=workers)
     return BeliefStep(belief=refit, particles=particles,
                       elapsed_s=np.array([k * model.dt_s for k in steps[ok].tolist()]),
                       n_drawn=len(states), n_no_event=statuses.count("no_event"),
