@@ -202,8 +202,7 @@ def register(commands) -> None:
     cal.add_argument("--budget", type=count(1), help="nevergrad, lsq, or mh's and sandwich's "
                      "lsq pilot: parameter sets, each rolled out on every recording (default "
                      "200; 600 with body or joint names: body on free flight (BUDGET), contact "
-                     "(at most 12 (k + 1)), then the body's weak directions through the first "
-                     "impact)")
+                     "(at most 12 (k + 1)), the body's weak directions through the first impact)")
     cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
     cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
                      "nevergrad evaluations (default: each batch), between checkpoints")
