@@ -34,6 +34,10 @@ def test_check_calibration_runs_resumes_and_refuses_another_configuration(
     assert sorted(r["index"] for r in lines) == [0, 1]
     for line in lines:
         assert set(line["rank"]) == {"lateral_friction", "restitution"}
+        envelope = line["envelope"]  # what the posterior was built from, for re-analysis
+        assert np.shape(envelope["covariance_unit"]) == (2, 2)
+        assert np.shape(envelope["bootstrap"]["estimates"]) == (10, 2)
+        assert len(envelope["envelope_mode"]) == 2 and "transform_unit" not in envelope
         assert all(0 <= r <= 9 for r in line["rank"].values())
         assert all(0.1 <= v <= 0.7 for v in line["truth"].values())
     for name in ("lateral_friction", "restitution"):
@@ -62,6 +66,7 @@ def test_check_calibration_sandwich_and_bad_input(tmp_path, capsys):
     assert main(["check-calibration", *args]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert figures["method"] == "sandwich" and figures["ran"] == 2
+    assert all(len(line["envelope"]["mode_unit"]) == 2 for line in _lines(out))
     assert sum(figures["restitution"]["histogram"]) == 2
     assert all(0 <= r <= 9 for line in _lines(out) for r in line["rank"].values())
     bad = tmp_path / "bad.jsonl"

@@ -175,7 +175,17 @@ def one_dataset(scene: str, names: Sequence[str], index: int, config: Mapping,
             "rank": dict(zip(names, rank_of(draws, truth))),
             **{key: summary.get(key) for key in ("median", "q05", "q95", "rhat", "ess",
                                                  "acceptance", "evaluations", "warnings")},
-            "seconds": time.perf_counter() - started}
+            "envelope": _envelope(summary), "seconds": time.perf_counter() - started}
+
+
+def _envelope(summary: Mapping) -> dict | None:
+    """What the posterior was built from, kept so that another covariance rule can be
+    judged on the same data sets without calibrating again: MH's calibrated adjustment
+    (envelope mode, H, J, k, the bootstrap's replicates, the covariance sampled; unit
+    coordinates) or the sandwich's Gaussian; None for the raw likelihood."""
+    found = (summary.get("weighting") or {}).get("adjustment") or summary.get("sandwich")
+    return None if found is None else {k: v for k, v in found.items()
+                                       if k not in ("transform_unit", "magnitude_w")}
 
 
 def simulation_based_calibration(
