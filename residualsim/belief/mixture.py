@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.errors import ParameterError
-from residualsim.parallel import paused_gc
+from residualsim.parallel import ShardedWorkers, paused_gc
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_rotvec, rotate_by_rotvec
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
@@ -131,7 +131,8 @@ class GaussianMixtureBelief:
 
     @classmethod
     def fit(cls, states: np.ndarray, planar: bool, n_components: int | str = "bic",
-            max_components: int = 4, rng: int = 0, workers=None) -> GaussianMixtureBelief:
+            max_components: int = 4, rng: int = 0, workers: ShardedWorkers | None = None
+            ) -> GaussianMixtureBelief:
         """Fit a mixture to particles ``states`` (n, state size): ``n_components`` fixed, or
         ``"bic"``: the best of 1..``max_components`` by the Bayesian information criterion.
         Coordinates are standardised for the fit (metres and rad/s differ by orders of
