@@ -162,7 +162,8 @@ class GaussianMixtureBelief:
             done = dict(pair for slot in workers.map(_fit_slot, (unit, groups, rng))
                         for pair in slot)
             fits = [done[k] for k in candidates]
-        weights, means, covariances, _ = min(fits, key=lambda fit: fit[3])  # first of ties
+        weights, means, covariances, _ = min(  # the first of ties; a NaN BIC never wins
+            fits, key=lambda fit: fit[3] if math.isfinite(fit[3]) else math.inf)
         return cls(weights / weights.sum(), means * scale + centre,
                    covariances * np.outer(scale, scale)[None], tangent)
 
