@@ -181,8 +181,9 @@ def one_dataset(scene: str, names: Sequence[str], index: int, config: Mapping,
 def _envelope(summary: Mapping) -> dict | None:
     """What the posterior was built from, kept so that another covariance rule can be
     judged on the same data sets without calibrating again: MH's calibrated adjustment
-    (envelope mode, H, J, k, the bootstrap's replicates, the covariance sampled; unit
-    coordinates) or the sandwich's Gaussian; None for the raw likelihood."""
+    (``envelope_mode`` and the bootstrap's ``estimates`` in natural values; H, J, k and the
+    covariance sampled in the space's unit coordinates; train/sbc_rules.py reads them) or
+    the sandwich's Gaussian (unit coordinates); None for the raw likelihood."""
     found = (summary.get("weighting") or {}).get("adjustment") or summary.get("sandwich")
     return None if found is None else {k: v for k, v in found.items()
                                        if k not in ("transform_unit", "magnitude_w")}
