@@ -191,15 +191,13 @@ class GaussianMixtureBelief:
 
 def _fit_candidate(unit: np.ndarray, k: int, rng: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """scikit-learn's full-covariance mixture of ``k`` components on standardised points
-    ``unit`` (n, d), seeded ``rng``: its weights (k,), means (k, d), covariances (k, d, d)
-    and BIC."""
-    from sklearn.mixture import GaussianMixture
+    """The full-covariance mixture of ``k`` components on standardised points ``unit``
+    (n, d), seeded ``rng`` (:func:`.em.fit_full_mixture`: scikit-learn's GaussianMixture
+    fit, leaner): its weights (k,), means (k, d), covariances (k, d, d) and BIC."""
+    from residualsim.belief.em import fit_full_mixture
 
     with _one_blas_thread(), paused_gc():
-        model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6, random_state=rng)
-        model.fit(unit)
-        return model.weights_, model.means_, model.covariances_, float(model.bic(unit))
+        return fit_full_mixture(unit, k, rng, reg_covar=1e-6)
 
 
 def _fit_slot(_engine, slot: int, payload) -> list:

@@ -1,0 +1,48 @@
+"""The belief refit's EM (residualsim.belief.em) is scikit-learn's GaussianMixture fit."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.mixture import GaussianMixture
+
+from residualsim.belief.em import fit_full_mixture
+
+
+def _clouds(seed: int, n: int = 600, d: int = 5) -> np.ndarray:
+    """Three separated, correlated Gaussian clouds, standardised as the refit has them."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for shift, count in zip((0.0, 4.0, -3.0), (n // 2, n // 3, n - n // 2 - n // 3)):
+        mixing = rng.standard_normal((d, d)) * 0.5 + np.eye(d)
+        parts.append(rng.standard_normal((count, d)) @ mixing + shift)
+    points = np.vstack(parts)
+    return (points - points.mean(axis=0)) / points.std(axis=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_same_fit_and_bic_as_scikit_learn(seed, k):
+    points = _clouds(seed)
+    ours = fit_full_mixture(points, k, seed, reg_covar=1e-6)
+    model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6,
+                            random_state=seed).fit(points)
+    np.testing.assert_allclose(ours[0], model.weights_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(ours[1], model.means_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(ours[2], model.covariances_, rtol=0, atol=1e-8)
+    assert ours[3] == pytest.approx(model.bic(points), rel=1e-10)
+
+
+def test_bic_prefers_the_three_clouds():
+    points = _clouds(3)
+    bics = [fit_full_mixture(points, k, 0)[3] for k in (1, 2, 3, 4)]
+    assert int(np.argmin(bics)) + 1 in (3, 4)
+    assert bics[0] > bics[2] + 100
+
+
+def test_collapsed_points_give_nan_bic_not_an_exception():
+    points = np.zeros((20, 3))
+    points[:10, 0] = 1.0  # two points repeated: a covariance of zero but for the floor
+    weights, means, covariances, bic = fit_full_mixture(points, 2, 0, reg_covar=0.0)
+    assert math.isnan(bic)
+    assert weights.shape == (2,) and covariances.shape == (2, 3, 3)
