@@ -46,3 +46,13 @@ def test_collapsed_points_give_nan_bic_not_an_exception():
     weights, means, covariances, bic = fit_full_mixture(points, 2, 0, reg_covar=0.0)
     assert math.isnan(bic)
     assert weights.shape == (2,) and covariances.shape == (2, 3, 3)
+
+
+def test_a_belief_refit_that_no_candidate_fits_is_refused_not_returned_with_nan(monkeypatch):
+    from residualsim.belief import mixture
+
+    states = np.tile(np.r_[0.0, 0.0, 0.1, 1.0, 0.0, 0.0, 0.0, [0.0] * 6], (30, 1))
+    monkeypatch.setattr(mixture, "_fit_candidate", lambda unit, k, rng: (
+        np.ones(k) / k, np.zeros((k, 12)), np.full((k, 12, 12), np.nan), math.nan))
+    with pytest.raises(ValueError, match="not positive definite"):
+        mixture.GaussianMixtureBelief.fit(states, planar=False)

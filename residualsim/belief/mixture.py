@@ -162,6 +162,10 @@ class GaussianMixtureBelief:
             done = dict(pair for slot in workers.map(_fit_slot, (unit, groups, rng))
                         for pair in slot)
             fits = [done[k] for k in candidates]
+        if not any(math.isfinite(fit[3]) for fit in fits):  # scikit-learn raised it so too
+            raise ValueError(f"no mixture of {', '.join(map(str, candidates))} components fits "
+                             f"these {len(points)} particles: a covariance is not positive "
+                             "definite (collapsed or non-finite particles)")
         weights, means, covariances, _ = min(  # the first of ties; a NaN BIC never wins
             fits, key=lambda fit: fit[3] if math.isfinite(fit[3]) else math.inf)
         return cls(weights / weights.sum(), means * scale + centre,
