@@ -33,8 +33,9 @@ def fit_full_mixture(points: np.ndarray, k: int, seed: int, reg_covar: float = 1
     from k-means labels (``KMeans(k, n_init=1)`` seeded ``seed``): weights (k,), means
     (k, d), covariances (k, d, d) (``reg_covar`` added to their diagonals) and the Bayesian
     information criterion on ``points`` (lower is better). EM stops when the mean
-    log-likelihood changes by less than ``tol`` or after ``max_iter`` iterations. A
-    covariance that is not positive definite gives a NaN BIC (scikit-learn raises)."""
+    log-likelihood changes by less than ``tol`` or after ``max_iter`` iterations (silently:
+    scikit-learn warns). A covariance that is not positive definite gives a NaN BIC
+    (scikit-learn raises)."""
     from sklearn.cluster import KMeans
 
     points = np.ascontiguousarray(points, dtype=np.float64)
