@@ -47,8 +47,21 @@ def main() -> None:
     parser.add_argument("--truth", required=True, help="name=value,... natural units")
     parser.add_argument("dirs", nargs="+", help="calibrate output directories")
     args = parser.parse_args()
-    truth = {k: float(v) for k, v in (pair.split("=") for pair in args.truth.split(","))}
-    summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in args.dirs]
+    try:
+        truth = {k: float(v) for k, v in (pair.split("=") for pair in args.truth.split(","))}
+    except ValueError:
+        parser.error(f"--truth: expected name=value,... got {args.truth!r}")
+    summaries = []
+    for directory in args.dirs:
+        path = Path(directory) / "summary.json"
+        try:
+            summaries.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            parser.error(f"{path}: {exc}")
+    missing = [f"{d}: {name}" for d, s in zip(args.dirs, summaries) for name in truth
+               if name not in s.get("median", {}) or name not in s.get("q05", {})]
+    if missing:
+        parser.error(f"no interval for {missing[0]} (calibrated parameters must include it)")
     for name, row in scatter(summaries, truth).items():
         print(f"{name:22s} z {' '.join(f'{v:+.1f}' for v in row['z'])}; misses "
               f"{row['misses']}/{len(summaries)}; rms z {row['rms_z']:.2f}, robust "
