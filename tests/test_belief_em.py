@@ -1,4 +1,5 @@
-"""The belief refit's EM (residualsim.belief.em) is scikit-learn's GaussianMixture fit."""
+"""The particle step's refit (GaussianMixtureBelief.fit's candidates, EM by
+belief.reduction.em_refine) is scikit-learn's GaussianMixture fit."""
 
 import math
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.mixture import GaussianMixture
 
-from residualsim.belief.em import fit_full_mixture
+from residualsim.belief import mixture
 
 
 def _clouds(seed: int, n: int = 600, d: int = 5) -> np.ndarray:
@@ -24,33 +25,35 @@ def _clouds(seed: int, n: int = 600, d: int = 5) -> np.ndarray:
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_same_fit_and_bic_as_scikit_learn(seed, k):
     points = _clouds(seed)
-    ours = fit_full_mixture(points, k, seed, reg_covar=1e-6)
+    weights, means, covariances, bic = mixture._fit_candidate(points, k, seed)
     model = GaussianMixture(k, covariance_type="full", reg_covar=1e-6,
                             random_state=seed).fit(points)
-    np.testing.assert_allclose(ours[0], model.weights_, rtol=0, atol=1e-8)
-    np.testing.assert_allclose(ours[1], model.means_, rtol=0, atol=1e-8)
-    np.testing.assert_allclose(ours[2], model.covariances_, rtol=0, atol=1e-8)
-    assert ours[3] == pytest.approx(model.bic(points), rel=1e-10)
+    order = np.argsort(-model.weights_, kind="stable")  # ours come heaviest first
+    np.testing.assert_allclose(weights, model.weights_[order], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(means, model.means_[order], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(covariances, model.covariances_[order], rtol=0, atol=1e-8)
+    assert bic == pytest.approx(model.bic(points), rel=1e-10)
 
 
 def test_bic_prefers_the_three_clouds():
     points = _clouds(3)
-    bics = [fit_full_mixture(points, k, 0)[3] for k in (1, 2, 3, 4)]
+    bics = [mixture._fit_candidate(points, k, 0)[3] for k in (1, 2, 3, 4)]
     assert int(np.argmin(bics)) + 1 in (3, 4)
     assert bics[0] > bics[2] + 100
 
 
-def test_collapsed_points_give_nan_bic_not_an_exception():
-    points = np.zeros((20, 3))
-    points[:10, 0] = 1.0  # two points repeated: a covariance of zero but for the floor
-    weights, means, covariances, bic = fit_full_mixture(points, 2, 0, reg_covar=0.0)
-    assert math.isnan(bic)
-    assert weights.shape == (2,) and covariances.shape == (2, 3, 3)
+def test_a_covariance_not_positive_definite_gives_nan_bic(monkeypatch):
+    from residualsim.belief import reduction
+
+    def fails(*args, **kwargs):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+
+    monkeypatch.setattr(reduction, "em_refine", fails)
+    weights, _, covariances, bic = mixture._fit_candidate(_clouds(0), 2, 0)
+    assert math.isnan(bic) and np.isnan(covariances).all() and weights.shape == (2,)
 
 
 def test_a_belief_refit_that_no_candidate_fits_is_refused_not_returned_with_nan(monkeypatch):
-    from residualsim.belief import mixture
-
     states = np.tile(np.r_[0.0, 0.0, 0.1, 1.0, 0.0, 0.0, 0.0, [0.0] * 6], (30, 1))
     monkeypatch.setattr(mixture, "_fit_candidate", lambda unit, k, rng: (
         np.ones(k) / k, np.zeros((k, 12)), np.full((k, 12, 12), np.nan), math.nan))

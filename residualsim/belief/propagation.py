@@ -9,8 +9,8 @@ there (:func:`~residualsim.sim.rollout.residual_rollout`), reject particles that
 table by more than ``penetration_tolerance_m`` or whose total energy rose across the event
 beyond the contact guard's limit (:meth:`~residualsim.sim.rollout.ContactGuard.energy_budget_j`,
 which allows for rounding: a residual the guard clamped to the limit is kept), and refit
-the mixture (:func:`~residualsim.belief.em.fit_full_mixture`: scikit-learn's
-GaussianMixture EM; components chosen by BIC or fixed). :func:`propagate_belief` chains the steps.
+the mixture (scikit-learn's GaussianMixture fit, run by :func:`.reduction.em_refine`;
+components chosen by BIC or fixed). :func:`propagate_belief` chains the steps.
 """
 
 from __future__ import annotations
