@@ -193,6 +193,9 @@ class GaussianMixtureBelief:
                 "reference_wxyz": list(self.tangent.reference_wxyz)}
 
 
+_REG_COVAR = 1e-6  # added to the refit's covariance diagonals (standardised units²)
+
+
 def _fit_candidate(unit: np.ndarray, k: int, rng: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """A full-covariance mixture of ``k`` components on standardised points ``unit``
@@ -201,7 +204,8 @@ def _fit_candidate(unit: np.ndarray, k: int, rng: int
     (:func:`.reduction.em_refine`, 1e-6 on the covariances' diagonals, stopping when the
     mean log-likelihood gains less than 1e-3, at most 100 iterations) and the BIC
     (:func:`.reduction.mixture_bic`). Returns weights (k,) heaviest first, means (k, d),
-    covariances (k, d, d) and the BIC; NaN when a covariance is not positive definite.
+    covariances (k, d, d) (fewer components when k-means finds fewer distinct clusters)
+    and the BIC; NaN when a covariance is not positive definite.
     Why not ``GaussianMixture`` itself: it spent ~0.75 ms an EM iteration here (1000
     particles, 12 coordinates, 4 components) in input checks and per-component SciPy
     calls, the stacked EM ~0.3 ms (train/README.md §10, "Batched particle steps")."""
@@ -213,14 +217,14 @@ def _fit_candidate(unit: np.ndarray, k: int, rng: int
         labels = KMeans(n_clusters=k, n_init=1,
                         random_state=np.random.RandomState(rng)).fit(unit).labels_
         uniform = np.full(len(unit), 1.0 / len(unit))
-        ridge = 1e-6 * np.eye(unit.shape[1])
+        ridge = _REG_COVAR * np.eye(unit.shape[1])
         clusters = [unit[labels == c] for c in np.unique(labels)]
         start = (np.array([len(c) for c in clusters]) / len(unit),
                  np.array([c.mean(axis=0) for c in clusters]),
                  np.array([np.cov(c.T, bias=True).reshape(ridge.shape) + ridge
                            for c in clusters]))
         try:
-            fit = em_refine(uniform, unit, None, start, iterations=100, floor=1e-6,
+            fit = em_refine(uniform, unit, None, start, iterations=100, floor=_REG_COVAR,
                             tolerance=1e-3)
             return (*fit, mixture_bic(fit, uniform, unit, len(unit)))
         except np.linalg.LinAlgError:
