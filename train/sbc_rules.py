@@ -19,7 +19,8 @@ calibrating 50 data sets again. Rules (all unit coordinates):
   (in 4-D, the largest of a sample covariance of 10 draws is ~2.8 times the truth's), and
   the widest of two covariances takes the spread as width.
 
-Prints per rule and parameter the rank histogram, its chi-square p and the 90 % coverage.
+Prints per rule and parameter the rank histogram, its chi-square p and the 90 % coverage
+(:func:`residualsim.sysid.sbc.report`, as ``check-calibration`` summarises its own ranks).
 Rows without an ``envelope`` (runs before it was kept, the raw likelihood's fallback) are
 skipped and counted.
 """
@@ -37,6 +38,7 @@ def truncated_gaussian(mode: np.ndarray, covariance: np.ndarray, count: int,
     """``count`` draws (count, d) of N(mode, covariance) inside [0, 1]^d, by rejection:
     from the Gaussian, or (a Gaussian much wider than the box) from the uniform, accepted
     with the density relative to the mode's."""
+    covariance = 0.5 * (covariance + covariance.T)  # rounding left some a hair asymmetric
     precision = np.linalg.inv(covariance)
     for proposal in ("gaussian", "uniform"):
         kept: list[np.ndarray] = []
@@ -86,9 +88,9 @@ def covariances(envelope: dict, space) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from scipy.stats import chisquare
-
+    from residualsim.errors import ParameterError
     from residualsim.sysid.paramspace import ParamSpace
+    from residualsim.sysid.sbc import report
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="check-calibration's JSONL")
@@ -96,38 +98,45 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bins", type=int, default=5, help="histogram bins (divide L + 1)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    rows = [json.loads(line) for line in open(args.results) if line.strip()]
+    try:
+        with open(args.results) as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError) as exc:
+        parser.error(f"{args.results}: {exc}")
     kept = [row for row in rows if (row.get("envelope") or {}).get("information_unit")]
     if not kept:
-        raise SystemExit(f"{args.results}: no row keeps its envelope (run check-calibration "
-                         "with this version)")
+        parser.error(f"{args.results}: no row keeps its envelope (run check-calibration "
+                     "with this version)")
     config = kept[0]["config"]
     space = ParamSpace(config["params"], bounds=config["bounds"], scene=config["scene"])
-    ranks: dict[str, list] = {}
-    covered: dict[str, list] = {}
+    results: dict[str, list] = {}  # per rule, rows as sbc.report reads them (unit coordinates)
     for row in kept:
         rng = np.random.default_rng([args.seed, row["index"]])
         truth = space.to_unit(np.array([[row["truth"][n] for n in space.names]]))[0]
         mode = space.to_unit(np.array([row["envelope"]["envelope_mode"]]))[0]
         for rule, covariance in covariances(row["envelope"], space).items():
             draws = truncated_gaussian(mode, covariance, args.draws, rng)
-            ranks.setdefault(rule, []).append(np.sum(draws < truth, axis=0))
-            wide = truncated_gaussian(mode, covariance, 2000, rng)
-            low, high = np.quantile(wide, [0.05, 0.95], axis=0)
-            covered.setdefault(rule, []).append((low <= truth) & (truth <= high))
+            low, high = np.quantile(truncated_gaussian(mode, covariance, 2000, rng),
+                                    [0.05, 0.95], axis=0)
+            results.setdefault(rule, []).append({
+                "rank": dict(zip(space.names, np.sum(draws < truth, axis=0).tolist())),
+                "truth": dict(zip(space.names, truth.tolist())),
+                "q05": dict(zip(space.names, low.tolist())),
+                "q95": dict(zip(space.names, high.tolist()))})
     out: dict = {"rows": len(rows), "with_envelope": len(kept), "rules": {}}
     print(f"{len(kept)} of {len(rows)} data sets keep their envelope")
-    for rule in ranks:
-        table = np.array(ranks[rule])
-        out["rules"][rule] = {}
-        for i, name in enumerate(space.names):
-            histogram = np.histogram(table[:, i], bins=args.bins,
-                                     range=(0, args.draws + 1))[0]
-            p = float(chisquare(histogram).pvalue)
-            coverage = float(np.mean(np.array(covered[rule])[:, i]))
-            out["rules"][rule][name] = {"histogram": histogram.tolist(), "p": p,
-                                        "coverage90": coverage}
-            print(f"{rule:13s} {name:24s} {histogram} p {p:.3f} coverage {coverage:.2f}")
+    for rule, rule_rows in results.items():
+        try:
+            summary = report(rule_rows, args.draws, args.bins, space.names)
+        except ParameterError as exc:
+            parser.error(str(exc))
+        out["rules"][rule] = {name: {"histogram": summary[name]["histogram"],
+                                     "p": summary[name]["p_value"],
+                                     "coverage90": summary[name]["coverage_90"]}
+                              for name in space.names}
+        for name, row in out["rules"][rule].items():
+            print(f"{rule:13s} {name:24s} {row['histogram']} p {row['p']:.3f} "
+                  f"coverage {row['coverage90']:.2f}")
     return out
 
 
