@@ -86,6 +86,7 @@ from residualsim.belief.reduction import (em_refine, kmeans_start, merge_per_poi
                                           mixture_bic, per_draw_moments, positive_definite,
                                           runnalls_reduce, systematic_resample,
                                           variance_floor)
+from residualsim.belief.sharing import map_shared
 from residualsim.errors import ParameterError
 
 __all__ = ["sigma_points", "conjugate_step", "component_kernels", "silverman_bandwidth",
@@ -349,7 +350,7 @@ def conjugate_step(workers, model, belief: GaussianMixtureBelief, rng: np.random
         guard=model.guard, max_steps=int(max_steps),
         penetration_tolerance_m=float(penetration_tolerance_m), batch_size=batch_size)
     start = time.perf_counter()
-    outcomes = unpack_outcomes(workers.map(sigma_tasks, request), len(states))
+    outcomes = unpack_outcomes(map_shared(workers, sigma_tasks, request), len(states))
     stepped = dict(engine_steps=sum(o[4] for o in outcomes), rollout_s=time.perf_counter() -
                    start, engine_runs=(np.array([o[5] for o in outcomes]),
                                        np.array([o[4] for o in outcomes])))

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.belief.mixture import event_outcome, event_outcomes, slot_particles
+from residualsim.belief.sharing import batched_first_events, slot_indices
 
 __all__ = ["EventProbe", "SigmaRequest", "sigma_outcome", "sigma_tasks", "unpack_outcomes"]
 
@@ -59,6 +60,8 @@ class SigmaRequest:
     penetration_tolerance_m: float
     seeds: None = None
     batch_size: int | None = None
+    claims: Any = None  # WorkClaims over the draws (:mod:`.sharing`), or None
+    only: tuple | None = None  # the draws left to run (None: all)
 
 
 def sigma_outcome(engine, state: np.ndarray, request: SigmaRequest) -> tuple:
@@ -112,20 +115,17 @@ def sigma_tasks(engine, slot: int, request: SigmaRequest) -> tuple:
     """Worker function: the outcomes (:func:`sigma_outcome`) of the draws of ``slot``
     (every ``n_slots``-th from it), packed in a few arrays (:func:`unpack_outcomes` gives the
     tuples back: thousands of small arrays cost a quarter of the rollouts' time to send);
-    in batched worlds unless ``batch_size`` is 1 or the scene or probe needs the lone
-    path."""
-    from residualsim.sim.batch import batch_unsupported, first_events
+    in batched worlds (the draws claimed as copies free up: :mod:`.sharing`) unless
+    ``batch_size`` is 1 or the scene or probe needs the lone path."""
+    from residualsim.sim.batch import batch_unsupported
 
-    indices = list(range(slot, len(request.states), request.n_slots))
-    if not indices or request.batch_size == 1 or batch_unsupported(
-            engine.scene, request.probe, request.guard) is not None:
+    indices = slot_indices(slot, request)
+    if (request.claims is None and not indices) or request.batch_size == 1 or \
+            batch_unsupported(engine.scene, request.probe, request.guard) is not None:
         return _pack(indices, [sigma_outcome(engine, state, request)
                                for _, state, _ in slot_particles(engine, slot, request)],
                      request.states.shape[1])
-    if engine.params != request.params:
-        engine.set_params(request.params)
-    runs = first_events(engine, request.states[indices], request.max_steps, request.probe,
-                        None, request.guard, request.batch_size)
+    indices, runs = batched_first_events(engine, slot, request, request.probe, None)
     return _batched_outcomes(indices, engine, runs, request)
 
 

@@ -324,11 +324,14 @@ def check_batch_size(batch_size, name: str = "batch_size") -> int | None:
 
 def slot_particles(engine, slot: int, request) -> Iterator[tuple[int, np.ndarray, Any]]:
     """The particles worker ``slot`` runs: (index, initial state, random generator or None)
-    for every ``request.n_slots``-th state from ``slot``, with the engine set to
-    ``request.params`` first. ``request.seeds[i]`` seeds particle i (None: deterministic)."""
+    for every ``request.n_slots``-th state from ``slot`` (:func:`.sharing.slot_indices`), with
+    the engine set to ``request.params`` first. ``request.seeds[i]`` seeds particle i (None:
+    deterministic)."""
+    from residualsim.belief.sharing import slot_indices
+
     if engine.params != request.params:
         engine.set_params(request.params)
-    for index in range(slot, len(request.states), request.n_slots):
+    for index in slot_indices(slot, request):
         rng = None if request.seeds is None else np.random.default_rng(request.seeds[index])
         yield index, request.states[index], rng
 

@@ -24,6 +24,7 @@ import numpy as np
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, check_batch_size,
                                         event_outcome, event_outcomes, slot_particles)
+from residualsim.belief.sharing import batched_first_events, map_shared, slot_indices
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
@@ -122,19 +123,21 @@ class _StepRequest:
     max_steps: int
     penetration_tolerance_m: float
     batch_size: int | None = None
+    claims: Any = None  # WorkClaims over the particles (:mod:`.sharing`), or None
+    only: tuple | None = None  # the particles left to run (None: all)
 
 
 def _particle_tasks(engine, slot: int, request: _StepRequest) -> tuple:
     """Worker function: the particles of ``slot`` to their next events, as arrays in the
     order of their indices: (indices, statuses, post states, steps, engine steps, engine
-    starts); in batched worlds (:func:`~residualsim.sim.batch.first_events`) unless
-    ``batch_size`` is 1 or the scene or policy needs the lone path
-    (:func:`~residualsim.sim.batch.batch_unsupported`)."""
-    from residualsim.sim.batch import batch_unsupported, first_events
+    starts); in batched worlds (:func:`~residualsim.sim.batch.first_events`, the particles
+    claimed as copies free up: :mod:`.sharing`) unless ``batch_size`` is 1 or the scene or
+    policy needs the lone path (:func:`~residualsim.sim.batch.batch_unsupported`)."""
+    from residualsim.sim.batch import batch_unsupported
 
-    indices = list(range(slot, len(request.states), request.n_slots))
-    if not indices or request.batch_size == 1 or batch_unsupported(
-            engine.scene, request.policy, request.guard) is not None:
+    indices = slot_indices(slot, request)
+    if (request.claims is None and not indices) or request.batch_size == 1 or \
+            batch_unsupported(engine.scene, request.policy, request.guard) is not None:
         runs = [_lone_next_event(engine, state, request.max_steps, request.policy, rng,
                                  request.guard, request.penetration_tolerance_m)
                 for _, state, rng in slot_particles(engine, slot, request)]
@@ -144,11 +147,7 @@ def _particle_tasks(engine, slot: int, request: _StepRequest) -> tuple:
                 np.array([run[2] for run in runs], dtype=np.int64),
                 np.array([run[3] for run in runs], dtype=np.int64),
                 np.array([run[4] for run in runs]).reshape(-1, width))
-    if engine.params != request.params:
-        engine.set_params(request.params)
-    runs = first_events(engine, request.states[indices], request.max_steps, request.policy,
-                        None if request.seeds is None else [request.seeds[i] for i in indices],
-                        request.guard, request.batch_size)
+    indices, runs = batched_first_events(engine, slot, request, request.policy, request.seeds)
     return (indices, event_outcomes(engine.scene, runs, request.guard,
                                     request.penetration_tolerance_m),
             runs.post_states, runs.samples, runs.engine_steps, runs.engine_starts)
@@ -190,7 +189,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
         penetration_tolerance_m=float(penetration_tolerance_m),
         batch_size=batch_size)
     start = time.perf_counter()
-    chunks = workers.map(_particle_tasks, request)
+    chunks = map_shared(workers, _particle_tasks, request)
     rollout_s = time.perf_counter() - start
     order = np.argsort(np.concatenate([chunk[0] for chunk in chunks]).astype(np.int64))
     statuses = np.array([s for chunk in chunks for s in chunk[1]], dtype=object)[order]

@@ -6,7 +6,8 @@ each to the end of its first contact event, what
 ``stop_after_events=1``, with up to ``batch_size`` copies of the body in one world: one
 ``stepSimulation`` call steps them all and one ``getContactPoints`` call reads every
 contact. A particle that meets its event (or rests, or reaches the horizon) leaves the
-world (parked 1 km up beyond the table's edge) and the next one takes its copy. The events'
+world (parked 1 km up beyond the table's edge) and the next one takes its copy (the next
+given, or with ``claims`` the next claimed from the work shared with other workers). The events'
 corrections (contact model M_c = (J M⁻¹ Jᵀ)⁻¹ and v_c, the residual's impulses, the
 normal-velocity cap and the energy clamp) are computed for all particles at once at the
 end (:mod:`.batch_events`): a particle stops right after its event, so its corrected
@@ -101,7 +102,9 @@ class FirstEvents:
     may hold NaN where its lone run held a flight sample); ``samples`` (n,) the run's
     length in recording periods (``len(run.states) - 1``); ``engine_steps`` (n,) the
     periods the engine stepped (the rest flew in closed form or rested);
-    ``engine_starts`` (n, state size) where the engine began (NaN: it never stepped).
+    ``engine_starts`` (n, state size) where the engine began (NaN: it never stepped);
+    ``indices`` (n,) which of the given states each row is (all of them, in order, unless
+    the particles were claimed: :func:`first_events`' ``claims``).
     With an observing policy (``observes_only``: nothing is applied at the event)
     ``models`` are the events' contact models
     (:class:`~residualsim.sim.batch_events.EventModels`) and ``touching`` their touching
@@ -119,6 +122,7 @@ class FirstEvents:
     engine_starts: np.ndarray
     models: EventModels | None = None
     touching: tuple | None = None
+    indices: np.ndarray | None = None
 
 
 def batch_unsupported(scene, policy, guard) -> str | None:
@@ -209,18 +213,18 @@ class _Particle:
     its horizon); ``correct`` its event corrector in a whole rollout, else None."""
 
     __slots__ = ("number", "index", "raws", "recent", "deepest", "rest", "body", "reset",
-                 "events", "event", "stepped", "start", "first_raw", "correct")
+                 "events", "event", "stepped", "start", "first_raw", "correct", "place")
 
     def __init__(self, number: int, raws: list, rest, correct) -> None:
         self.number, self.index, self.raws, self.rest = number, 0, raws, rest
         self.recent: list = []
         self.deepest, self.events, self.event, self.stepped = 0.0, 0, None, 0
         self.body, self.reset, self.start, self.first_raw = None, False, None, None
-        self.correct = correct
+        self.correct, self.place = correct, None  # place: set_state's arguments at the reset
 
 
 def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds, guard,
-                 batch_size: int | None = None) -> FirstEvents:
+                 batch_size: int | None = None, claims=None) -> FirstEvents:
     """Each of ``states`` (n, state size; scene layout, world frame) to the end of its first
     contact event within ``n_steps`` recording periods, in batches of ``batch_size`` copies
     of ``engine``'s body in one world (None: :data:`AUTO_BATCH`); see the module docstring.
@@ -231,8 +235,11 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
     are returned, nothing applied); ``seeds`` None (the policy's mean) or one seed per
     particle for ``numpy.random.default_rng``; ``guard`` the
     :class:`~residualsim.sim.rollout.ContactGuard`. The world (kept for the next call in
-    this process) has the engine's scene, settings and parameters. Raises ValueError when
-    :func:`batch_unsupported` gives a reason."""
+    this process) has the engine's scene, settings and parameters. ``claims``: a
+    :class:`~residualsim.parallel.claims.WorkClaims` over the states' rows shared with other
+    workers: this call runs only the particles it takes from it, as copies free up (the
+    result's ``indices`` say which), and ``seeds`` are for all the states. Raises ValueError
+    when :func:`batch_unsupported` gives a reason."""
     reason = batch_unsupported(engine.scene, policy, guard)
     if reason is not None:
         raise ValueError(f"batched rollouts do not support this: {reason}")
@@ -241,7 +248,7 @@ def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds
     with paused_gc():  # the loop's tuples made it collect every few hundred ms
         world = _world(engine, size)
         world.park_all()
-        return _results(world, _run(world, states, int(n_steps), guard, size, None), states,
+        return _results(world, _run(world, states, int(n_steps), guard, size, None, claims),
                         policy, seeds, guard)  # the particles freed before the collector is back
 
 
@@ -276,61 +283,86 @@ def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, r
 
 
 def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
-         correctors: list | None) -> list:
-    """The particles (:class:`_Particle`) of ``states`` run to their first events
-    (``correctors`` None) or, with an event corrector per state, over the whole horizon."""
+         correctors: list | None, claims=None) -> list:
+    """The particles (:class:`_Particle`) of ``states`` (those taken from ``claims``, when
+    given) run to their first events (``correctors`` None) or, with an event corrector per
+    state, over the whole horizon."""
     scene, home = world.scene, world.scene.body
     try:
-        return _loop(world, states, n_steps, guard, size, correctors)
+        return _loop(world, states, n_steps, guard, size, correctors, claims)
     finally:
         scene.use_body(home)  # a whole rollout's corrector pointed it at each copy
 
 
-def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
-          correctors: list | None) -> list:
+def _admit(world: _World, states: np.ndarray, numbers: range, n_steps: int,
+           correctors: list | None) -> list:
+    """Particles ``numbers`` (rows of ``states``) made ready to queue: their first reset as
+    the lone path reads it back (through the staging copy), the first check's closed-form
+    flight (a whole rollout flies in :func:`_prepare`, every sample recorded) and where
+    each is to be placed."""
     from residualsim.sim.skips import RestDetector
 
     scene, cid, flight = world.scene, world.engine.client, world.flight
     whole = correctors is not None
-    limit = n_steps + 1 if whole else 1  # events after which a particle stops
-    reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
+    placements, raws0 = _placements(states[numbers.start:numbers.stop]), []
     get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
-    placements, raws0 = _placements(states), []
     for position, quat, velocity, omega in placements:  # what the lone path reads after
-        reset_pose(world.staging, position, quat, physicsClientId=cid)  # its reset
-        reset_velocity(world.staging, velocity, omega, physicsClientId=cid)
+        pb.resetBasePositionAndOrientation(world.staging, position, quat,  # its reset
+                                           physicsClientId=cid)
+        pb.resetBaseVelocity(world.staging, velocity, omega, physicsClientId=cid)
         raws0.append((get_pose(world.staging, physicsClientId=cid),
                       get_velocity(world.staging, physicsClientId=cid)))
     world.park(world.staging)
-    # a whole rollout needs every flight sample: the lone path's own flight, in _prepare
     flown = flights(flight, raws0, n_steps) if flight is not None and not whole \
-        else [None] * len(states)
+        else [None] * len(raws0)
     particles = []
-    for k, (raw, tail) in enumerate(zip(raws0, flown)):
+    for k, raw, tail, place in zip(numbers, raws0, flown, placements):
         particle = _Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None,
                              correctors[k] if whole else None)
+        particle.place = place
         if tail:  # the first check's flight: samples added, reset at the last one
             particle.index, particle.raws = tail[0], [raw] + tail[1]
         particles.append(particle)
     handed = [p for p in particles if p.index]
     for p, place in zip(handed, _placements(scene.raw_to_states([p.raws[-1] for p in handed]))):
-        p.start, placements[p.number] = place, place
-    queue = deque(particles)
+        p.start = p.place = place
+    return particles
+
+
+def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
+          correctors: list | None, claims=None) -> list:
+    scene, cid, flight = world.scene, world.engine.client, world.flight
+    whole = correctors is not None
+    limit = n_steps + 1 if whole else 1  # events after which a particle stops
+    reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
+    get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
+    # the particles come all at once, or run by run from the claims as copies free up
+    runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
+    more, particles, queue = True, [], deque()
     free, cooling = list(world.copies[:size]), []  # cooling: parked since the last pass
     active, waiting, replace = [], [], []  # waiting: parked for a reset; replace: cooled
     spacing2, every = guard.new_point_distance_m ** 2, guard.every_contact_step
     approach = guard.min_approach_mps
     longest = math.inf if whole else 4 * CHECK_EVERY  # raw records kept (a whole run: all)
     table, step, contacts_of = scene.static_body, pb.stepSimulation, pb.getContactPoints
-    while queue or active or waiting or replace:
-        while queue and free:  # the lone loop's top until the particle steps or ends
+    while more or queue or active or waiting or replace:
+        while free and (queue or more):  # the lone loop's top until the particle steps or ends
+            if not queue:
+                numbers = next(runs, None)
+                if numbers is None:
+                    more = False
+                else:
+                    admitted = _admit(world, states, numbers, n_steps, correctors)
+                    particles += admitted
+                    queue.extend(admitted)
+                continue
             p = queue.popleft()
             index = p.index
             if not _prepare(p, flight, n_steps, first=not whole, fill=whole):
                 continue
             if p.index != index:  # a (second) flight before its first step
-                placements[p.number] = _placements(scene.raw_to_states(p.raws[-1:]))[0]
-            p.body, p.start, p.reset = free.pop(), placements[p.number], False
+                p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
+            p.body, p.start, p.reset = free.pop(), p.place, False
             p.first_raw = p.raws[-1]
             reset_pose(p.body, *p.start[:2], physicsClientId=cid)
             reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
@@ -475,9 +507,9 @@ def _approaching(points: list, on: int, pre: tuple, post: tuple, min_approach_mp
     return not (-speed if on == 5 else speed) > -min_approach_mps
 
 
-def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, guard
-             ) -> FirstEvents:
-    scene, size = world.scene, states.shape[1]
+def _results(world: _World, particles: list, policy, seeds, guard) -> FirstEvents:
+    scene, size = world.scene, world.scene.state_size
+    seeds = None if seeds is None else [seeds[p.number] for p in particles]
     last = scene.raw_to_states([r for p in particles for r in (
         p.raws[-2] if len(p.raws) > 1 else p.raws[-1], p.raws[-1])]).reshape(-1, 2, size)
     post, gain = last[:, 1], np.zeros(len(particles), dtype=bool)
@@ -492,7 +524,7 @@ def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, 
             scene, world.engine.dt_s, last[owners, 0], last[owners, 1],
             [particles[k].event[0] for k in owners], [particles[k].event[1] for k in owners],
             owners, policy, seeds, guard)
-    starts = np.full(states.shape, np.nan)
+    starts = np.full((len(particles), size), np.nan)
     for k, p in enumerate(particles):
         if p.stepped:
             position, (x, y, z, w), velocity, omega = p.start
@@ -503,4 +535,5 @@ def _results(world: _World, particles: list, states: np.ndarray, policy, seeds, 
         pre_states=last[:, 0], post_states=post,
         samples=np.array([p.index for p in particles], dtype=np.int64),
         engine_steps=np.array([p.stepped for p in particles], dtype=np.int64),
-        engine_starts=starts, models=models, touching=touching)
+        engine_starts=starts, models=models, touching=touching,
+        indices=np.array([p.number for p in particles], dtype=np.int64))

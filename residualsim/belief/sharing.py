@@ -1,0 +1,78 @@
+"""The belief steps' particles shared between the workers.
+
+Both belief steps hand every worker the same request (all the particles' states) and each
+runs its share. In batched worlds the share is taken as the worker's copies free up
+(:class:`~residualsim.parallel.claims.WorkClaims`), so that the workers finish together:
+split in advance (every k-th particle to worker k), the two workers of ``bench beliefs``
+ended 0.2-0.5 s apart over its 12 steps, claimed 0.12-0.16 s (train/README.md §10). One
+particle's run does not depend on which worker or world it shares, so the results are the
+same either way, bit for bit. One at a time (the lone path) and on a pool across machines the share stays every k-th
+particle; a particle taken by a worker that died is run again, split that way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["slot_indices", "map_shared", "batched_first_events"]
+
+
+def slot_indices(slot: int, request) -> list[int]:
+    """The particles worker ``slot`` runs when the work is split in advance: every
+    ``request.n_slots``-th of ``request.only`` (the particles left to run; None: all of
+    ``request.states``) from its ``slot``-th."""
+    only = getattr(request, "only", None)
+    if only is None:
+        return list(range(slot, len(request.states), request.n_slots))
+    return list(only[slot::request.n_slots])
+
+
+def map_shared(workers, function, request) -> list:
+    """``workers.map(function, request)`` with the particles claimed as the workers free up
+    (``request.claims``) when the workers are local processes, more than one; then any
+    particle no chunk came back with (its worker died after taking it) run again, split in
+    advance (``request.only``). ``function`` returns chunks whose first item is the indices
+    of the particles it ran."""
+    from residualsim.parallel.claims import WorkClaims
+
+    n = len(request.states)
+    if workers.n_workers > 1 and workers.backend.name == "local" and n > 0:
+        with WorkClaims(n, request.n_slots) as claims:
+            chunks = workers.map(function, dataclasses.replace(request, claims=claims))
+    else:
+        chunks = workers.map(function, request)
+    done = np.zeros(n, dtype=bool)
+    for chunk in chunks:
+        done[np.asarray(chunk[0], dtype=np.int64)] = True
+    if not done.all():
+        left = tuple(np.flatnonzero(~done).tolist())
+        chunks = chunks + workers.map(function, dataclasses.replace(request, claims=None,
+                                                                     only=left))
+    return chunks
+
+
+def batched_first_events(engine, slot: int, request, policy, seeds) -> tuple[list, object]:
+    """Worker side: the first events (:func:`~residualsim.sim.batch.first_events`, with
+    ``policy`` and ``seeds`` for all of ``request.states`` or None) of the particles worker
+    ``slot`` runs, taken from ``request.claims`` as its copies free up or split in advance
+    (:func:`slot_indices`); the engine set to ``request.params`` first. Returns (the
+    particles' indices, their :class:`~residualsim.sim.batch.FirstEvents`)."""
+    from residualsim.sim.batch import first_events
+
+    if engine.params != request.params:
+        engine.set_params(request.params)
+    claims = request.claims
+    if claims is None:
+        indices = slot_indices(slot, request)
+        runs = first_events(engine, request.states[indices], request.max_steps, policy,
+                            None if seeds is None else [seeds[i] for i in indices],
+                            request.guard, request.batch_size)
+        return indices, runs
+    try:
+        runs = first_events(engine, request.states, request.max_steps, policy, seeds,
+                            request.guard, request.batch_size, claims=claims)
+    finally:
+        claims.close()
+    return runs.indices.tolist(), runs
