@@ -215,3 +215,22 @@ def test_bench_reports_engine_steps_and_the_bare_loop_per_method(model):
         assert 0 < row["rollout_s"] <= row["wall_s"]
     text = format_beliefs_report(report)
     assert "particles[batch=1]" in text and "engine steps" in text and "overhead" in text
+
+
+def test_bench_runs_each_method_once_before_the_clocks():
+    """Every (method, batch size, draws) row runs one contact untimed first, so that no row
+    pays for what its first call imports (the conjugate step's scipy.stats)."""
+    from residualsim.experiments.bench_beliefs import WARM_PARTICLES, _warm_methods
+
+    calls = []
+
+    class Recorder:
+        def beliefs(self, belief, **options):
+            calls.append((belief, options))
+
+    runs = [("particles", None, None), ("particles", 1, None), ("conjugate", None, 410)]
+    _warm_methods(Recorder(), "belief", runs, seed=3)
+    assert [(c[1]["method"], c[1]["batch_size"], c[1].get("draws")) for c in calls] == \
+        [("particles", None, None), ("particles", 1, None), ("conjugate", None, WARM_PARTICLES)]
+    assert all(c[0] == "belief" and c[1]["n_events"] == 1 and c[1]["seed"] == 3 and
+               c[1]["n_particles"] == WARM_PARTICLES for c in calls)

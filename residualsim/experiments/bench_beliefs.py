@@ -96,7 +96,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     loop (step and read the pose, nothing else) at the model's substeps and at each of
     ``bare_substeps`` (``bare_over_real_time``, keyed by substeps). Only the timing is
     meaningful at other substep counts: the model was calibrated at its own. Every pool
-    runs one short rollout before the clocks start, so no row pays for starting workers.
+    runs one short rollout before the clocks start, so no row pays for starting workers,
+    and each of ``methods`` one contact (:func:`_warm_methods`), so none pays for its imports.
 
     ``methods`` (e.g. ``("particles", "conjugate")``): each belief method of
     :func:`~residualsim.belief.propagation.propagate_belief` through the same ``n_events``
@@ -140,6 +141,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             simulator.rollout(first, model.dt_s, samples=len(slots))
         for pool in bare_pools.values():
             pool.map(_bare_tasks, _BareRequest(len(slots), first[None], 1, model.params))
+        _warm_methods(residual, GaussianMixtureBelief.gaussian(
+            first, default_initial_std(model), planar=scene.planar), method_runs, seed)
         for traj_id, traj in trajectories.items():
             state = scene.state_from_trajectory(traj, 0)
             belief = GaussianMixtureBelief.gaussian(state, default_initial_std(model),
@@ -193,6 +196,23 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             **totals, "rejected_fraction": (totals["rejected_penetration"] +
                                             totals["rejected_energy"]) / max(met, 1),
             "per_toss": rows}
+
+
+#: Particles (or the conjugate step's draws) of the one contact each method runs before the
+#: clocks start.
+WARM_PARTICLES = 50
+
+
+def _warm_methods(simulator, belief, runs, seed: int) -> None:
+    """Each (method, batch size, draws) of ``runs`` through one contact of ``belief`` with
+    :data:`WARM_PARTICLES`, untimed: what a method loads on its first call (the conjugate
+    step's quasi-random draws import scipy.stats, 0.4-0.75 s once per process) is not
+    charged to the steps a planner repeats."""
+    for name, size, count in runs:
+        options = {"batch_size": size} if count is None else {"batch_size": size,
+                                                              "draws": WARM_PARTICLES}
+        simulator.beliefs(belief, n_events=1, n_particles=WARM_PARTICLES, seed=seed,
+                          method=name, **options)
 
 
 def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
