@@ -147,3 +147,37 @@ def test_particles_a_dead_worker_took_run_again(model):
         return np.concatenate([c[2] for c in parts])[order]
 
     np.testing.assert_array_equal(by_index(chunks), by_index(static))
+
+
+class _Recording:
+    """Two local workers in this process that record the payloads they were sent."""
+
+    backend = types.SimpleNamespace(name="local")
+    n_workers = 2
+    items = [0, 1]
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, []
+
+    def map(self, function, payload):
+        self.calls.append(payload)
+        return [function(self.engine, slot, payload) for slot in self.items]
+
+
+def test_without_a_temporary_file_the_work_is_split_in_advance(model, monkeypatch):
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only temporary directory")
+
+    states = _states(10, seed=2)
+    request = _StepRequest(n_slots=2, states=states, seeds=[[4, i] for i in range(10)],
+                           params=model.params, policy=model.sampling_policy(),
+                           guard=model.guard, max_steps=150, penetration_tolerance_m=0.002,
+                           batch_size=4)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with Engine(model.scene, model.params, model.settings()) as engine:
+        workers = _Recording(engine)
+        chunks = map_shared(workers, _particle_tasks, request)
+    assert len(workers.calls) == 1 and workers.calls[0].claims is None
+    assert [list(chunk[0]) for chunk in chunks] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]

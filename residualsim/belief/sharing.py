@@ -31,18 +31,24 @@ def slot_indices(slot: int, request) -> list[int]:
 
 def map_shared(workers, function, request) -> list:
     """``workers.map(function, request)`` with the particles claimed as the workers free up
-    (``request.claims``) when the workers are local processes, more than one; then any
+    (``request.claims``) when the workers are local processes, more than one, and a
+    temporary file can be made (else split in advance); then any
     particle no chunk came back with (its worker died after taking it) run again, split in
     advance (``request.only``). ``function`` returns chunks whose first item is the indices
     of the particles it ran."""
     from residualsim.parallel.claims import WorkClaims
 
-    n = len(request.states)
+    n, claims = len(request.states), None
     if workers.n_workers > 1 and workers.backend.name == "local" and n > 0:
-        with WorkClaims(n, request.n_slots) as claims:
-            chunks = workers.map(function, dataclasses.replace(request, claims=claims))
-    else:
+        try:
+            claims = WorkClaims(n, request.n_slots)
+        except OSError:  # no writable temporary directory: split in advance
+            claims = None
+    if claims is None:
         chunks = workers.map(function, request)
+    else:
+        with claims:
+            chunks = workers.map(function, dataclasses.replace(request, claims=claims))
     done = np.zeros(n, dtype=bool)
     for chunk in chunks:
         done[np.asarray(chunk[0], dtype=np.int64)] = True
