@@ -106,9 +106,8 @@ def test_first_events_from_claims_are_the_runs_split_in_advance(model):
     assert whole.n_events[8:].sum() >= 15
 
 
-class _Losing:
-    """Two local workers in this process; in the first map call the second claims a run of
-    particles and dies (its chunk never comes back)."""
+class _Recording:
+    """Two local workers in this process that record the payloads they were sent."""
 
     backend = types.SimpleNamespace(name="local")
     n_workers = 2
@@ -119,12 +118,21 @@ class _Losing:
 
     def map(self, function, payload):
         self.calls.append(payload)
-        if len(self.calls) == 1:
-            dying = pickle.loads(pickle.dumps(payload.claims))  # its own handle
-            self.lost = list(dying.take())
-            dying.close()
-            return [function(self.engine, 0, payload)]
         return [function(self.engine, slot, payload) for slot in self.items]
+
+
+class _Losing(_Recording):
+    """In the first map call the second worker claims a run of particles and dies (its
+    chunk never comes back)."""
+
+    def map(self, function, payload):
+        if self.calls:
+            return super().map(function, payload)
+        self.calls.append(payload)
+        dying = pickle.loads(pickle.dumps(payload.claims))  # its own handle
+        self.lost = list(dying.take())
+        dying.close()
+        return [function(self.engine, 0, payload)]
 
 
 def test_particles_a_dead_worker_took_run_again(model):
@@ -147,21 +155,6 @@ def test_particles_a_dead_worker_took_run_again(model):
         return np.concatenate([c[2] for c in parts])[order]
 
     np.testing.assert_array_equal(by_index(chunks), by_index(static))
-
-
-class _Recording:
-    """Two local workers in this process that record the payloads they were sent."""
-
-    backend = types.SimpleNamespace(name="local")
-    n_workers = 2
-    items = [0, 1]
-
-    def __init__(self, engine):
-        self.engine, self.calls = engine, []
-
-    def map(self, function, payload):
-        self.calls.append(payload)
-        return [function(self.engine, slot, payload) for slot in self.items]
 
 
 def test_without_a_temporary_file_the_work_is_split_in_advance(model, monkeypatch):
