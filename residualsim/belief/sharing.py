@@ -6,8 +6,9 @@ runs its share. In batched worlds the share is taken as the worker's copies free
 split in advance (every k-th particle to worker k), the two workers of ``bench beliefs``
 ended 0.2-0.5 s apart over its 12 steps, claimed 0.12-0.16 s (train/README.md §10). One
 particle's run does not depend on which worker or world it shares, so the results are the
-same either way, bit for bit. One at a time (the lone path) and on a pool across machines the share stays every k-th
-particle; a particle taken by a worker that died is run again, split that way.
+same either way, bit for bit. One at a time (the lone path) and on a pool across machines
+the share stays every k-th particle; a particle taken by a worker that died is run again,
+split that way.
 """
 
 from __future__ import annotations
