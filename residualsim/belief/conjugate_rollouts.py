@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.belief.mixture import event_outcome, event_outcomes, slot_particles
-from residualsim.belief.sharing import batched_first_events, slot_indices
+from residualsim.belief.sharing import batched_first_events, lone_share
 
 __all__ = ["EventProbe", "SigmaRequest", "sigma_outcome", "sigma_tasks", "unpack_outcomes"]
 
@@ -117,11 +117,8 @@ def sigma_tasks(engine, slot: int, request: SigmaRequest) -> tuple:
     tuples back: thousands of small arrays cost a quarter of the rollouts' time to send);
     in batched worlds (the draws claimed as copies free up: :mod:`.sharing`) unless
     ``batch_size`` is 1 or the scene or probe needs the lone path."""
-    from residualsim.sim.batch import batch_unsupported
-
-    indices = slot_indices(slot, request)
-    if (request.claims is None and not indices) or request.batch_size == 1 or \
-            batch_unsupported(engine.scene, request.probe, request.guard) is not None:
+    indices = lone_share(engine, slot, request, request.probe)
+    if indices is not None:
         return _pack(indices, [sigma_outcome(engine, state, request)
                                for _, state, _ in slot_particles(engine, slot, request)],
                      request.states.shape[1])

@@ -24,7 +24,7 @@ import numpy as np
 from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, BeliefStep,
                                         GaussianMixtureBelief, StateTangent, check_batch_size,
                                         event_outcome, event_outcomes, slot_particles)
-from residualsim.belief.sharing import batched_first_events, map_shared, slot_indices
+from residualsim.belief.sharing import batched_first_events, lone_share, map_shared
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "stochastic_step",
@@ -133,11 +133,8 @@ def _particle_tasks(engine, slot: int, request: _StepRequest) -> tuple:
     starts); in batched worlds (:func:`~residualsim.sim.batch.first_events`, the particles
     claimed as copies free up: :mod:`.sharing`) unless ``batch_size`` is 1 or the scene or
     policy needs the lone path (:func:`~residualsim.sim.batch.batch_unsupported`)."""
-    from residualsim.sim.batch import batch_unsupported
-
-    indices = slot_indices(slot, request)
-    if (request.claims is None and not indices) or request.batch_size == 1 or \
-            batch_unsupported(engine.scene, request.policy, request.guard) is not None:
+    indices = lone_share(engine, slot, request, request.policy)
+    if indices is not None:
         runs = [_lone_next_event(engine, state, request.max_steps, request.policy, rng,
                                  request.guard, request.penetration_tolerance_m)
                 for _, state, rng in slot_particles(engine, slot, request)]

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["slot_indices", "map_shared", "batched_first_events"]
+__all__ = ["slot_indices", "lone_share", "map_shared", "batched_first_events"]
 
 
 def slot_indices(slot: int, request) -> list[int]:
@@ -28,6 +28,21 @@ def slot_indices(slot: int, request) -> list[int]:
     if only is None:
         return list(range(slot, len(request.states), request.n_slots))
     return list(only[slot::request.n_slots])
+
+
+def lone_share(engine, slot: int, request, policy) -> list[int] | None:
+    """The particles worker ``slot`` runs one at a time (:func:`slot_indices`), or None when
+    it runs its share in batched worlds (:func:`batched_first_events`): one at a time when
+    ``request.batch_size`` is 1, when the scene, ``policy`` or guard needs the lone path
+    (:func:`~residualsim.sim.batch.batch_unsupported`), or when the work is split in advance
+    and this slot's share is empty."""
+    from residualsim.sim.batch import batch_unsupported
+
+    indices = slot_indices(slot, request)
+    if request.batch_size == 1 or (request.claims is None and not indices) or \
+            batch_unsupported(engine.scene, policy, request.guard) is not None:
+        return indices
+    return None
 
 
 def map_shared(workers, function, request) -> list:
