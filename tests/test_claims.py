@@ -157,6 +157,28 @@ def test_particles_a_dead_worker_took_run_again(model):
     np.testing.assert_array_equal(by_index(chunks), by_index(static))
 
 
+class _Doubling(_Recording):
+    """The first map call comes back with a particle twice (claims that overlapped)."""
+
+    def map(self, function, payload):
+        chunks = super().map(function, payload)
+        return chunks + chunks[:1] if len(self.calls) == 1 else chunks
+
+
+def test_particles_claimed_twice_run_the_step_again_split_in_advance(model):
+    states = _states(12, seed=3)
+    request = _StepRequest(n_slots=2, states=states, seeds=[[6, i] for i in range(12)],
+                           params=model.params, policy=model.sampling_policy(),
+                           guard=model.guard, max_steps=150, penetration_tolerance_m=0.002,
+                           batch_size=4)
+    with Engine(model.scene, model.params, model.settings()) as engine:
+        workers = _Doubling(engine)
+        chunks = map_shared(workers, _particle_tasks, request)
+    first, second = workers.calls
+    assert first.claims is not None and second.claims is None and second.only is None
+    assert [list(chunk[0]) for chunk in chunks] == [list(range(0, 12, 2)), list(range(1, 12, 2))]
+
+
 def test_without_a_temporary_file_the_work_is_split_in_advance(model, monkeypatch):
     import tempfile
 

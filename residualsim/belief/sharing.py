@@ -50,8 +50,10 @@ def map_shared(workers, function, request) -> list:
     (``request.claims``) when the workers are local processes, more than one, and a
     temporary file can be made (else split in advance); then any
     particle no chunk came back with (its worker died after taking it) run again, split in
-    advance (``request.only``). ``function`` returns chunks whose first item is the indices
-    of the particles it ran."""
+    advance (``request.only``); should two workers have claimed the same particle (a
+    temporary directory on a file system whose appends are not atomic), the whole step
+    again, split in advance. ``function`` returns chunks whose first item is the indices of
+    the particles it ran."""
     from residualsim.parallel.claims import WorkClaims
 
     n, claims = len(request.states), None
@@ -65,11 +67,13 @@ def map_shared(workers, function, request) -> list:
     else:
         with claims:
             chunks = workers.map(function, dataclasses.replace(request, claims=claims))
-    done = np.zeros(n, dtype=bool)
-    for chunk in chunks:
-        done[np.asarray(chunk[0], dtype=np.int64)] = True
-    if not done.all():
-        left = tuple(np.flatnonzero(~done).tolist())
+    counts = np.bincount(np.concatenate([np.asarray(chunk[0], dtype=np.int64)
+                                         for chunk in chunks] + [np.zeros(0, np.int64)]),
+                         minlength=n)
+    if claims is not None and counts.max(initial=0) > 1:  # a file system that appends
+        return workers.map(function, request)  # without the atomicity POSIX promises
+    if not counts.all():
+        left = tuple(np.flatnonzero(counts == 0).tolist())
         chunks = chunks + workers.map(function, dataclasses.replace(request, claims=None,
                                                                      only=left))
     return chunks

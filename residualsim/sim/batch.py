@@ -69,6 +69,7 @@ from collections import deque
 import numpy as np
 
 from residualsim.parallel import paused_gc
+from residualsim.parallel.claims import WorkClaims
 from residualsim.sim.bullet import pb
 from residualsim.sim.batch_events import EventModels, correct_events, event_models
 from residualsim.sim.contact import MEMORY_STEPS, far_from
@@ -224,7 +225,8 @@ class _Particle:
 
 
 def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds, guard,
-                 batch_size: int | None = None, claims=None) -> FirstEvents:
+                 batch_size: int | None = None, claims: WorkClaims | None = None
+                 ) -> FirstEvents:
     """Each of ``states`` (n, state size; scene layout, world frame) to the end of its first
     contact event within ``n_steps`` recording periods, in batches of ``batch_size`` copies
     of ``engine``'s body in one world (None: :data:`AUTO_BATCH`); see the module docstring.
@@ -283,7 +285,7 @@ def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, r
 
 
 def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
-         correctors: list | None, claims=None) -> list:
+         correctors: list | None, claims: WorkClaims | None = None) -> list:
     """The particles (:class:`_Particle`) of ``states`` (those taken from ``claims``, when
     given) run to their first events (``correctors`` None) or, with an event corrector per
     state, over the whole horizon."""
@@ -330,7 +332,7 @@ def _admit(world: _World, states: np.ndarray, numbers: range, n_steps: int,
 
 
 def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
-          correctors: list | None, claims=None) -> list:
+          correctors: list | None, claims: WorkClaims | None = None) -> list:
     scene, cid, flight = world.scene, world.engine.client, world.flight
     whole = correctors is not None
     limit = n_steps + 1 if whole else 1  # events after which a particle stops
