@@ -5,6 +5,7 @@ it gets when the work is split in advance, and particles a dead worker took run 
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -65,6 +66,17 @@ def test_runs_shrink_as_the_work_runs_out_and_pickle_as_a_path():
     assert sum(sizes) == 100
     assert sizes[0] == 25 and sizes[-1] <= 3 and min(sizes) >= 1
     assert all(a >= b for a, b in zip(sizes, sizes[1:]))
+
+
+def test_a_run_is_sized_from_what_is_left_now_not_at_the_last_claim():
+    with WorkClaims(100, 2, smallest=1) as claims:
+        other = pickle.loads(pickle.dumps(claims))
+        assert len(claims.take()) == 25
+        while os.path.getsize(claims.path) < 60:  # another worker took most of the rest
+            other.take()
+        left = 100 - os.path.getsize(claims.path)
+        assert len(claims.take()) == math.ceil(left / 4)  # not (100 - 25) / 4
+        other.close()
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,13 @@ class WorkClaims:
             return range(0)
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        left = self.total - self._seen  # at least what is left: others may have taken more
+        # what is left now (the file's end), not at this process's last claim: sized from
+        # that, a worker busy while the others took most of the work made the step's last
+        # large run, and the workers ended 10 ms a step apart (train/README.md §10)
+        left = self.total - os.fstat(self._fd).st_size
+        if left <= 0:
+            self._seen = self.total
+            return range(0)
         size = max(self.smallest, math.ceil(left / (2 * self.n_workers)))
         os.write(self._fd, b"\0" * size)
         end = os.lseek(self._fd, 0, os.SEEK_CUR)
