@@ -233,8 +233,8 @@ def test_fit_with_bic_recovers_a_two_component_mixture():
 
 @pytest.mark.parametrize("n_workers, n_slots", [(2, 2), (2, 3), (1, 2)])
 def test_fit_on_workers_is_the_fit_done_here(n_workers, n_slots):
-    """The BIC candidates fitted side by side on a belief step's workers (largest first)
-    give the mixture fitted one after another in this process, bit for bit, for any
+    """The BIC candidates fitted side by side on a belief step's workers (shared by their
+    cost, mixture._share_candidates) give the mixture fitted one after another in this process, bit for bit, for any
     number of workers and slots."""
     from residualsim.sim.pool import engine_workers
 
@@ -249,6 +249,15 @@ def test_fit_on_workers_is_the_fit_done_here(n_workers, n_slots):
         np.testing.assert_array_equal(a.weights, b.weights)
         np.testing.assert_array_equal(a.means, b.means)
         np.testing.assert_array_equal(a.covariances, b.covariances)
+
+
+def test_the_candidates_are_shared_by_their_cost():
+    """One component needs neither k-means nor EM: the costly fits go to different workers."""
+    from residualsim.belief.mixture import _share_candidates
+
+    assert _share_candidates([1, 2, 3, 4], 2) == [[4, 1], [3, 2]]
+    assert _share_candidates([1, 2, 3, 4], 3) == [[4], [3], [2, 1]]
+    assert _share_candidates([1], 2) == [[1], []]
 
 
 def test_fit_one_component_matches_the_sample_covariance():

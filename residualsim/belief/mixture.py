@@ -138,9 +138,9 @@ class GaussianMixtureBelief:
         Coordinates are standardised for the fit (metres and rad/s differ by orders of
         magnitude); a small floor keeps the covariances of resting particles positive.
         ``workers``: a :class:`~residualsim.parallel.ShardedWorkers` over slot indices (a
-        belief step's engine workers) that fits the BIC candidates side by side, the
-        largest first (the same mixture as fitting them here: each candidate is seeded
-        alone)."""
+        belief step's engine workers) that fits the BIC candidates side by side
+        (:func:`_share_candidates`; the same mixture as fitting them here: each candidate
+        is seeded alone)."""
         states = np.atleast_2d(np.asarray(states, dtype=float))
         tangent = StateTangent.around(states, planar)
         points = tangent.to_tangent(states)
@@ -158,7 +158,7 @@ class GaussianMixtureBelief:
         if workers is None or len(candidates) == 1 or len(workers.items) == 1:
             fits = [_fit_candidate(unit, k, rng) for k in candidates]
         else:
-            groups = [candidates[::-1][i::len(workers.items)] for i in range(len(workers.items))]
+            groups = _share_candidates(candidates, len(workers.items))
             done = dict(pair for slot in workers.map(_fit_slot, (unit, groups, rng))
                         for pair in slot)
             fits = [done[k] for k in candidates]
@@ -200,7 +200,8 @@ def _fit_candidate(unit: np.ndarray, k: int, rng: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """A full-covariance mixture of ``k`` components on standardised points ``unit``
     (n, d), as scikit-learn's ``GaussianMixture(k, reg_covar=1e-6, random_state=rng)``
-    fits one: scikit-learn's k-means labels as the start, EM on the points
+    fits one: scikit-learn's k-means labels as the start (one component: the points' own
+    moments, which EM leaves as they are), EM on the points
     (:func:`.reduction.em_refine`, 1e-6 on the covariances' diagonals, stopping when the
     mean log-likelihood gains less than 1e-3, at most 100 iterations) and the BIC
     (:func:`.reduction.mixture_bic`). Returns weights (k,) heaviest first, means (k, d),
@@ -214,21 +215,37 @@ def _fit_candidate(unit: np.ndarray, k: int, rng: int
     from residualsim.belief.reduction import em_refine, mixture_bic
 
     with _one_blas_thread(), paused_gc():
-        labels = KMeans(n_clusters=k, n_init=1,
-                        random_state=np.random.RandomState(rng)).fit(unit).labels_
         uniform = np.full(len(unit), 1.0 / len(unit))
         ridge = _REG_COVAR * np.eye(unit.shape[1])
+        if k == 1:  # one cluster: its moments are the fit, EM from them changes nothing
+            labels = np.zeros(len(unit), dtype=np.int64)
+        else:
+            labels = KMeans(n_clusters=k, n_init=1,
+                            random_state=np.random.RandomState(rng)).fit(unit).labels_
         clusters = [unit[labels == c] for c in np.unique(labels)]
         start = (np.array([len(c) for c in clusters]) / len(unit),
                  np.array([c.mean(axis=0) for c in clusters]),
                  np.array([np.cov(c.T, bias=True).reshape(ridge.shape) + ridge
                            for c in clusters]))
         try:
-            fit = em_refine(uniform, unit, None, start, iterations=100, floor=_REG_COVAR,
-                            tolerance=1e-3)
+            fit = start if k == 1 else em_refine(uniform, unit, None, start, iterations=100,
+                                                 floor=_REG_COVAR, tolerance=1e-3)
             return (*fit, mixture_bic(fit, uniform, unit, len(unit)))
         except np.linalg.LinAlgError:
             return start[0], start[1], np.full(start[2].shape, np.nan), math.nan
+
+
+def _share_candidates(candidates: list[int], n_slots: int) -> list[list[int]]:
+    """The BIC candidates (component counts) per worker slot, the largest first, each to the
+    least loaded slot, a fit of k components counted k - 1 (one component needs neither
+    k-means nor EM): 4 + 1 and 3 + 2 on two workers."""
+    groups: list[list[int]] = [[] for _ in range(n_slots)]
+    loads = [0] * n_slots
+    for k in sorted(candidates, reverse=True):
+        slot = loads.index(min(loads))
+        groups[slot].append(k)
+        loads[slot] += k - 1
+    return groups
 
 
 def _fit_slot(_engine, slot: int, payload) -> list:
