@@ -217,6 +217,30 @@ def test_bench_reports_engine_steps_and_the_bare_loop_per_method(model):
     assert "particles[batch=1]" in text and "engine steps" in text and "overhead" in text
 
 
+def test_bench_repeats_time_the_same_particles_and_report_the_median(model):
+    """``--repeats 3``: each method's steps and bare loop timed three times in turn (the same
+    particles: the same engine steps each time); the overhead is the median of the three
+    repeats' overheads, each repeat's listed and their range printed."""
+    from residualsim.data.trajectory import Trajectory
+    from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
+
+    state, n = _particles()[0], 40
+    toss = Trajectory("synthetic", np.arange(n) * model.dt_s, np.tile(state[:3], (n, 1)),
+                      np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)),
+                      np.tile(state[10:], (n, 1)), source="test")
+    report = bench_beliefs(model, {"synthetic": toss}, particles=6, n_workers=1, n_events=2,
+                           methods=("particles",), reference_particles=8, distance_samples=50,
+                           repeats=3)
+    row = report["methods"]["particles"]
+    [toss_row] = row["per_toss"]
+    assert len(toss_row["timings"]) == 3 and len(row["overheads"]) == 3
+    walls, bares = ([t[i] for t in toss_row["timings"]] for i in (0, 1))
+    assert row["overheads"] == pytest.approx([w / b for w, b in zip(walls, bares)])
+    assert row["overhead"] == pytest.approx(float(np.median(row["overheads"])))
+    assert row["wall_s"] == pytest.approx(float(np.median(walls)))
+    assert "median of 3 repeats" in format_beliefs_report(report)
+
+
 def test_bench_runs_each_method_once_before_the_clocks():
     """Every (method, batch size, draws) row runs one contact untimed first, so that no row
     pays for what its first call imports (the conjugate step's scipy.stats)."""

@@ -59,7 +59,8 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
                            n_events=args.events, seed=args.seed, methods=args.methods,
                            reference_particles=args.reference_particles,
-                           batch_sizes=args.batch_sizes, draws=args.draws)
+                           batch_sizes=args.batch_sizes, draws=args.draws,
+                           repeats=args.repeats)
     print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
@@ -185,6 +186,9 @@ def register(commands) -> None:
                       "time), e.g. 1,auto (default auto)")
     bbel.add_argument("--draws", type=draw_counts, default=(None,), help="conjugate once "
                       "per draws per step, e.g. 250,410 (default: the step's 250)")
+    bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's "
+                      "belief steps and their bare loop this many times in turn, "
+                      "reporting medians and the overheads' range (default 1)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

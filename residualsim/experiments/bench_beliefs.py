@@ -80,7 +80,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
                   n_workers: int = 2, n_events: int = 3, seed: int = 0,
                   bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
                   reference_particles: int = 20000, distance_samples: int = 2000,
-                  batch_sizes: tuple = (None,), draws: tuple = (None,)) -> dict:
+                  batch_sizes: tuple = (None,), draws: tuple = (None,), repeats: int = 1
+                  ) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -115,7 +116,10 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     the refits in the parent). Each method runs once per entry of ``batch_sizes``
     (copies of the body per world in its rollouts; None: automatic, 1: one at a time), and
     "conjugate" once per entry of ``draws`` (its draws per step; None: the step's default),
-    rows named by :func:`method_label`.
+    rows named by :func:`method_label`. ``repeats``: each toss's method runs (and their bare
+    loops) timed that many times in turn, the same particles each time; the timings are the
+    medians over the repeats and ``overheads`` every repeat's (this machine's timings of the
+    same work varied by +-10 %).
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
@@ -169,7 +173,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
             if methods:
                 _bench_methods(residual, bare_pools[model.substeps], model, belief,
                                method_runs, n_events, particles, reference_particles,
-                               distance_samples, seed, horizon, method_rows)
+                               distance_samples, seed, horizon, method_rows, repeats)
             for step in steps:
                 summary = step.summary()
                 totals["propagated"] += summary["drawn"]
@@ -217,51 +221,78 @@ def _warm_methods(simulator, belief, runs, seed: int) -> None:
 
 def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
                    particles: int, reference_particles: int, distance_samples: int,
-                   seed: int, horizon_s: float, rows: dict) -> None:
+                   seed: int, horizon_s: float, rows: dict, repeats: int = 1) -> None:
     """One toss of :func:`bench_beliefs`' method comparison: the reference belief, then each
-    (method, batch size, draws) of ``runs`` timed on the same workers and its engine steps replayed
-    in the bare loop on ``bare_pool``; appends a row per run to ``rows``."""
-    from residualsim.belief.distance import belief_distance
-
+    (method, batch size, draws) of ``runs`` timed on the same workers and its engine steps
+    replayed in the bare loop on ``bare_pool``, all ``repeats`` times in turn (the same seed:
+    the same particles each time); appends a row per run to ``rows``, its timings (wall,
+    bare, rollouts, s) once per repeat in ``timings``."""
     reference = simulator.beliefs(belief, n_events=n_events, n_particles=reference_particles,
                                   seed=seed + 1, method="particles")
-    for name, size, count in runs:
-        options = {"batch_size": size} if count is None else {"batch_size": size,
-                                                              "draws": count}
-        start = time.perf_counter()
-        steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles,
-                                  seed=seed, method=name, **options)
-        wall = time.perf_counter() - start
-        done = [step.engine_runs for step in steps if step.engine_runs is not None]
-        replay = _BareReplay(len(bare_pool.items), np.concatenate([d[0] for d in done]),
-                             np.concatenate([d[1] for d in done]), model.params)
-        start = time.perf_counter()
-        bare_pool.map(_bare_replay, replay)
-        bare = time.perf_counter() - start
-        distances, missing = [], 0
-        for k, ref in enumerate(reference):
-            ours = steps[k].belief if k < len(steps) else None
-            if ours is None or ref.belief is None:
-                missing += 1
-                continue
-            distances.append(belief_distance(ours, ref.belief, distance_samples, seed=k))
-        rows[method_label(name, size, count)].append({
-            "wall_s": wall, "simulated_s": horizon_s, "bare_s": bare,
-            "rollout_s": float(sum(step.rollout_s for step in steps)),
-            "engine_steps": int(sum(step.engine_steps for step in steps)),
-            "rollouts": int(sum(step.n_drawn for step in steps)),
-            "distance": float(sum(distances)), "missing": missing, "per_contact": distances,
-            "rejected_fraction": [step.rejected_fraction for step in steps]})
+    timings: dict = {run: [] for run in runs}
+    first: dict = {}
+    for _ in range(int(repeats)):
+        for run in runs:
+            first[run], timing = _timed_method(simulator, bare_pool, model, belief, run,
+                                               n_events, particles, seed)
+            timings[run].append(timing)
+    for run in runs:
+        _method_row(first[run], reference, distance_samples, horizon_s, timings[run],
+                    rows[method_label(*run)])
+
+
+def _timed_method(simulator, bare_pool, model, belief, run, n_events: int, particles: int,
+                  seed: int) -> tuple[list, tuple[float, float, float]]:
+    """One timed pass of ``run`` = (method, batch size, draws) and the bare loop over its
+    engine steps: (its belief steps, (wall, bare, rollouts) s)."""
+    name, size, count = run
+    options = {"batch_size": size} if count is None else {"batch_size": size, "draws": count}
+    start = time.perf_counter()
+    steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles, seed=seed,
+                              method=name, **options)
+    wall = time.perf_counter() - start
+    done = [step.engine_runs for step in steps if step.engine_runs is not None]
+    replay = _BareReplay(len(bare_pool.items), np.concatenate([d[0] for d in done]),
+                         np.concatenate([d[1] for d in done]), model.params)
+    start = time.perf_counter()
+    bare_pool.map(_bare_replay, replay)
+    bare = time.perf_counter() - start
+    return steps, (wall, bare, float(sum(step.rollout_s for step in steps)))
+
+
+def _method_row(steps, reference, distance_samples: int, horizon_s: float, timings: list,
+                rows: list) -> None:
+    """Appends to ``rows`` one toss's row of a method: its timings per repeat, engine
+    steps, rollouts and distance to ``reference`` (per contact and summed)."""
+    from residualsim.belief.distance import belief_distance
+
+    distances, missing = [], 0
+    for k, ref in enumerate(reference):
+        ours = steps[k].belief if k < len(steps) else None
+        if ours is None or ref.belief is None:
+            missing += 1
+            continue
+        distances.append(belief_distance(ours, ref.belief, distance_samples, seed=k))
+    walls, bares, rollouts = (np.median([t[i] for t in timings]) for i in range(3))
+    rows.append({
+        "wall_s": float(walls), "simulated_s": horizon_s, "bare_s": float(bares),
+        "rollout_s": float(rollouts), "timings": [list(t) for t in timings],
+        "engine_steps": int(sum(step.engine_steps for step in steps)),
+        "rollouts": int(sum(step.n_drawn for step in steps)),
+        "distance": float(sum(distances)), "missing": missing, "per_contact": distances,
+        "rejected_fraction": [step.rejected_fraction for step in steps]})
 
 
 def _method_report(rows: dict, simulated_s: float) -> dict:
     """Per method: over_real_time, rollouts, distance_to_reference, engine_steps, bare_s,
     overhead and rollout_overhead (see :func:`bench_beliefs`), and over_particles (its wall
-    time / the "particles" row's, None without that row)."""
+    time / the "particles" row's, None without that row). With repeats, each timing is the
+    median over the repeats of the tosses' sums, and ``overheads`` lists every repeat's."""
     report = {}
     for name, runs in rows.items():
-        wall, bare = sum(r["wall_s"] for r in runs), sum(r["bare_s"] for r in runs)
-        rollout = sum(r["rollout_s"] for r in runs)
+        sums = np.sum([r["timings"] for r in runs], axis=0)  # (repeats, 3): wall, bare, rollouts
+        wall, bare, rollout = (float(np.median(sums[:, i])) for i in range(3))
+        overheads = (sums[:, 0] / sums[:, 1]).tolist() if (sums[:, 1] > 0).all() else []
         report[name] = {
             "over_real_time": wall / simulated_s,
             "rollouts": sum(r["rollouts"] for r in runs),
@@ -269,8 +300,10 @@ def _method_report(rows: dict, simulated_s: float) -> dict:
             "missing": sum(r["missing"] for r in runs),
             "wall_s": wall, "rollout_s": rollout, "bare_s": bare,
             "engine_steps": sum(r["engine_steps"] for r in runs),
-            "overhead": wall / bare if bare > 0 else None,
-            "rollout_overhead": rollout / bare if bare > 0 else None,
+            "overhead": float(np.median(overheads)) if overheads else None,
+            "overheads": overheads,
+            "rollout_overhead": float(np.median(sums[:, 2] / sums[:, 1])) if overheads
+            else None,
             "per_toss": runs}
     base = report.get("particles")  # the particle step at its automatic batch size
     for row in report.values():
@@ -305,4 +338,8 @@ def format_beliefs_report(report: dict) -> str:
                          f"over them {row['bare_s']:.2f} s; overhead = method / bare "
                          f"{row['overhead']:.2f} (its rollouts alone {row['rollout_s']:.2f} s:"
                          f" {row['rollout_overhead']:.2f})")
+            if len(row["overheads"]) > 1:
+                lines.append(f"  {'':>18}  median of {len(row['overheads'])} repeats; "
+                             f"overhead {min(row['overheads']):.2f}-"
+                             f"{max(row['overheads']):.2f} over the repeats")
     return "\n".join(lines)
