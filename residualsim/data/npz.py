@@ -31,7 +31,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_open
 from residualsim.errors import DataError, ParameterError
-from residualsim.data.listing import id_key, recording_files
+from residualsim.data.listing import recording_files
 from residualsim.data.trajectory import Trajectory
 
 __all__ = [
