@@ -230,14 +230,14 @@ def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
     reference = simulator.beliefs(belief, n_events=n_events, n_particles=reference_particles,
                                   seed=seed + 1, method="particles")
     timings: dict = {run: [] for run in runs}
-    first: dict = {}
+    steps: dict = {}  # each run's belief steps (the same at every repeat: the same seed)
     for _ in range(int(repeats)):
         for run in runs:
-            first[run], timing = _timed_method(simulator, bare_pool, model, belief, run,
+            steps[run], timing = _timed_method(simulator, bare_pool, model, belief, run,
                                                n_events, particles, seed)
             timings[run].append(timing)
     for run in runs:
-        _method_row(first[run], reference, distance_samples, horizon_s, timings[run],
+        _method_row(steps[run], reference, distance_samples, horizon_s, timings[run],
                     rows[method_label(*run)])
 
 

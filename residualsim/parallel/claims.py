@@ -46,8 +46,8 @@ class WorkClaims:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         # what is left now (the file's end), not at this process's last claim: sized from
-        # that, a worker busy while the others took most of the work made the step's last
-        # large run, and the workers ended 10 ms a step apart (train/README.md §10)
+        # that, a worker busy while the others took most of the work claimed a run as if
+        # they had taken none (78 particles late in a belief step, train/README.md §10)
         left = self.total - os.fstat(self._fd).st_size
         if left <= 0:
             self._seen = self.total
