@@ -193,18 +193,25 @@ def test_seeded_draws_are_default_rngs_draws():
         np.testing.assert_array_equal(z[i], rng.standard_normal(3))
 
 
+def _synthetic_toss(model) -> dict:
+    """{"synthetic": a 40-sample recording holding one test particle's state}: a toss for
+    ``bench beliefs`` to start its beliefs from."""
+    from residualsim.data.trajectory import Trajectory
+
+    state, n = _particles()[0], 40
+    return {"synthetic": Trajectory(
+        "synthetic", np.arange(n) * model.dt_s, np.tile(state[:3], (n, 1)),
+        np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)), np.tile(state[10:], (n, 1)),
+        source="test")}
+
+
 def test_bench_reports_engine_steps_and_the_bare_loop_per_method(model):
     """``bench beliefs --methods particles --batch-sizes 1,auto`` on one synthetic toss: each
     row counts the same engine steps (same particles), replays them in a bare loop, and
     gives finite overheads; the formatted report names both rows."""
-    from residualsim.data.trajectory import Trajectory
     from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
 
-    state, n = _particles()[0], 40
-    toss = Trajectory("synthetic", np.arange(n) * model.dt_s, np.tile(state[:3], (n, 1)),
-                      np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)),
-                      np.tile(state[10:], (n, 1)), source="test")
-    report = bench_beliefs(model, {"synthetic": toss}, particles=6, n_workers=1, n_events=2,
+    report = bench_beliefs(model, _synthetic_toss(model), particles=6, n_workers=1, n_events=2,
                            methods=("particles",), reference_particles=8, distance_samples=50,
                            batch_sizes=(1, None))
     lone, batched = report["methods"]["particles[batch=1]"], report["methods"]["particles"]
@@ -221,14 +228,9 @@ def test_bench_repeats_time_the_same_particles_and_report_the_median(model):
     """``--repeats 3``: each method's steps and bare loop timed three times in turn (the same
     particles: the same engine steps each time); the overhead is the median of the three
     repeats' overheads, each repeat's listed and their range printed."""
-    from residualsim.data.trajectory import Trajectory
     from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
 
-    state, n = _particles()[0], 40
-    toss = Trajectory("synthetic", np.arange(n) * model.dt_s, np.tile(state[:3], (n, 1)),
-                      np.tile(state[3:7], (n, 1)), np.tile(state[7:10], (n, 1)),
-                      np.tile(state[10:], (n, 1)), source="test")
-    report = bench_beliefs(model, {"synthetic": toss}, particles=6, n_workers=1, n_events=2,
+    report = bench_beliefs(model, _synthetic_toss(model), particles=6, n_workers=1, n_events=2,
                            methods=("particles",), reference_particles=8, distance_samples=50,
                            repeats=3)
     row = report["methods"]["particles"]
