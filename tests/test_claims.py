@@ -118,6 +118,15 @@ def test_first_events_from_claims_are_the_runs_split_in_advance(model):
     assert whole.n_events[8:].sum() >= 15
 
 
+def _step_request(model: ResidualModel, n: int, seed: int, draws: int) -> _StepRequest:
+    """A particle step's request for 2 workers: ``n`` states (:func:`_states` with ``seed``),
+    particle i's residual drawn from ``default_rng([draws, i])``, batches of 4."""
+    return _StepRequest(n_slots=2, states=_states(n, seed=seed),
+                        seeds=[[draws, i] for i in range(n)], params=model.params,
+                        policy=model.sampling_policy(), guard=model.guard, max_steps=150,
+                        penetration_tolerance_m=0.002, batch_size=4)
+
+
 class _Recording:
     """Two local workers in this process that record the payloads they were sent."""
 
@@ -148,11 +157,7 @@ class _Losing(_Recording):
 
 
 def test_particles_a_dead_worker_took_run_again(model):
-    states = _states(24, seed=1)
-    request = _StepRequest(n_slots=2, states=states, seeds=[[9, i] for i in range(24)],
-                           params=model.params, policy=model.sampling_policy(),
-                           guard=model.guard, max_steps=150, penetration_tolerance_m=0.002,
-                           batch_size=4)
+    request = _step_request(model, 24, seed=1, draws=9)
     with Engine(model.scene, model.params, model.settings()) as engine:
         workers = _Losing(engine)
         chunks = map_shared(workers, _particle_tasks, request)
@@ -178,11 +183,7 @@ class _Doubling(_Recording):
 
 
 def test_particles_claimed_twice_run_the_step_again_split_in_advance(model):
-    states = _states(12, seed=3)
-    request = _StepRequest(n_slots=2, states=states, seeds=[[6, i] for i in range(12)],
-                           params=model.params, policy=model.sampling_policy(),
-                           guard=model.guard, max_steps=150, penetration_tolerance_m=0.002,
-                           batch_size=4)
+    request = _step_request(model, 12, seed=3, draws=6)
     with Engine(model.scene, model.params, model.settings()) as engine:
         workers = _Doubling(engine)
         chunks = map_shared(workers, _particle_tasks, request)
@@ -197,11 +198,7 @@ def test_without_a_temporary_file_the_work_is_split_in_advance(model, monkeypatc
     def refuse(*args, **kwargs):
         raise PermissionError("read-only temporary directory")
 
-    states = _states(10, seed=2)
-    request = _StepRequest(n_slots=2, states=states, seeds=[[4, i] for i in range(10)],
-                           params=model.params, policy=model.sampling_policy(),
-                           guard=model.guard, max_steps=150, penetration_tolerance_m=0.002,
-                           batch_size=4)
+    request = _step_request(model, 10, seed=2, draws=4)
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     with Engine(model.scene, model.params, model.settings()) as engine:
         workers = _Recording(engine)
