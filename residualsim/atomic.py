@@ -120,6 +120,7 @@ OUTPUT_MARKERS: dict[str, tuple[str, ...]] = {
     "train": ("model.json", "policy.npz"),
     "evaluate": ("curve.jsonl", "curve-config.json", "curve-summary.json"),
     "data synthesize": ("synthetic.json",),
+    "data import": ("import.json",),
 }
 #: A command's finished result inside its own output directory.
 _RESULTS = {"calibrate": "summary.json", "train": "model.json",

@@ -77,6 +77,7 @@ __all__ = [
     "load_csv_trajectories",
     "save_csv_trajectory",
     "save_csv_trajectories",
+    "read_table",
 ]
 
 #: Required columns of a free object's file, in order (quaternion w-x-y-z).
@@ -313,6 +314,41 @@ def _check_finite(path: Path, header: list[str], numbers: list[int], rows,
         i, j = (int(k) for k in np.argwhere(~finite)[0])
         raise DataError(f"{path}: line {numbers[i]}, column {header[j]!r}: {_shown(rows[i][j])} is "
                         "not a finite number")
+
+
+def read_table(path: str | os.PathLike[str], missing_ok: bool = False
+               ) -> tuple[list[str], np.ndarray]:
+    """A CSV file's header (names as written) and its cells as a (rows, columns) float64
+    table, read as recordings are (separators, comments, BOM, quoting; module docstring).
+    With ``missing_ok`` an empty cell or ``nan`` reads as NaN (lost tracking in a capture
+    session) instead of being refused."""
+    path = Path(path)
+    header, numbers, rows, sep = _read_rows(path)
+    if not missing_ok:
+        return header, _to_table(path, header, numbers, rows, sep)
+    fast = rows.table(len(header)) if isinstance(rows, _LazyRows) else None
+    if fast is not None:
+        return header, fast
+    rows = [rows[i] for i in range(len(rows))]
+    filled = [[cell if cell else "nan" for cell in row] for row in rows]
+    width = len(header)
+    lengths = [len(row) for row in filled]
+    bad = [i for i, n in enumerate(lengths) if n != width]
+    if bad:
+        raise DataError(f"{path}: line {numbers[bad[0]]} has {lengths[bad[0]]} cells, the "
+                        f"header {width}")
+    table = np.empty((len(filled), width))
+    for j, name in enumerate(header):
+        try:
+            table[:, j] = np.array([row[j] for row in filled], dtype=np.float64)
+        except ValueError:
+            for i, row in enumerate(filled):
+                try:
+                    float(row[j])
+                except ValueError:
+                    raise DataError(f"{path}: line {numbers[i]}, column {name!r}: "
+                                    f"{_shown(row[j])} is not a number") from None
+    return header, table
 
 
 def _canonical_header(path: Path, header: list[str],

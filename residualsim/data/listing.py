@@ -10,8 +10,9 @@ __all__ = ["id_key", "recording_files"]
 log = logging.getLogger("residualsim.data")
 
 #: Files that live beside recordings by design and are skipped without a word: the truth of a
-#: synthesized set (``residualsim data synthesize``) and a data set's own documentation.
-COMPANIONS = ("synthetic.json", "README", "LICENSE")
+#: synthesized set (``residualsim data synthesize``), the index and record of a cut session
+#: (``residualsim data import``) and a data set's own documentation.
+COMPANIONS = ("synthetic.json", "index.csv", "import.json", "README", "LICENSE")
 
 
 def id_key(path: Path) -> tuple:

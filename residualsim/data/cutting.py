@@ -1,0 +1,304 @@
+"""Throws in a continuous capture: the release, the free flight, the bounces, the rest.
+
+Input: the object's centre of mass (T, 3) m, world frame z up, on its tracked samples (gaps
+removed), with the base's orientation and the joint values to tell when it is still. The
+centre of mass, not a tracked frame, follows a parabola in free flight (a frame off the
+centre of mass circles it while the object spins).
+
+The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` option):
+
+1. **Noise.** The tracking noise sigma (m) is read from the whole session: the median
+   absolute second difference of the centre of mass, over sqrt(6), robustly (x 1.4826),
+   the median of the three axes; never below 0.02 mm.
+2. **Free-flight windows.** Over every window of ``window_s`` (at least 5 samples; at
+   most 2 missing samples inside), a parabola is fitted to each axis by least squares.
+   The window is in free flight when its acceleration is gravity's (0, 0, -``gravity``)
+   within ``accel_tolerance`` m/s^2 (as a vector) and its RMS residual is at most
+   5 sigma (0.5 mm at least): a hand carrying the object (acceleration near 0), the table
+   (0), a bounce inside the window (a kink: a large upward acceleration) all fail. Reading
+   single samples would not do: at 150 Hz, 0.3 mm of noise makes a second difference
+   scatter by ~16 m/s^2; over 0.08 s a parabola's acceleration scatters by ~0.4 m/s^2.
+3. **Arcs.** Samples covered by free-flight windows form arcs. Each arc's own parabola
+   (fitted to its inner samples, half a window in from each end) is followed back sample
+   by sample while samples lie within 3 sigma (3-D) of it (two misses in a row end the
+   walk). The hand's path leaves the parabola as (t_r - t)^2 times half the difference of
+   accelerations: fitting that to the samples before the arc gives the release instant
+   t_r; the release is the later of the walk's last sample and the first sample half a
+   period past t_r (late rather than early: a sample still in the hand is no free
+   flight). Forward, the walk alone: the first contact.
+4. **Releases and bounces.** An arc that starts before the current throw has ended, or
+   within ``bounce_gap_s`` of the previous arc's end, continues it (a bounce). Any other
+   arc is a release, and a throw when its flight lasts ``min_flight_s`` or more; a
+   shorter one (a hand placement that lets go a few millimetres above the table, a slip)
+   is skipped, and listed.
+5. **The end.** A throw ends at the first of: ``rest_tail_s`` after the object comes to
+   rest (still for ``rest_s``: its centre of mass within ``rest_motion_m`` of the
+   window's mean, its base and joints turning less than ``rest_angle_deg``); the last
+   sample at table level before a hand lifts it more than ``pickup_lift_m`` off its lowest
+   height since the first contact (outside any flight arc: a hand must lift the object
+   before it throws it again); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
+   after the release.
+6. **Too short.** A throw whose recording lasts less than ``min_throw_s``, or whose free
+   flight ends in a tracking gap before any contact, is skipped, and listed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from residualsim.data import quaternions as quat
+from residualsim.errors import ParameterError
+
+__all__ = ["CutOptions", "Segment", "find_throws", "noise_sigma"]
+
+
+@dataclass(frozen=True)
+class CutOptions:
+    """Thresholds of :func:`find_throws` (seconds, metres, m/s^2, degrees)."""
+
+    window_s: float = 0.08
+    accel_tolerance: float = 3.0
+    min_flight_s: float = 0.1
+    bounce_gap_s: float = 0.05
+    max_gap_s: float = 0.05
+    rest_s: float = 0.25
+    rest_motion_m: float = 0.002
+    rest_angle_deg: float = 1.5
+    rest_tail_s: float = 0.2
+    pickup_lift_m: float = 0.03
+    max_throw_s: float = 8.0
+    min_throw_s: float = 0.2
+    gravity: float = 9.81
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ParameterError(f"--{name.replace('_', '-')} must be a finite number "
+                                     f"> 0, got {value!r}")
+
+    def summary(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A throw (``reason`` None) or a skipped segment (``reason`` says why), as sample
+    indices into the tracked samples: ``start`` the release, ``end`` the last sample
+    (inclusive), ``contact`` the first contact, ``rest`` the onset of rest (None: none)."""
+
+    start: int
+    end: int
+    contact: int | None = None
+    rest: int | None = None
+    reason: str | None = None
+
+    @property
+    def is_throw(self) -> bool:
+        return self.reason is None
+
+
+def noise_sigma(com_m: np.ndarray) -> float:
+    """The tracking noise (m, per axis), from second differences (rule 1)."""
+    if len(com_m) < 3:
+        return 2e-5
+    second = np.diff(com_m, n=2, axis=0)
+    per_axis = 1.4826 * np.median(np.abs(second), axis=0) / math.sqrt(6.0)
+    return max(float(np.median(per_axis)), 2e-5)
+
+
+def _window_fits(times: np.ndarray, com: np.ndarray, width: int, period: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every window start: valid (no long gap), acceleration (3,), RMS residual."""
+    n = len(times) - width + 1
+    if n <= 0:
+        return np.zeros(0, bool), np.zeros((0, 3)), np.zeros(0)
+    valid = np.empty(n, bool)
+    accel = np.empty((n, 3))
+    rms = np.empty(n)
+    for lo in range(0, n, 50_000):
+        hi = min(n, lo + 50_000)
+        t = sliding_window_view(times[lo:hi + width - 1], width)
+        y = sliding_window_view(com[lo:hi + width - 1], width, axis=0)  # (m, 3, W)
+        tau = t - t[:, width // 2: width // 2 + 1]
+        design = np.stack([np.ones_like(tau), tau, 0.5 * tau * tau], axis=-1)  # (m, W, 3)
+        normal = np.einsum("mwi,mwj->mij", design, design)
+        rhs = np.einsum("mwi,maw->mia", design, y)
+        coef = np.linalg.solve(normal, rhs)  # (m, 3 params, 3 axes)
+        fitted = np.einsum("mwi,mia->maw", design, coef)
+        rms[lo:hi] = np.sqrt(np.mean((y - fitted) ** 2, axis=(1, 2)))
+        accel[lo:hi] = coef[:, 2, :]
+        valid[lo:hi] = (t[:, -1] - t[:, 0]) <= (width + 1.5) * period
+    return valid, accel, rms
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) of each run of True."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def _parabola(times: np.ndarray, com: np.ndarray, first: int, last: int):
+    """The least-squares parabola of the arc's samples, as a function of time."""
+    t0 = times[first]
+    tau = times[first:last + 1] - t0
+    design = np.column_stack([np.ones_like(tau), tau, 0.5 * tau * tau])
+    coef, *_ = np.linalg.lstsq(design, com[first:last + 1], rcond=None)
+
+    def at(index: int) -> np.ndarray:
+        s = times[index] - t0
+        return coef[0] + coef[1] * s + 0.5 * coef[2] * s * s
+    return at
+
+
+def _walk(times, com, at, edge, stop, step, tolerance_m) -> int:
+    """From ``edge`` (in flight) step by ``step`` towards ``stop`` while samples lie within
+    ``tolerance_m`` of the parabola ``at``; two failures in a row end the walk (one noisy
+    sample does not). Returns the last sample accepted."""
+    accepted, failures, index = edge, 0, edge
+    while failures < 2 and index + step != stop + step:
+        index += step
+        if (index - stop) * step > 0:
+            break
+        if np.linalg.norm(com[index] - at(index)) <= tolerance_m:
+            accepted, failures = index, 0
+        else:
+            failures += 1
+    return accepted
+
+
+def _onset(times, com, at, edge, lo, width, period) -> float:
+    """The release instant (s) where the hand's path leaves the flight parabola ``at``: the
+    samples before ``edge`` fitted as d(t) = a (t_r - t)^2 / 2 for t < t_r (a free; the
+    hand's acceleration minus gravity's), t_r on a grid of a quarter period."""
+    first = max(lo, edge - 2 * width)
+    if edge - first < 3:
+        return float(times[first])
+    sample_times = times[first:edge + 1]
+    deviation = com[first:edge + 1] - np.array([at(i) for i in range(first, edge + 1)])
+    grid = np.arange(sample_times[0], sample_times[-1] + 1e-12, period / 4.0)
+    lead = np.clip(grid[:, None] - sample_times[None, :], 0.0, None)  # (G, n)
+    basis = 0.5 * lead * lead
+    norm = np.einsum("gn,gn->g", basis, basis)
+    gain = np.einsum("gn,na->ga", basis, deviation) / np.where(norm > 0, norm, 1.0)[:, None]
+    rss = ((deviation[None] - basis[:, :, None] * gain[:, None, :]) ** 2).sum(axis=(1, 2))
+    return float(grid[int(np.argmin(rss))])
+
+
+def _extend(times, com, first, last, lo, hi, width, period, sigma) -> tuple[int, int]:
+    """Rule 3: the arc's release and first contact, from its samples ``first``..``last``
+    (covered by free-flight windows) within the tracked run ``lo``..``hi``."""
+    margin = width // 2 if last - first + 1 >= 2 * width else 0
+    core_first, core_last = first + margin, last - margin
+    at = _parabola(times, com, core_first, core_last)
+    tolerance = 3.0 * sigma
+    start = _walk(times, com, at, core_first, lo, -1, tolerance)
+    release = _onset(times, com, at, core_first, lo, width, period)
+    onset = int(np.searchsorted(times, release + 0.5 * period))
+    start = max(start, min(onset, core_first))
+    end = _walk(times, com, at, core_last, hi, +1, tolerance)
+    return start, end
+
+
+def _still_from(com, quats, joints, lo, hi, width, options) -> int | None:
+    """The first index in [lo, hi - width + 1] where the next ``width`` samples are still."""
+    if hi - lo + 1 < width:
+        return None
+    c = sliding_window_view(com[lo:hi + 1], width, axis=0)  # (m, 3, W)
+    spread = np.abs(c - c.mean(axis=2, keepdims=True)).max(axis=(1, 2))
+    still = spread <= options.rest_motion_m
+    q = quats[lo:hi + 1]
+    limit = math.radians(options.rest_angle_deg)
+    turned = quat.angle_of(quat.multiply(quat.conjugate(q[:-width + 1 or None]),
+                                         q[width - 1:]))
+    still &= turned <= limit
+    if joints.shape[1]:
+        j = sliding_window_view(joints[lo:hi + 1], width, axis=0)
+        still &= (j.max(axis=2) - j.min(axis=2)).max(axis=1) <= limit
+    hits = np.flatnonzero(still)
+    return int(lo + hits[0]) if hits.size else None
+
+
+def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
+                joint_values: np.ndarray, options: CutOptions = CutOptions()
+                ) -> tuple[list[Segment], dict]:
+    """The throws and skipped segments of a session's tracked samples (module docstring),
+    in time order, and facts about the cut (period, noise, window, arcs found)."""
+    times = np.asarray(times_s, np.float64)
+    com = np.asarray(com_m, np.float64)
+    quats = np.asarray(quat_wxyz, np.float64)
+    joints = np.asarray(joint_values, np.float64).reshape(len(times), -1)
+    steps = np.diff(times)
+    period = float(np.median(steps)) if len(steps) else 1.0
+    sigma = noise_sigma(com)
+    width = max(5, int(round(options.window_s / period)))
+    valid, accel, rms = _window_fits(times, com, width, period)
+    gravity = np.array([0.0, 0.0, -options.gravity])
+    free = valid & (np.linalg.norm(accel - gravity, axis=1) <= options.accel_tolerance) \
+        & (rms <= max(5.0 * sigma, 5e-4))
+    covered = np.zeros(len(times), bool)
+    for first, last in _runs(free):
+        covered[first:last + width] = True
+    breaks = np.concatenate([[0], np.flatnonzero(steps > options.max_gap_s) + 1, [len(times)]])
+    run_of = np.searchsorted(breaks, np.arange(len(times)), side="right") - 1
+    arcs = []
+    for first, last in _runs(covered):
+        run = run_of[first]
+        last = min(last, breaks[run + 1] - 1)
+        arcs.append(_extend(times, com, first, last, breaks[run], breaks[run + 1] - 1,
+                            width, period, sigma))
+    in_flight = np.zeros(len(times), bool)
+    for start, end in arcs:
+        in_flight[start:end + 1] = True
+    segments: list[Segment] = []
+    busy_until = -1  # the last sample of the latest throw or skipped segment
+    for k, (start, contact) in enumerate(arcs):
+        if start <= busy_until or (k and run_of[arcs[k - 1][1]] == run_of[start] and
+                                   times[start] - times[arcs[k - 1][1]] <= options.bounce_gap_s):
+            continue  # a bounce
+        flight = times[contact] - times[start]
+        run_end = breaks[run_of[start] + 1] - 1
+        if flight < options.min_flight_s:
+            segment = Segment(start, contact, reason=(
+                f"free flight of {flight:.3f} s, shorter than --min-flight-s "
+                f"{options.min_flight_s:g} (a hand letting go just above the table?)"))
+        elif contact >= run_end:
+            segment = Segment(start, contact, reason=(
+                "tracking lost during the free flight, before any contact"))
+        else:
+            limit = min(run_end, int(np.searchsorted(times, times[start] + options.max_throw_s))
+                        - 1)
+            segment = _throw_end(times, com, quats, joints, in_flight, start, contact, limit,
+                                 period, options)
+        segments.append(segment)
+        busy_until = segment.end
+    facts = {"period_s": period, "rate_hz": 1.0 / period, "noise_m": sigma,
+             "window_samples": width, "arcs": len(arcs), "tracking_gaps": len(breaks) - 2}
+    return segments, facts
+
+
+def _throw_end(times, com, quats, joints, in_flight, start, contact, limit, period,
+               options) -> Segment:
+    """Rule 5 and 6 for one release."""
+    rest_width = max(3, int(round(options.rest_s / period)))
+    rest = _still_from(com, quats, joints, contact, limit, rest_width, options)
+    end = limit
+    if rest is not None:
+        end = min(limit, rest + min(rest_width - 1, int(round(options.rest_tail_s / period))))
+    floor = np.minimum.accumulate(com[contact:end + 1, 2])
+    lifted = (com[contact:end + 1, 2] > floor + options.pickup_lift_m) & \
+        ~in_flight[contact:end + 1]
+    if lifted.any():
+        lift = contact + int(np.argmax(lifted))
+        level = floor[lift - contact] + options.pickup_lift_m / 3.0
+        below = np.flatnonzero(com[contact:lift, 2] <= level)
+        end = contact + int(below[-1]) if below.size else contact
+        rest = rest if rest is not None and rest <= end else None
+    if times[end] - times[start] < options.min_throw_s:
+        return Segment(start, end, contact, rest, reason=(
+            f"{times[end] - times[start]:.3f} s from the release to its end, shorter than "
+            f"--min-throw-s {options.min_throw_s:g}"))
+    return Segment(start, end, contact, rest)
