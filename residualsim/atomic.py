@@ -18,14 +18,15 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from residualsim.errors import DataError, ParameterError
 
 __all__ = ["atomic_open", "atomic_write_text", "read_json", "save_png", "check_output",
-           "check_plot_path", "make_parent", "OUTPUT_MARKERS"]
+           "check_plot_path", "make_parent", "OUTPUT_MARKERS", "RUN_FILE", "held_run",
+           "describe_run", "claim_output", "resume_note", "remove_empty"]
 
 
 @contextlib.contextmanager
@@ -127,6 +128,153 @@ _RESULTS = {"calibrate": "summary.json", "train": "model.json",
             "data synthesize": "synthetic.json"}
 
 
+#: The file naming the run an output directory holds (``command``, ``method``, ``params``,
+#: ``scene``): written when the run starts writing (:func:`claim_output`) and compared by
+#: :func:`check_output`, so that no other run (another method, parameter space, scene or
+#: command) replaces or mixes with the one there.
+RUN_FILE = "run.json"
+#: What tells two runs apart; a key that one side lacks (a folder of an earlier version) is
+#: not compared.
+_IDENTITY = ("command", "method", "params", "scene")
+#: Files of a calibrate run written before run.json existed, by the method that writes them.
+_LEGACY_FILES = {"posterior.npz": "mh", "nevergrad-checkpoint.npz": "nevergrad",
+                 "sandwich-checkpoint.json": "sandwich"}
+
+
+def _run_file(directory: Path) -> dict | None:
+    """The parsed run.json of ``directory`` (None without one)."""
+    path = directory / RUN_FILE
+    if not path.is_file():
+        return None
+    run = read_json(path, error=ParameterError)
+    if not isinstance(run, dict):
+        raise ParameterError(f"{path}: not a run description (a JSON object expected)")
+    return run
+
+
+def _legacy_run(directory: Path, names: set[str]) -> dict | None:
+    """What a calibrate folder of an earlier version (no run.json) holds: its summary's
+    method, calibrated names and scene, or the method its checkpoints belong to."""
+    summary = None
+    if "summary.json" in names:
+        with contextlib.suppress(OSError, ValueError, RecursionError):
+            summary = json.loads((directory / "summary.json").read_text())
+    if isinstance(summary, dict) and "method" in summary:
+        scene = summary.get("scene")
+        if isinstance(scene, str) and scene.endswith((".toml", ".urdf")):
+            scene = os.path.abspath(path_from_file(scene, directory))
+        params = summary.get("calibrated")
+        return {"command": "calibrate", "method": summary["method"],
+                "params": params if isinstance(params, list) else None, "scene": scene,
+                "from": "summary.json", "finished": True}
+    for name, method in _LEGACY_FILES.items():
+        if name in names:
+            return {"command": "calibrate", "method": method, "from": name, "finished": False}
+    return None
+
+
+def held_run(directory: str | os.PathLike[str]) -> dict | None:
+    """The run ``directory`` holds, as its :data:`RUN_FILE` describes it plus ``from`` (the
+    file that says) and ``finished`` (its result is there), or for a calibrate folder of an
+    earlier version what its summary or checkpoints say; None when it holds none (a run.json
+    alone: a run stopped before it wrote anything)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    names = {entry.name for entry in directory.iterdir()}
+    run = _run_file(directory)
+    if run is None:
+        return _legacy_run(directory, names)
+    if names <= {RUN_FILE}:
+        return None
+    result = _RESULTS.get(str(run.get("command")))
+    finished = bool(result) and result in names
+    return {**run, "from": result if finished else RUN_FILE, "finished": finished}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        items = [str(v) for v in value]
+        return ",".join(items[:6]) + (f",... ({len(items)} in all)" if len(items) > 6 else "")
+    return str(value)
+
+
+def describe_run(run: Mapping[str, Any]) -> str:
+    """One line naming a run (:func:`held_run`): "a finished residualsim calibrate run
+    (method mh, params lateral_friction,restitution, scene cube; summary.json)"."""
+    state = "finished" if run.get("finished") else "unfinished"
+    details = ", ".join(f"{key} {_shown(run[key])}" for key in _IDENTITY[1:]
+                        if run.get(key) not in (None, "", []))
+    where = f"; {run['from']}" if run.get("from") else ""
+    return f"a{'n' if state[0] == 'u' else ''} {state} residualsim {run.get('command', '?')} " \
+           f"run ({details}{where})"
+
+
+def _same(key: str, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    if key == "scene" and isinstance(value, str) and value.endswith((".toml", ".urdf")):
+        return os.path.realpath(value)
+    return value
+
+
+def _check_run(path: Path, run: Mapping[str, Any], resume: bool, flag: str) -> None:
+    """Refuse ``path`` when it holds another run than ``run``, or this one without
+    ``resume``."""
+    held = held_run(path)
+    if held is None:
+        return
+    differs = [key for key in _IDENTITY if held.get(key) is not None
+               and run.get(key) is not None and _same(key, held[key]) != _same(key, run[key])]
+    if differs:
+        this = ", ".join(f"{key} {_shown(run[key])}" for key in differs)
+        raise ParameterError(f"{flag} {path}: holds {describe_run(held)}, not this run "
+                             f"({this}); choose another directory")
+    if not resume:
+        raise ParameterError(f"{flag} {path}: already holds this run, {describe_run(held)}:"
+                             " --resume continues it from its checkpoints, or choose another "
+                             "directory")
+
+
+def claim_output(path: str | os.PathLike[str], run: Mapping[str, Any], *,
+                 resume: bool = False, flag: str = "--out") -> Path:
+    """Where a run starts writing: check ``path`` for ``run`` (:func:`check_output`), make
+    the directory and record the run there (:data:`RUN_FILE`, kept when resuming)."""
+    path = check_output(path, kind="dir", command=str(run["command"]), run=run,
+                        resume=resume, flag=flag)
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / RUN_FILE).exists():
+        atomic_write_text(path / RUN_FILE, json.dumps(dict(run), indent=1) + "\n")
+    return path
+
+
+def remove_empty(folders: list[Path]) -> list[Path]:
+    """Remove each of ``folders`` (deepest first) that is now an empty directory: what a
+    refused command created on its way (``calibrate --out a/b/c`` refused after making
+    a/b/c; a :data:`RUN_FILE` alone counts as empty: a run refused before it wrote
+    anything); a folder holding anything else is kept. Returns the folders removed."""
+    removed = []
+    for folder in folders:
+        try:
+            if folder.is_dir() and not folder.is_symlink():
+                if {entry.name for entry in folder.iterdir()} == {RUN_FILE}:
+                    (folder / RUN_FILE).unlink()
+                if not any(folder.iterdir()):
+                    folder.rmdir()
+                    removed.append(folder)
+        except OSError:
+            pass
+    return removed
+
+
+def resume_note(path: str | os.PathLike[str]) -> str:
+    """What ``--resume`` continues in ``path``: the run there, or nothing yet."""
+    held = held_run(path)
+    if held is None:
+        return f"--resume: {path} holds no run yet: starting a new one"
+    return f"--resume: continuing {describe_run(held)} in {path}"
+
+
 def make_parent(path: str | os.PathLike[str]) -> Path:
     """Create the missing parent directories of ``path`` (after :func:`check_output`)."""
     path = Path(path)
@@ -137,6 +285,9 @@ def make_parent(path: str | os.PathLike[str]) -> Path:
 def _owners(directory: Path) -> dict[str, str]:
     """{command: marker file} of the commands whose output ``directory`` holds."""
     found = {}
+    run = held_run(directory) if (directory / RUN_FILE).is_file() else None
+    if run is not None and run.get("command"):
+        found[str(run["command"])] = RUN_FILE
     for command, names in OUTPUT_MARKERS.items():
         for name in names:
             if (directory / name).exists():
@@ -162,7 +313,7 @@ def _check_writable(directory: Path, path: Path, flag: str) -> None:
 
 def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: str = "",
                  flag: str = "--out", force: bool = False, resume: bool = False,
-                 fresh: bool = False,
+                 fresh: bool = False, run: Mapping[str, Any] | None = None,
                  replace_hint: str = "pass --force to replace it") -> Path:
     """Check an output path before any computation; return it as a :class:`Path`.
 
@@ -185,7 +336,11 @@ def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: s
       ``fresh`` (the directory is replaced as a whole) an existing one is refused unless
       ``force``, and with ``force`` only when empty or holding ``command``'s own output;
       without ``fresh``, a finished ``train`` result is refused unless ``resume`` or ``force``
-      (the other commands' own checkpoints already refuse a rerun without ``--resume``).
+      (the other commands' own checkpoints already refuse a rerun without ``--resume``);
+    * ``run`` (a run description, :data:`RUN_FILE`): a directory holding another run
+      (another method, parameter space, scene or command, :func:`held_run`) is refused,
+      even with ``resume``, naming what it holds; one holding this run is refused unless
+      ``resume`` (which continues it: :func:`resume_note` names it).
     """
     text = os.fspath(path)
     if not str(text).strip():
@@ -206,7 +361,7 @@ def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: s
             raise ParameterError(f"{flag} {path}: exists and is not a regular file")
         owners = _owners(path.parent)
         for owner, marker in owners.items():
-            if path.name in OUTPUT_MARKERS[owner]:
+            if path.name in OUTPUT_MARKERS[owner] or path.name == RUN_FILE:
                 raise ParameterError(f"{flag} {path}: is the output of residualsim {owner}; "
                                      "choose another path")
         if not force:
@@ -221,6 +376,8 @@ def check_output(path: str | os.PathLike[str], *, kind: str = "file", command: s
         if owner != command:
             raise ParameterError(f"{flag} {path}: holds the output of residualsim {owner} "
                                  f"({marker}); choose another directory")
+    if run is not None:
+        _check_run(path, run, resume, flag)
     if fresh and not force:
         raise ParameterError(f"{flag} {path}: already exists (pass --force to replace it)")
     if fresh and force and not owners and any(path.iterdir()):

@@ -195,6 +195,35 @@ def _hinge_recordings(folder: Path) -> Path:
     return _edit_csv(folder, add_joint)
 
 
+def _finished_run(method: str, params: str, run_file: bool = True
+                  ) -> Callable[[Path], Path]:
+    """A folder holding a finished calibrate run of ``method`` on ``params`` (cube): its
+    summary, a posterior and, unless an earlier version wrote it, its run.json."""
+    def build(folder: Path) -> Path:
+        from residualsim.sysid.calibrate import SUMMARY_FORMAT
+
+        out = _mkdir(folder / "cal")
+        names = params.split(",")
+        (out / "summary.json").write_text(json.dumps({
+            "format": SUMMARY_FORMAT, "method": method, "scene": "cube", "calibrated": names,
+            "params": {name: 0.3 for name in names}, "settings": {"substeps": 10}}))
+        (out / "posterior.npz").write_bytes(b"kept")
+        if run_file:
+            (out / "run.json").write_text(json.dumps({
+                "command": "calibrate", "method": method, "params": names, "scene": "cube"}))
+        return out
+    return build
+
+
+def _over_run(held: Callable[[Path], Path], *argv: str) -> Callable[[Path], list[str]]:
+    """``calibrate`` on two bundled synthetic tosses into the folder ``held`` makes."""
+    def build(folder: Path) -> list[str]:
+        return ["calibrate", "--data", str(SYNTHETIC), "--split", "all",
+                "--max-trajectories", "2", "--budget", "8", "--quiet", *argv, "--out",
+                str(held(folder))]
+    return build
+
+
 CASES: list[Case] = [
     # URDF physics and structure (refused before PyBullet sees the file)
     _urdf_case("URDF: two unconnected root links (PyBullet segfaults)",
@@ -346,6 +375,27 @@ CASES: list[Case] = [
     Case("--out inside the data folder", lambda d: [
         "simulate", "--scene", "cube", "--data", str(_csv_set(d)), "--out",
         str(_csv_set(d) / "p.npz")], "lies inside the --data folder"),
+    Case("calibrate --method lsq into a finished MH run (its summary replaced, exit 0)",
+         _over_run(_finished_run("mh", "lateral_friction,restitution"), "--method", "lsq"),
+         "holds a finished residualsim calibrate run (method mh"),
+    Case("calibrate --method nevergrad --resume into a finished MH run (replaced, exit 0)",
+         _over_run(_finished_run("mh", "lateral_friction,restitution"), "--method",
+                   "nevergrad", "--resume"), "not this run (method nevergrad)"),
+    Case("calibrate --method sandwich into an MH run of an earlier version (no run.json)",
+         _over_run(_finished_run("mh", "lateral_friction,restitution", run_file=False),
+                   "--method", "sandwich"), "(method mh, params lateral_friction,restitution, "
+         "scene cube; summary.json)"),
+    Case("calibrate --method lsq into a finished sandwich run (replaced, exit 0)",
+         _over_run(_finished_run("sandwich", "lateral_friction,restitution"), "--method",
+                   "lsq"), "not this run (method lsq)"),
+    Case("calibrate contact-only sandwich into a contact + more lsq run (replaced, exit 0)",
+         _over_run(_finished_run("lsq", "lateral_friction,restitution,spinning_friction,"
+                                 "rolling_friction,contact_stiffness"), "--method",
+                   "sandwich", "--params", "contact", "--resume"),
+         "not this run (method sandwich, params lateral_friction,restitution,spinning_"),
+    Case("calibrate sandwich again without --resume (replaced its own run, exit 0)",
+         _over_run(_finished_run("sandwich", "lateral_friction,restitution"), "--method",
+                   "sandwich"), "already holds this run"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from residualsim.atomic import check_output
+from residualsim.atomic import check_output, resume_note
 from residualsim.cli.options import (SCENE_HELP, add_allow_implausible, add_envelope_options,
                                      add_seed, add_split_options, add_workers, bounds_option,
                                      count, json_line, kappa_option, mapping_option,
@@ -39,23 +39,20 @@ def _note(args: argparse.Namespace, text: str) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.bodyspace import default_budget, resolve_method
     from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.calibrate_options import check_command
     from residualsim.sysid.held_out import held_out_note
+    from residualsim.sysid.paramspace import calibration_run
 
-    check_output(args.out, kind="dir", command="calibrate", resume=args.resume)
     args.method = resolve_method(args.method, args.params.split(","))
+    run = calibration_run(args.scene, args.params.split(","), args.method, args.base)
+    check_output(args.out, kind="dir", command="calibrate", resume=args.resume, run=run)
+    if args.resume:
+        print(resume_note(args.out), file=sys.stderr)
     args.budget = args.budget or default_budget(args.method, args.params.split(","))
-    if args.rotation_weight != 1.0 and (args.scene == "arm-loop" or args.method == "mpec"):
-        raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
-                             "trajectories of a free body")
-    if args.base is not None and (args.scene == "arm-loop" or args.method == "mpec"):
-        raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
+    check_command(args.scene, args.method, args.params.split(","),
+                  rotation_weight=args.rotation_weight, base=args.base)
     if args.scene == "arm-loop":
-        if "table_height_m" in {name.strip() for name in args.params.split(",")}:
-            raise ParameterError("table_height_m has no effect in scene 'arm-loop': no table")
         return _identify_loop(args)
-    if args.method not in ("mh", "nevergrad", "mpec", "lsq", "sandwich"):
-        raise ParameterError(f"--method {args.method} is for --scene arm-loop; calibrate "
-                             f"{args.scene} with mh, sandwich, nevergrad, lsq or mpec")
     if args.export_urdf is not None:
         check_output(args.export_urdf, kind="file", command="calibrate", flag="--export-urdf",
                      force=args.resume, replace_hint="calibrate replaces no file: choose "
@@ -72,7 +69,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         summary = calibrate_mpec(args.scene, data, args.params.split(","), mpec_out,
                                  bounds=bounds_option(args.bounds), split=args.split,
                                  max_items=args.max_trajectories, substeps=args.substeps,
-                                 n_workers=args.workers, validate=args.method == "mpec")
+                                 n_workers=args.workers, validate=args.method == "mpec",
+                                 resume=args.resume)
         initial = summary["best"]
         _note(args, f"MPEC: {initial} in {summary['mpec_seconds']:.1f} s, IPOPT "
                     f"{summary['solver_status']}, complementarity violation "
@@ -138,7 +136,8 @@ def register(commands) -> None:
                      "the best on validation of the calibrated ones, the URDF's own body with "
                      "the calibrated contact and PyBullet's defaults. A new file (--resume "
                      "rewrites its own), never the scene's own URDF")
-    cal.add_argument("--out", required=True, help="output directory (summary.json, plots)")
+    cal.add_argument("--out", required=True, help="output directory (summary.json, plots, "
+                     "run.json: one holding another run or command is refused, --resume too)")
     cal.add_argument("--method", choices=("mh", "sandwich", "nevergrad", "mpec", "lsq",
                                           "gradient", "homotopy"),
                      help="mh (its likelihood: --weighting), sandwich (trajectories, noise "
@@ -210,7 +209,8 @@ def register(commands) -> None:
                      "the rest phases after a search (set when >= 5 recordings rest)")
     cal.add_argument("--keep-calibrated", action="store_true", help="export the calibrated "
                      "values even when another set predicts validation better")
-    cal.add_argument("--resume", action="store_true", help="continue the checkpoint in --out")
+    cal.add_argument("--resume", action="store_true", help="continue the run in --out (named "
+                     "on standard error; needed to run again into a folder holding this run)")
     add_seed(cal)
     cal.add_argument("--no-plots", action="store_true", help="skip corner.png, trace.png")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")

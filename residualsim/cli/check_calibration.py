@@ -37,7 +37,7 @@ def _table(figures: dict, names: list[str], draws: int) -> str:
 
 
 def cmd_check_calibration(args: argparse.Namespace) -> None:
-    from residualsim.sysid.calibrate import DEFAULT_WEIGHTING
+    from residualsim.sysid.calibrate_options import DEFAULT_WEIGHTING
     from residualsim.sysid.sbc import simulation_based_calibration
 
     names = [n.strip() for n in args.params.split(",")]

@@ -12,6 +12,7 @@ from pathlib import Path
 from residualsim.cli.argtypes import (bounds_option, count, float_list, kappa_option,
                                       mapping_option, nonnegative_float, rate_hz, seconds,
                                       seed, split_fractions, state_option, worker_count)
+from residualsim.atomic import remove_empty  # re-exported: the commands' cleanup
 from residualsim.data.splits import SPLITS
 from residualsim.parallel import BACKENDS
 
@@ -186,21 +187,6 @@ def missing_output_folders(args: argparse.Namespace) -> list[Path]:
             missing.append(path)
             path = path.parent
     return sorted(set(missing), key=lambda p: len(p.parts), reverse=True)
-
-
-def remove_empty(folders: list[Path]) -> list[Path]:
-    """Remove each of ``folders`` (deepest first) that is now an empty directory: what a
-    refused command created on its way (``calibrate --out a/b/c`` refused after making
-    a/b/c); a folder holding anything is kept. Returns the folders removed."""
-    removed = []
-    for folder in folders:
-        try:
-            if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
-                folder.rmdir()
-                removed.append(folder)
-        except OSError:
-            pass
-    return removed
 
 
 def interrupted_note(args: argparse.Namespace, created: list[Path]) -> str:

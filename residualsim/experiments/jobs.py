@@ -282,9 +282,11 @@ def identify_loop(data: PathLike | None, out: PathLike, method: str,
                   progress: Callable[[dict], None] | None = None) -> dict:
     """The loop's spring stiffnesses (κ_θ, κ_ψ) N m/rad from a joint recording; writes
     ``out/summary.json`` (atomically) and returns it. Rollouts are cached in
-    ``out/rollouts``; an earlier run's cache is reused only with ``resume``."""
-    from residualsim.atomic import atomic_write_text
+    ``out/rollouts``; an earlier run's cache is reused only with ``resume``; ``out`` holding
+    another run is refused (:func:`residualsim.atomic.check_output`)."""
+    from residualsim.atomic import atomic_write_text, check_output, claim_output
     from residualsim.data.joint_recording import load_joint_recording
+    from residualsim.sysid.calibrate import calibration_run
     from residualsim.sysid.loop_stiffness import identify_stiffness
 
     if not data:
@@ -293,12 +295,15 @@ def identify_loop(data: PathLike | None, out: PathLike, method: str,
                         "arm-loop makes one)")
     if method not in ("lsq", "gradient", "homotopy", "mh"):
         raise ParameterError("--scene arm-loop takes --method lsq, gradient, homotopy or mh")
+    run = calibration_run("arm-loop", (), method)
+    check_output(out, kind="dir", command="calibrate", run=run, resume=resume, flag="out")
     recording = load_joint_recording(data)
     out = Path(out)
     cache = out / "rollouts"
     if cache.is_dir() and any(cache.iterdir()) and not resume:
         raise DataError(f"{cache}: rollouts of an earlier run exist; resume it (--resume) or "
                         "choose another output")
+    claim_output(out, run, resume=resume, flag="out")
     result = identify_stiffness(
         recording, method, seed_kappa, n_workers=n_workers,
         estimate_offsets=estimate_offsets, mh_samples=samples, mh_burn_in=burn_in, rng=seed,

@@ -29,12 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from residualsim.atomic import atomic_write_text, path_for_file, path_from_file, read_json
+from residualsim.atomic import (atomic_write_text, check_output, claim_output, path_for_file,
+                                path_from_file, read_json)
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget, names_body
 from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
                                          bootstrap_sandwich, check_covariance,
                                          default_covariance)
+from residualsim.sysid.calibrate_options import check_options
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.lsq import lsq_pilot
@@ -42,11 +44,11 @@ from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
                                          TrajectoryLikelihood)
 from residualsim.sysid.mcmc import MetropolisHastings, check_resumable
 from residualsim.sysid.optimize import point_estimate
-from residualsim.sysid.paramspace import ParamSpace
+from residualsim.sysid.paramspace import ParamSpace, calibration_run
 from residualsim.sysid.posterior import convergence_warnings
 from residualsim.sysid.calibrated import (DEFAULT_RUGGED, DEFAULT_SMALL_SAMPLE,
                                           calibrated_weights)
-from residualsim.sysid.weighting import SMALL_SAMPLE, effective_weights, sandwich_calibration
+from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
 from residualsim.sim.scenes.scene_file import same_scene
 from residualsim.sim.scenes.body import BodyParams, check_body_matches
@@ -77,17 +79,6 @@ DEFAULT_INITIAL_DRAWS = 4
 #: flight, velocities kept, averaged over its uncertainty with the initial draws). lsq: its
 #: noise misled the point and the held-out figures (train/README.md §22, issue 51).
 DEFAULT_RECORDED_START = {"lsq": "fit"}
-#: The likelihood MH samples on trajectories with the noise estimated: ``"calibrated"`` (the
-#: default: the ν-weighted likelihood tied to its envelope, whose covariance is the wider of a
-#: parametric bootstrap's and the sandwich's, :mod:`residualsim.sysid.calibrated` and
-#: :mod:`residualsim.sysid.bootstrap`;
-#: passed simulation-based calibration on 6 × 50 and 20 × 60 synthetic tosses,
-#: train/README.md §20.5), ``"recording"`` (the raw likelihood, each recording one
-#: observation, ν_i = 1: too wide a posterior on few short tosses, too narrow on many; kept
-#: for comparison) or ``"effective"`` (ν_i with the Chandler-Bate curvature adjustment at
-#: the rugged mode: too narrow, MH finds the likelihood's spikes).
-WEIGHTINGS = ("recording", "calibrated", "effective")
-DEFAULT_WEIGHTING = "calibrated"
 #: Format tag of ``summary.json``.
 SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
@@ -208,8 +199,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     of :func:`~residualsim.sysid.weighting.sandwich_posterior` about the envelope there
     (``median``, ``q05``, ``q95`` as MH's; train/README.md §20); ``covariance="bootstrap"``:
     its covariance from ``bootstrap_replicates`` (10) refits (§20.4).
-    ``weighting``: one of :data:`WEIGHTINGS` (default :data:`DEFAULT_WEIGHTING`;
-    ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on trajectories
+    ``weighting``: one of :data:`~residualsim.sysid.calibrate_options.WEIGHTINGS` (default
+    calibrated; ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on trajectories
     with the noise estimated (otherwise the raw one). ``"calibrated"``:
     :func:`~residualsim.sysid.calibrated.calibrated_weights`: the envelope's mode ẑ where
     chains start, its sandwich covariance times the few-recordings factor of
@@ -239,34 +230,16 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     and ``export_urdf`` are the kept set, ``calibrated_params``/``calibrated_body`` the
     search's, ``held_out_choice`` says which; ``keep_calibrated`` keeps the calibrated set
     (with a warning when it is worse).
+    ``out`` holding another run, or this one without ``resume``, is refused before any work
+    (:func:`residualsim.atomic.check_output`; ``run.json`` there names the run).
     Returns the summary written to ``out/summary.json``.
     """
-    if method not in ("mh", "nevergrad", "lsq", "sandwich"):
-        raise ParameterError(f"method must be 'mh', 'sandwich', 'nevergrad' or 'lsq', got "
-                             f"{method!r}")
+    weighting = check_options(
+        method, max_items=max_items, weighting=weighting,
+        delayed_acceptance=delayed_acceptance, recorded_start=recorded_start,
+        proposal_scale=proposal_scale, rugged_weight=rugged_weight, small_sample=small_sample,
+        covariance=covariance, noise=noise, bootstrap_replicates=bootstrap_replicates)
     budget = budget or default_budget(method, names)  # 600 for lsq on the body, else 200
-    if max_items is not None and (int(max_items) != max_items or max_items < 1):
-        raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
-    weighting = weighting or ("recording" if delayed_acceptance else DEFAULT_WEIGHTING)
-    if recorded_start not in (None, "fit", "recorded"):
-        raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got {recorded_start!r}")
-    if weighting not in WEIGHTINGS:
-        raise ParameterError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got "
-                             f"{weighting!r}")
-    if not (math.isfinite(proposal_scale) and 0 < proposal_scale <= 1):  # before the pilot
-        raise ParameterError(f"proposal_scale must lie in (0, 1], got {proposal_scale}")
-    if rugged_weight is not None and not 0.0 <= rugged_weight <= 1.0:
-        raise ParameterError(f"rugged_weight (--rugged-weight) must be within 0 to 1, got "
-                             f"{rugged_weight}")
-    if small_sample not in SMALL_SAMPLE:
-        raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
-                             f"{small_sample!r}")
-    check_covariance(covariance or default_covariance(method, weighting, noise, "trajectories"),
-                     method, bootstrap_replicates, weighting)
-    if weighting == "calibrated" and delayed_acceptance:
-        raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
-                             "--weighting calibrated screens every proposal on the envelope "
-                             "already: drop one")
     started = time.perf_counter()
     data, out = Path(data), Path(out)
     base = None if base is None else parse_params(base)
@@ -275,6 +248,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         if spec is not None:
             check_body_matches(spec.urdf, body_of(base))
     space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=scene)
+    run = calibration_run(scene, space.names, method, base)
+    check_output(out, kind="dir", command="calibrate", run=run, resume=resume, flag="out")
     make_scene(scene).check_params(space.engine_params(space.from_unit(space.start())))
     recordings = load_calibration_data(scene, data, split, max_items,
                                        fractions=split_fractions, lists=split_lists)
@@ -305,7 +280,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                               rotation_weight=rotation_weight,
                                               fit_recorded=fit_recorded)
     settings = likelihood.settings
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output(out, run, resume=resume, flag="out")
     fingerprint = {"scene": scene, "data": _data_fingerprint(likelihood.ids),
                    "n_items": likelihood.n_items, "dt_s": settings.dt_s,
                    "substeps": settings.substeps, "noise": noise, "seed": seed,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +24,7 @@ from residualsim.sim.scenes.params import (ENGINE_PARAMS, GROUND_PARAMS, SOLVER_
                                            SPRING_PARAMS, EngineParams, ParamSpec)
 
 __all__ = ["Uniform", "LogUniform", "Normal", "Prior", "Parameter", "ParamSpace",
-           "CALIBRATION_BOUNDS", "parse_prior"]
+           "CALIBRATION_BOUNDS", "parse_prior", "calibration_run"]
 
 _SPECS = {spec.name: spec for spec in ENGINE_PARAMS + SOLVER_PARAMS + GROUND_PARAMS
           + SPRING_PARAMS}
@@ -322,3 +324,21 @@ class ParamSpace:
         inner = ", ".join(f"{p.name} in [{p.low:g}, {p.high:g}] ({p.prior.describe()})"
                           for p in self.parameters)
         return f"ParamSpace({inner})"
+
+
+def calibration_run(scene: str, names: Sequence[str], method: str,
+                    base: EngineParams | Mapping[str, float] | str | None = None
+                    ) -> dict[str, Any]:
+    """What tells calibrate runs apart in an output directory
+    (:data:`residualsim.atomic.RUN_FILE`): the method, the calibrated names (groups
+    expanded, as :class:`ParamSpace` has them; the arm + loop: its two stiffnesses) and the
+    scene (a scene file by its absolute path)."""
+    from residualsim.sim.scenes import is_scene_path, parse_params
+
+    if scene == "arm-loop":
+        params = ["kappa_theta", "kappa_psi"]
+    else:
+        base = None if base is None else parse_params(base)
+        params = list(ParamSpace(names, base=base, scene=scene).names)
+    return {"command": "calibrate", "method": method, "params": params,
+            "scene": os.path.abspath(scene) if is_scene_path(scene) else scene}

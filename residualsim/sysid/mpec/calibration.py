@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from residualsim.atomic import atomic_write_text
+from residualsim.atomic import atomic_write_text, check_output, claim_output
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes import EngineParams
 from residualsim.sysid.calibrate import (DEFAULT_TRAJECTORY_SUBSTEPS, SUMMARY_FORMAT,
-                                         _data_fingerprint, _json_safe)
+                                         _data_fingerprint, _json_safe, calibration_run)
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_figures
 from residualsim.sysid.paramspace import ParamSpace
@@ -52,7 +52,8 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
                    bounds: Mapping[str, Sequence[float]] | None = None, split: str = "train",
                    max_items: int | None = None, substeps: int | None = None,
                    n_workers: int = 1, validate: bool = True,
-                   options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   options: Mapping[str, Any] | None = None, resume: bool = False
+                   ) -> dict[str, Any]:
     """Fit ``names`` (a subset of :data:`MPEC_FITTED`) by MPEC; write ``out/summary.json``.
 
     Impacts go to :func:`~residualsim.sysid.mpec.impacts.identify_impacts`, trajectories to
@@ -62,7 +63,9 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
     collapse to it). ``scene`` must be one of :data:`MPEC_SCENES` or a free single-link
     scene file (:func:`~residualsim.sysid.mpec.body.body_from_scene`: ParameterError naming
     the file and the reason for an articulated, planar or rounded object; for other names
-    ParameterError naming the scenes; both before any data is read). Returns the summary.
+    ParameterError naming the scenes; both before any data is read). ``out`` holding another
+    run, or this one without ``resume`` (which solves again), is refused before any work
+    (:func:`residualsim.atomic.check_output`). Returns the summary.
     """
     from residualsim.sim.rollout import impact_settings, recording_settings
     from residualsim.sim.scenes.scene_file import is_scene_path
@@ -87,6 +90,8 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
             f"single-link scene files, not {scene!r}: calibrate it with --method mh or "
             "nevergrad")
     space = ParamSpace(names, bounds=bounds)
+    run = calibration_run(scene, names, "mpec")
+    check_output(out, kind="dir", command="calibrate", run=run, resume=resume, flag="out")
     base = EngineParams()
     ranges = {}
     for name in MPEC_FITTED:
@@ -139,6 +144,6 @@ def calibrate_mpec(scene: str, data: str | os.PathLike[str], names: Sequence[str
         "space": space.as_json(), "workers": n_workers, "validation": held_out,
         "seconds": time.perf_counter() - started,
     }
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output(out, run, resume=resume, flag="out")
     atomic_write_text(out / "summary.json", json.dumps(_json_safe(summary), indent=2))
     return summary

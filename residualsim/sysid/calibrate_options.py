@@ -1,0 +1,82 @@
+"""The options of :func:`residualsim.sysid.calibrate.calibrate`, checked before any work.
+
+Each is refused with :class:`~residualsim.errors.ParameterError` when it is out of range or
+when it does not apply to the method (and data) it comes with, naming what it applies to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from residualsim.errors import ParameterError
+from residualsim.sysid.bootstrap import check_covariance, default_covariance
+from residualsim.sysid.weighting import SMALL_SAMPLE
+
+__all__ = ["WEIGHTINGS", "DEFAULT_WEIGHTING", "METHODS", "check_options", "check_command"]
+
+#: The likelihood MH samples on trajectories with the noise estimated: ``"calibrated"`` (the
+#: default: the ν-weighted likelihood tied to its envelope, whose covariance is the wider of a
+#: parametric bootstrap's and the sandwich's, :mod:`residualsim.sysid.calibrated` and
+#: :mod:`residualsim.sysid.bootstrap`;
+#: passed simulation-based calibration on 6 × 50 and 20 × 60 synthetic tosses,
+#: train/README.md §20.5), ``"recording"`` (the raw likelihood, each recording one
+#: observation, ν_i = 1: too wide a posterior on few short tosses, too narrow on many; kept
+#: for comparison) or ``"effective"`` (ν_i with the Chandler-Bate curvature adjustment at
+#: the rugged mode: too narrow, MH finds the likelihood's spikes).
+WEIGHTINGS = ("recording", "calibrated", "effective")
+DEFAULT_WEIGHTING = "calibrated"
+#: The methods :func:`~residualsim.sysid.calibrate.calibrate` runs on recordings.
+METHODS = ("mh", "sandwich", "nevergrad", "lsq")
+
+
+def check_options(method: str, *, max_items: int | None, weighting: str | None,
+                  delayed_acceptance: float | None, recorded_start: str | None,
+                  proposal_scale: float, rugged_weight: float | None, small_sample: str,
+                  covariance: str | None, noise: float | None,
+                  bootstrap_replicates: int | None) -> str:
+    """ParameterError for an option out of range or not applying to ``method``; returns the
+    weighting MH uses (given, or :data:`DEFAULT_WEIGHTING`; ``"recording"`` with
+    ``delayed_acceptance``)."""
+    if method not in METHODS:
+        raise ParameterError(f"method must be 'mh', 'sandwich', 'nevergrad' or 'lsq', got "
+                             f"{method!r}")
+    if max_items is not None and (int(max_items) != max_items or max_items < 1):
+        raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
+    weighting = weighting or ("recording" if delayed_acceptance else DEFAULT_WEIGHTING)
+    if recorded_start not in (None, "fit", "recorded"):
+        raise ParameterError(f"recorded_start must be 'fit' or 'recorded', got {recorded_start!r}")
+    if weighting not in WEIGHTINGS:
+        raise ParameterError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got "
+                             f"{weighting!r}")
+    if not (math.isfinite(proposal_scale) and 0 < proposal_scale <= 1):  # before the pilot
+        raise ParameterError(f"proposal_scale must lie in (0, 1], got {proposal_scale}")
+    if rugged_weight is not None and not 0.0 <= rugged_weight <= 1.0:
+        raise ParameterError(f"rugged_weight (--rugged-weight) must be within 0 to 1, got "
+                             f"{rugged_weight}")
+    if small_sample not in SMALL_SAMPLE:
+        raise ParameterError(f"small_sample must be one of {', '.join(SMALL_SAMPLE)}, got "
+                             f"{small_sample!r}")
+    check_covariance(covariance or default_covariance(method, weighting, noise, "trajectories"),
+                     method, bootstrap_replicates, weighting)
+    if weighting == "calibrated" and delayed_acceptance:
+        raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
+                             "--weighting calibrated screens every proposal on the envelope "
+                             "already: drop one")
+    return weighting
+
+
+def check_command(scene: str, method: str, names: Sequence[str], *, rotation_weight: float,
+                  base: object) -> None:
+    """``residualsim calibrate``'s options that apply to some scenes or methods only
+    (the arm + loop, MPEC): ParameterError naming what they apply to."""
+    if rotation_weight != 1.0 and (scene == "arm-loop" or method == "mpec"):
+        raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
+                             "trajectories of a free body")
+    if base is not None and (scene == "arm-loop" or method == "mpec"):
+        raise ParameterError("--base applies to --method mh, sandwich, nevergrad or lsq")
+    if scene == "arm-loop" and "table_height_m" in {name.strip() for name in names}:
+        raise ParameterError("table_height_m has no effect in scene 'arm-loop': no table")
+    if scene != "arm-loop" and method not in (*METHODS, "mpec"):
+        raise ParameterError(f"--method {method} is for --scene arm-loop; calibrate "
+                             f"{scene} with mh, sandwich, nevergrad, lsq or mpec")
