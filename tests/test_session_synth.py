@@ -13,8 +13,8 @@ import pytest
 from residualsim.data.session_write import (JointMessages, PoseMessages, pack_pose_stamped,
                                             stamps_to_ns, write_pose_bag, write_session_csv)
 from residualsim.errors import ParameterError
-from residualsim.sim.sessions import (EVENT_KINDS, corrupt_session, synthesize_session,
-                                      _qexp, _qmul, _qrotate)
+from residualsim.sim.session_motion import quat_exp, quat_mul, quat_rotate
+from residualsim.sim.sessions import EVENT_KINDS, corrupt_session, synthesize_session
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENES = {"cube": ROOT / "assets" / "cube.urdf",
@@ -108,8 +108,8 @@ def test_hinge_links_agree_with_the_urdf(sessions):
     base_p, base_q = session.link_positions_m["base"], session.link_quat_wxyz["base"]
     origin = _joint_origin(SCENES["hinge"].with_suffix(".urdf"), "elbow")
     angle = session.joint_positions[:, 0]
-    expected_p = base_p + _qrotate(base_q, np.broadcast_to(origin, base_p.shape))
-    expected_q = _qmul(base_q, _qexp(np.outer(angle, [0.0, 0.0, 1.0])))
+    expected_p = base_p + quat_rotate(base_q, np.broadcast_to(origin, base_p.shape))
+    expected_q = quat_mul(base_q, quat_exp(np.outer(angle, [0.0, 0.0, 1.0])))
     np.testing.assert_allclose(session.link_positions_m["arm"], expected_p, atol=1e-9)
     dot = np.abs(np.sum(expected_q * session.link_quat_wxyz["arm"], axis=1))
     assert np.all(dot > 1 - 1e-12)
