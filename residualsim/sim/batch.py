@@ -288,9 +288,15 @@ def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
          correctors: list | None, claims: WorkClaims | None = None) -> list:
     """The particles (:class:`_Particle`) of ``states`` (those taken from ``claims``, when
     given) run to their first events (``correctors`` None) or, with an event corrector per
-    state, over the whole horizon."""
+    state, over the whole horizon. First events take the compiled loop
+    (:mod:`.batch_compiled`, the same particles bit for bit) where
+    :func:`~residualsim.sim.capi.compiled_reason` allows it."""
+    from residualsim.sim.capi import compiled_reason
+
     scene, home = world.scene, world.scene.body
     try:
+        if correctors is None and compiled_reason() is None:
+            return _compiled_loop(world, states, n_steps, guard, size, claims)
         return _loop(world, states, n_steps, guard, size, correctors, claims)
     finally:
         scene.use_body(home)  # a whole rollout's corrector pointed it at each copy
@@ -430,6 +436,88 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
                 p.reset = False
             else:
                 still.append(p)
+        active = still
+    return particles
+
+
+def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
+                   claims: WorkClaims | None = None) -> list:
+    """:func:`_loop` for first events (no whole rollouts) with the per-step, per-copy work
+    in the compiled kernel (:mod:`.batch_compiled`); the same particles, bit for bit."""
+    from residualsim.sim.batch_compiled import CHECK, EVENT, GOING, Slots, run_kernel
+    from residualsim.sim.capi import client_handle
+
+    scene, cid, flight = world.scene, world.engine.client, world.flight
+    handle = client_handle(cid, world.copies[0])
+    slots = Slots(world, size, n_steps, guard)
+    reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
+    runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
+    more, particles, queue = True, [], deque()
+    free, cooling = list(world.copies[:size]), []
+    active, waiting, replace = [], [], []
+    while more or queue or active or waiting or replace:
+        while free and (queue or more):
+            if not queue:
+                numbers = next(runs, None)
+                if numbers is None:
+                    more = False
+                else:
+                    admitted = _admit(world, states, numbers, n_steps, None)
+                    particles += admitted
+                    queue.extend(admitted)
+                continue
+            p = queue.popleft()
+            index = p.index
+            if not _prepare(p, flight, n_steps, first=True):
+                continue
+            if p.index != index:
+                p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
+            p.body, p.start, p.reset = free.pop(), p.place, False
+            p.first_raw = p.raws[-1]
+            reset_pose(p.body, *p.start[:2], physicsClientId=cid)
+            reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
+            slots.load(p)
+            active.append(p)
+        for p in replace:
+            place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
+            reset_pose(p.body, *place[:2], physicsClientId=cid)
+            reset_velocity(p.body, *place[2:], physicsClientId=cid)
+            slots.load(p)
+            active.append(p)
+        if not active:
+            pb.performCollisionDetection(physicsClientId=cid)
+            free += cooling
+            cooling, replace, waiting = [], waiting, []
+            continue
+        # more than one step only while nothing waits for the top of the loop
+        longest = 1 if (waiting or (cooling and (queue or more))) else 1 << 30
+        run_kernel(handle, slots, active, longest, cid)
+        free += cooling
+        cooling, replace, waiting = [], waiting, []
+        exits = slots.exits
+        still = []
+        for p in active:
+            s = slots.slot[p.body]
+            code = exits[s]
+            if code == GOING:
+                still.append(p)
+                continue
+            slots.unload(p, finished=code != CHECK)
+            exits[s] = GOING
+            if code == EVENT:
+                fresh, mine, flip = slots.event_points(s)
+                p.events, p.event = 1, (_canonical(fresh or mine, flip), _canonical(mine, flip))
+            elif code == CHECK and _prepare(p, flight, n_steps):
+                if p.reset:
+                    world.park(p.body)
+                    waiting.append(p)
+                    p.reset = False
+                else:
+                    slots.load(p)
+                    still.append(p)
+                continue
+            world.park(p.body)
+            cooling.append(p.body)
         active = still
     return particles
 
