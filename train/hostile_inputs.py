@@ -396,6 +396,18 @@ CASES: list[Case] = [
     Case("calibrate sandwich again without --resume (replaced its own run, exit 0)",
          _over_run(_finished_run("sandwich", "lateral_friction,restitution"), "--method",
                    "sandwich"), "already holds this run"),
+    Case("calibrate --method lsq --weighting calibrated (accepted, no effect)", lambda d: [
+        "calibrate", "--data", str(SYNTHETIC), "--method", "lsq", "--weighting", "calibrated",
+        "--out", str(d / "cal")], "--weighting calibrated applies to --method mh"),
+    Case("calibrate --method sandwich --small-sample none (accepted, no effect)", lambda d: [
+        "calibrate", "--data", str(SYNTHETIC), "--method", "sandwich", "--small-sample",
+        "none", "--out", str(d / "cal")], "--small-sample none applies to --method mh's"),
+    Case("bench beliefs --batch-sizes 1,auto without --methods (no batch comparison)",
+         lambda d: ["bench", "beliefs", "--data", str(SYNTHETIC), "--batch-sizes", "1,auto"],
+         "--batch-sizes applies to the belief steps of --methods"),
+    Case("bench beliefs --draws 3,3,, (empty and repeated items accepted)", lambda d: [
+        "bench", "beliefs", "--data", str(SYNTHETIC), "--methods", "conjugate", "--draws",
+        "3,3,,"], "an empty item in '3,3,,'"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

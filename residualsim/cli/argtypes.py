@@ -134,11 +134,23 @@ def split_fractions(text: str) -> tuple[float, float, float]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _items(text: str, what: str) -> list[str]:
+    """The items of a comma-separated list: an empty item (``3,3,,``) or one given twice is
+    refused (each would run nothing, or the same run again)."""
+    names = [name.strip() for name in text.split(",")]
+    if "" in names and any(names):
+        raise argparse.ArgumentTypeError(f"{what}: an empty item in {text!r}")
+    twice = sorted({name for name in names if name and names.count(name) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{what}: {', '.join(twice)} given twice in {text!r}")
+    return [name for name in names if name]
+
+
 def belief_methods(text: str) -> tuple[str, ...]:
-    """--methods: a comma-separated list of belief steps."""
+    """--methods: a comma-separated list of belief steps, each once."""
     from residualsim.belief.propagation import METHODS
 
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    names = tuple(_items(text, "methods"))
     if not names or any(name not in METHODS for name in names):
         raise argparse.ArgumentTypeError(f"methods must be a comma-separated list of "
                                          f"{', '.join(METHODS)}, got {text!r}")
@@ -146,12 +158,15 @@ def belief_methods(text: str) -> tuple[str, ...]:
 
 
 def _counts_or(text: str, word: str, what: str) -> tuple:
-    """A comma-separated list of integers >= 1 or ``word`` (None)."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    """A comma-separated list of integers >= 1 or ``word`` (None), each once."""
+    names = _items(text, what)
     if not names or not all(n == word or (n.isdigit() and int(n) >= 1) for n in names):
         raise argparse.ArgumentTypeError(f"{what} must be integers >= 1 or {word!r}, "
                                          f"comma-separated, got {text!r}")
-    return tuple(None if name == word else int(name) for name in names)
+    values = tuple(None if name == word else int(name) for name in names)
+    if len(set(values)) < len(values):  # 3 and 03
+        raise argparse.ArgumentTypeError(f"{what}: a value given twice in {text!r}")
+    return values
 
 
 def batch_sizes(text: str) -> tuple:

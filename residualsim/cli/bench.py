@@ -53,14 +53,15 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
 
 
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
-    from residualsim.experiments.bench_beliefs import bench_beliefs, format_beliefs_report
+    from residualsim.experiments.bench_beliefs import (METHOD_OPTIONS, bench_beliefs,
+                                                       check_methods, format_beliefs_report)
 
+    methods = {key: getattr(args, key) for key in METHOD_OPTIONS}
+    check_methods(**methods)  # before the model and the tosses load
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
-                           n_events=args.events, seed=args.seed, methods=args.methods,
-                           reference_particles=args.reference_particles,
-                           batch_sizes=args.batch_sizes, draws=args.draws,
-                           repeats=args.repeats)
+                           n_events=args.events, seed=args.seed, repeats=args.repeats,
+                           **methods)
     print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
@@ -179,13 +180,13 @@ def register(commands) -> None:
     bbel.add_argument("--methods", type=_methods, default=(), help="also compare belief "
                       "steps, e.g. particles,conjugate: wall / simulated time, engine "
                       "rollouts and the energy distance to a reference belief, per method")
-    bbel.add_argument("--reference-particles", type=count(2), default=20000,
+    bbel.add_argument("--reference-particles", type=count(2),
                       help="particles of the reference belief for --methods (default 20000)")
-    bbel.add_argument("--batch-sizes", type=batch_sizes, default=(None,), help="each "
-                      "method once per batch size (bodies per PyBullet world; 1: one at a "
-                      "time), e.g. 1,auto (default auto)")
-    bbel.add_argument("--draws", type=draw_counts, default=(None,), help="conjugate once "
-                      "per draws per step, e.g. 250,410 (default: the step's 250)")
+    bbel.add_argument("--batch-sizes", type=batch_sizes, help="with --methods: each method "
+                      "once per batch size (bodies per PyBullet world; 1: one at a time), "
+                      "e.g. 1,auto (default auto)")
+    bbel.add_argument("--draws", type=draw_counts, help="with conjugate in --methods: it "
+                      "once per draws per step, e.g. 250,410 (default: the step's 250)")
     bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's "
                       "belief steps and their bare loop this many times in turn, "
                       "reporting medians and the overheads' range (default 1)")

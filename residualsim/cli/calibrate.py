@@ -39,7 +39,7 @@ def _note(args: argparse.Namespace, text: str) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from residualsim.sysid.bodyspace import default_budget, resolve_method
     from residualsim.sysid.calibrate import calibrate
-    from residualsim.sysid.calibrate_options import check_command
+    from residualsim.sysid.calibrate_options import APPLICABLE, check_command
     from residualsim.sysid.held_out import held_out_note
     from residualsim.sysid.paramspace import calibration_run
 
@@ -49,8 +49,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     if args.resume:
         print(resume_note(args.out), file=sys.stderr)
     args.budget = args.budget or default_budget(args.method, args.params.split(","))
-    check_command(args.scene, args.method, args.params.split(","),
-                  rotation_weight=args.rotation_weight, base=args.base)
+    check_command(args.scene, args.method, args.params.split(","), init=args.init,
+                  rotation_weight=args.rotation_weight, base=args.base, noise=args.noise,
+                  **{key: getattr(args, key) for key in APPLICABLE})
     if args.scene == "arm-loop":
         return _identify_loop(args)
     if args.export_urdf is not None:
@@ -142,17 +143,16 @@ def register(commands) -> None:
                                           "gradient", "homotopy"),
                      help="mh (its likelihood: --weighting), sandwich (trajectories, noise "
                      "estimated: the Gaussian around the likelihood's envelope with the sandwich "
-                     "covariance, ~200 evaluations), nevergrad, lsq (least squares on "
-                     "trajectory error, finite differences, --budget parameter sets; body and "
-                     "joints in stages) or mpec (complementarity-constrained, no simulator; fits "
-                     "lateral_friction, restitution); for --scene arm-loop: lsq, gradient, "
-                     "homotopy or mh (default: lsq with body or joint names, else mh; "
-                     "nevergrad is refused for them; mh samples about lsq's staged fit)")
-    cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol",
-                     help="mh: from the best Sobol points (default; a body: lsq's fit) or MPEC's")
-    cal.add_argument("--start-points", type=count(1), default=32, help="mh --init sobol: "
-                     "Sobol points per chain, each one evaluation before the first step "
-                     "(default 32; lower it for quick looks)")
+                     "covariance, ~200 evaluations), nevergrad, lsq (least squares on trajectory "
+                     "error, finite differences, --budget parameter sets; body and joints in "
+                     "stages) or mpec (complementarity-constrained, no simulator; fits "
+                     "lateral_friction, restitution); arm-loop: lsq, gradient, homotopy or mh "
+                     "(default: lsq with body or joint names, else mh; nevergrad is refused for "
+                     "them; mh samples about lsq's fit). An option of another method is refused")
+    cal.add_argument("--init", choices=("sobol", "mpec"), default="sobol", help="mh, sandwich "
+                     "only: from the best Sobol points (default; a body: lsq's fit) or MPEC's")
+    cal.add_argument("--start-points", type=count(1), default=32, help="mh --init sobol: Sobol "
+                     "points per chain, one evaluation each before the first step (default 32)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
     cal.add_argument("--estimate-offsets", action="store_true", help="arm-loop homotopy/lsq: "
@@ -178,7 +178,7 @@ def register(commands) -> None:
                      "free flight (fit), or roll out from it as recorded (default: fit for lsq "
                      "and the default MH, else recorded; train/README.md section 22)")
     cal.add_argument("--weighting", choices=("recording", "calibrated", "effective"),
-                     help="the likelihood MH samples on trajectories, noise estimated "
+                     help="mh only: the likelihood it samples on trajectories, noise estimated "
                      "(default calibrated: tied to its envelope, whose covariance is the "
                      "wider of a parametric bootstrap's and the sandwich's, --covariance; passed "
                      "simulation-based calibration on 6 and 20 tosses, train/README.md 20.5; "
@@ -186,9 +186,9 @@ def register(commands) -> None:
                      "recording one observation, too wide on few tosses, too narrow on many, "
                      "for comparison; effective: too narrow")
     cal.add_argument("--rugged-weight", type=float, metavar="LAMBDA",
-                     help="calibrated: share of the likelihood's departure from its envelope "
-                     "kept, 0 to 1 (default 0, the envelope alone, with the bootstrap's "
-                     "covariance; 0.2 with the sandwich's; 1: Chandler-Bate)")
+                     help="mh, --weighting calibrated only: share of the likelihood's "
+                     "departure from its envelope kept, 0 to 1 (default 0, the envelope alone, "
+                     "with the bootstrap's covariance; 0.2 with the sandwich's; 1: Chandler-Bate)")
     add_envelope_options(cal)
     cal.add_argument("--delayed-acceptance", type=float, metavar="FRACTION", help="MH: screen "
                      "each proposal on this share of the recordings first (default: off)")
@@ -202,9 +202,9 @@ def register(commands) -> None:
                      "lsq pilot: parameter sets, each rolled out on every recording (default "
                      "200; 600 with body or joint names: body on free flight (BUDGET), contact "
                      "(at most 12 (k + 1)), the body's weak directions through the first impact)")
-    cal.add_argument("--optimizer", default="CMA", help="nevergrad optimizer (default CMA)")
-    cal.add_argument("--checkpoint-every", type=count(1), help="MH steps (default 50), or "
-                     "nevergrad evaluations (default: each batch), between checkpoints")
+    cal.add_argument("--optimizer", help="nevergrad only: its optimizer (default CMA)")
+    cal.add_argument("--checkpoint-every", type=count(1), help="mh, nevergrad only: MH steps "
+                     "(default 50) or evaluations (default: each batch) between checkpoints")
     cal.add_argument("--no-ground", action="store_true", help="do not set table_height_m from "
                      "the rest phases after a search (set when >= 5 recordings rest)")
     cal.add_argument("--keep-calibrated", action="store_true", help="export the calibrated "

@@ -37,7 +37,7 @@ def _table(figures: dict, names: list[str], draws: int) -> str:
 
 
 def cmd_check_calibration(args: argparse.Namespace) -> None:
-    from residualsim.sysid.calibrate_options import DEFAULT_WEIGHTING
+    from residualsim.sysid.calibrate_options import DEFAULT_WEIGHTING, check_applicable
     from residualsim.sysid.sbc import simulation_based_calibration
 
     names = [n.strip() for n in args.params.split(",")]
@@ -46,8 +46,8 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
                              f"than {DEFAULT_PARAMS}: the truths are drawn from that box")
     if Path(args.out).is_dir():
         raise ParameterError(f"--out {args.out}: a directory; name a .jsonl file")
-    if args.rugged_weight is not None and (args.weighting or DEFAULT_WEIGHTING) != "calibrated":
-        raise ParameterError("--rugged-weight applies to --weighting calibrated")
+    check_applicable(args.method, weighting=args.weighting, small_sample=args.small_sample,
+                     rugged_weight=args.rugged_weight)
     options = {"method": args.method}
     if args.method == "mh":
         options.update(samples=args.mh_samples, burn_in=args.burn_in)

@@ -114,7 +114,7 @@ def add_envelope_options(sub: argparse.ArgumentParser, passed_on: bool = False) 
         sub.add_argument(flag, default=None if passed_on else default, help=own + text,
                          **kwargs)
 
-    option("--small-sample", "cr1t", "--weighting calibrated: few-recordings widening "
+    option("--small-sample", None, "mh, --weighting calibrated only: few-recordings widening "
            "(default cr1t: t, recordings - d dof)", choices=("cr1t", "none"))
     option("--covariance", None, "the sandwich's or calibrated MH's (default bootstrap for MH "
            "on trajectories, noise estimated, else sandwich; bootstrap: --bootstrap refits of "

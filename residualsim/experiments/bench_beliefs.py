@@ -18,9 +18,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from residualsim.data.trajectory import Trajectory
+from residualsim.errors import ParameterError
 from residualsim.sim.pool import engine_workers
 
-__all__ = ["bench_beliefs", "format_beliefs_report", "method_label"]
+__all__ = ["METHOD_OPTIONS", "check_methods", "bench_beliefs", "format_beliefs_report",
+           "method_label"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,12 +78,31 @@ def method_label(method: str, batch_size: int | None, draws: int | None = None) 
     return f"{method}[{','.join(marks)}]" if marks else method
 
 
+#: :func:`bench_beliefs`' options of the belief steps it compares (``bench beliefs``'s).
+METHOD_OPTIONS = ("methods", "reference_particles", "batch_sizes", "draws")
+
+
+def check_methods(methods: tuple[str, ...] = (), reference_particles: int | None = None,
+                  batch_sizes: tuple | None = None, draws: tuple | None = None) -> None:
+    """ParameterError for an option of the belief steps given without them (it would change
+    nothing): ``batch_sizes`` or ``reference_particles`` without ``methods``, ``draws``
+    without "conjugate" among them."""
+    for flag, value in (("--batch-sizes", batch_sizes),
+                        ("--reference-particles", reference_particles)):
+        if value is not None and not methods:
+            raise ParameterError(f"{flag} applies to the belief steps of --methods (e.g. "
+                                 f"--methods particles {flag} ...); none is named")
+    if draws is not None and "conjugate" not in methods:
+        raise ParameterError("--draws applies to the conjugate step: name it in --methods "
+                             "(e.g. --methods particles,conjugate --draws 250,410)")
+
+
 def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int = 1000,
                   n_workers: int = 2, n_events: int = 3, seed: int = 0,
                   bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
-                  reference_particles: int = 20000, distance_samples: int = 2000,
-                  batch_sizes: tuple = (None,), draws: tuple = (None,), repeats: int = 1
-                  ) -> dict:
+                  reference_particles: int | None = None, distance_samples: int = 2000,
+                  batch_sizes: tuple | None = None, draws: tuple | None = None,
+                  repeats: int = 1) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -103,7 +124,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     ``methods`` (e.g. ``("particles", "conjugate")``): each belief method of
     :func:`~residualsim.belief.propagation.propagate_belief` through the same ``n_events``
     contacts from the same initial belief, timed in the same run, against a reference belief
-    (the particle step with ``reference_particles``, another seed): per method
+    (the particle step with ``reference_particles``, default 20000, another seed): per method
     ``over_real_time`` (its wall time over the simulated time, the recorded tosses' length
     as for the other rows), ``rollouts`` (engine rollouts to an event, all tosses) and
     ``distance_to_reference`` (:func:`~residualsim.belief.distance.belief_distance`,
@@ -116,14 +137,21 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     the refits in the parent). Each method runs once per entry of ``batch_sizes``
     (copies of the body per world in its rollouts; None: automatic, 1: one at a time), and
     "conjugate" once per entry of ``draws`` (its draws per step; None: the step's default),
-    rows named by :func:`method_label`. ``repeats``: each toss's method runs (and their bare
-    loops) timed that many times in turn, the same particles each time; the timings are the
+    rows named by :func:`method_label`; ``batch_sizes`` (default: automatic only) without
+    ``methods``, or ``draws`` (default: the step's own) without "conjugate" among them, is
+    refused (ParameterError: they would change nothing), as is ``reference_particles``
+    without ``methods``. ``repeats``: each toss's method runs (and their bare loops) timed
+    that many times in turn, the same particles each time; the timings are the
     medians over the repeats and ``overheads`` every repeat's (this machine's timings of the
     same work varied by +-10 %).
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene
     from residualsim.belief.simulator import StochasticSimulator, default_initial_std
+
+    check_methods(methods, reference_particles, batch_sizes, draws)
+    batch_sizes, draws = batch_sizes or (None,), draws or (None,)
+    reference_particles = reference_particles or 20000
 
     scene = make_scene(model.scene)
     rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
@@ -342,4 +370,10 @@ def format_beliefs_report(report: dict) -> str:
                 lines.append(f"  {'':>18}  median of {len(row['overheads'])} repeats; "
                              f"overhead {min(row['overheads']):.2f}-"
                              f"{max(row['overheads']):.2f} over the repeats")
+    rows = report.get("methods", {})
+    for label, lone in rows.items():  # batch=1 beside automatic batches: the speed-up
+        batched = rows.get(label.replace("batch=1,", "").replace("[batch=1]", ""))
+        if "batch=1" in label and batched and batched["wall_s"] > 0:
+            lines.append(f"  {'':>18}  {label}: automatic batches "
+                         f"{lone['wall_s'] / batched['wall_s']:.2f}x faster than one at a time")
     return "\n".join(lines)

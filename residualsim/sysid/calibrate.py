@@ -36,7 +36,7 @@ from residualsim.sysid.bodyspace import default_budget, names_body
 from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
                                          bootstrap_sandwich, check_covariance,
                                          default_covariance)
-from residualsim.sysid.calibrate_options import check_options
+from residualsim.sysid.calibrate_options import check_applicable, check_options
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.lsq import lsq_pilot
@@ -46,7 +46,7 @@ from residualsim.sysid.mcmc import MetropolisHastings, check_resumable
 from residualsim.sysid.optimize import point_estimate
 from residualsim.sysid.paramspace import ParamSpace, calibration_run
 from residualsim.sysid.posterior import convergence_warnings
-from residualsim.sysid.calibrated import (DEFAULT_RUGGED, DEFAULT_SMALL_SAMPLE,
+from residualsim.sysid.calibrated import (DEFAULT_RUGGED,
                                           calibrated_weights)
 from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
@@ -148,7 +148,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               priors: Mapping[str, str] | None = None, noise: float | None = None,
               substeps: int | None = None, split: str = "train",
               max_items: int | None = None, n_workers: int = 1, seed: int = 0,
-              budget: int | None = None, optimizer: str = "CMA",
+              budget: int | None = None, optimizer: str | None = None,
               checkpoint_every: int | None = None,
               resume: bool = False, plots: bool = True, progress: bool = False,
               initial: Mapping[str, float] | None = None,
@@ -158,7 +158,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
               rotation_weight: float = 1.0, export_urdf: str | os.PathLike[str] | None = None,
               recorded_start: str | None = None, start_points: int = 32,
               weighting: str | None = None, rugged_weight: float | None = None,
-              small_sample: str = DEFAULT_SMALL_SAMPLE, covariance: str | None = None,
+              small_sample: str | None = None, covariance: str | None = None,
               bootstrap_replicates: int | None = None,
               base: EngineParams | Mapping[str, float] | str | None = None,
               ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
@@ -200,8 +200,9 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     (``median``, ``q05``, ``q95`` as MH's; train/README.md §20); ``covariance="bootstrap"``:
     its covariance from ``bootstrap_replicates`` (10) refits (§20.4).
     ``weighting``: one of :data:`~residualsim.sysid.calibrate_options.WEIGHTINGS` (default
-    calibrated; ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on trajectories
-    with the noise estimated (otherwise the raw one). ``"calibrated"``:
+    calibrated; ``"recording"`` with ``delayed_acceptance``), the likelihood MH samples on
+    trajectories with the noise estimated (refused otherwise, as are the options of other
+    methods: :func:`~residualsim.sysid.calibrate_options.check_applicable`). ``"calibrated"``:
     :func:`~residualsim.sysid.calibrated.calibrated_weights`: the envelope's mode ẑ where
     chains start, its sandwich covariance times the few-recordings factor of
     ``small_sample`` or, with ``covariance="bootstrap"`` (the default), the wider of that
@@ -234,11 +235,14 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     (:func:`residualsim.atomic.check_output`; ``run.json`` there names the run).
     Returns the summary written to ``out/summary.json``.
     """
-    weighting = check_options(
+    asked = {"weighting": weighting, "small_sample": small_sample, "rugged_weight": rugged_weight}
+    weighting, small_sample = check_options(
         method, max_items=max_items, weighting=weighting,
         delayed_acceptance=delayed_acceptance, recorded_start=recorded_start,
         proposal_scale=proposal_scale, rugged_weight=rugged_weight, small_sample=small_sample,
-        covariance=covariance, noise=noise, bootstrap_replicates=bootstrap_replicates)
+        covariance=covariance, noise=noise, bootstrap_replicates=bootstrap_replicates,
+        optimizer=optimizer, checkpoint_every=checkpoint_every)
+    optimizer = optimizer or "CMA"
     budget = budget or default_budget(method, names)  # 600 for lsq on the body, else 200
     started = time.perf_counter()
     data, out = Path(data), Path(out)
@@ -254,6 +258,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     recordings = load_calibration_data(scene, data, split, max_items,
                                        fractions=split_fractions, lists=split_lists)
     kind, train, validation = recordings.kind, recordings.train, recordings.validation
+    check_applicable(method, noise=noise, impacts=kind == "impacts", **asked)
     covariance = covariance or default_covariance(method, weighting, noise, kind)
     check_covariance(covariance, method, bootstrap_replicates, weighting)  # impacts: none
     if rugged_weight is None:  # the bootstrap's envelope alone (§20.5), the sandwich's 0.2

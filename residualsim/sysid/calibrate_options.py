@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from residualsim.errors import ParameterError
 from residualsim.sysid.bootstrap import check_covariance, default_covariance
+from residualsim.sysid.calibrated import DEFAULT_SMALL_SAMPLE
 from residualsim.sysid.weighting import SMALL_SAMPLE
 
-__all__ = ["WEIGHTINGS", "DEFAULT_WEIGHTING", "METHODS", "check_options", "check_command"]
+__all__ = ["WEIGHTINGS", "DEFAULT_WEIGHTING", "METHODS", "APPLICABLE", "check_options",
+           "check_command", "check_applicable"]
 
 #: The likelihood MH samples on trajectories with the noise estimated: ``"calibrated"`` (the
 #: default: the ν-weighted likelihood tied to its envelope, whose covariance is the wider of a
@@ -26,21 +29,69 @@ __all__ = ["WEIGHTINGS", "DEFAULT_WEIGHTING", "METHODS", "check_options", "check
 #: the rugged mode: too narrow, MH finds the likelihood's spikes).
 WEIGHTINGS = ("recording", "calibrated", "effective")
 DEFAULT_WEIGHTING = "calibrated"
+#: The options that apply to some methods only (:func:`check_applicable`'s keywords).
+APPLICABLE = ("weighting", "small_sample", "rugged_weight", "delayed_acceptance", "optimizer",
+              "checkpoint_every")
 #: The methods :func:`~residualsim.sysid.calibrate.calibrate` runs on recordings.
 METHODS = ("mh", "sandwich", "nevergrad", "lsq")
 
 
+def check_applicable(method: str, *, scene: str = "", noise: float | None = None,
+                     impacts: bool = False,
+                     weighting: str | None = None, small_sample: str | None = None,
+                     rugged_weight: float | None = None,
+                     delayed_acceptance: float | None = None, optimizer: str | None = None,
+                     checkpoint_every: int | None = None) -> None:
+    """ParameterError when an option given (not None) does not apply to ``method`` (or the
+    arm + loop's ``scene``): it would be accepted and have no effect. Each names what it
+    applies to: ``--weighting`` MH (calibrated or effective: with the noise estimated),
+    ``--small-sample`` and ``--rugged-weight`` MH's calibrated likelihood (the default MH,
+    noise estimated), ``--delayed-acceptance`` MH, ``--optimizer`` nevergrad,
+    ``--checkpoint-every`` MH and nevergrad. ``impacts``: the data are impacts (MH samples
+    the raw likelihood there)."""
+    mh = method == "mh" and scene != "arm-loop"
+    estimated = noise is None and not impacts
+    used = weighting or ("recording" if delayed_acceptance else DEFAULT_WEIGHTING)
+    calibrated = mh and used == "calibrated" and estimated
+    this = "--scene arm-loop" if scene == "arm-loop" else f"--method {method}" + (
+        "" if not mh else " on impacts" if impacts else " with --noise" if noise is not None else
+        f" with --weighting {weighting}" if weighting not in (None, "calibrated") else
+        " with --delayed-acceptance (--weighting recording)" if used == "recording" else "")
+    likelihood = "--method mh's calibrated likelihood (the default MH on trajectories: " \
+        "--weighting calibrated, the noise estimated)"
+    rules = (
+        ("--weighting", weighting, mh, "--method mh (the likelihood it samples)"),
+        ("--weighting", None if weighting == "recording" else weighting, estimated,
+         "MH on trajectories with the noise estimated (else MH samples the raw likelihood)"),
+        ("--small-sample", small_sample, calibrated, likelihood),
+        ("--rugged-weight", rugged_weight, calibrated, likelihood),
+        ("--delayed-acceptance", delayed_acceptance, mh, "--method mh"),
+        ("--optimizer", optimizer, method == "nevergrad", "--method nevergrad"),
+        ("--checkpoint-every", checkpoint_every, mh or method == "nevergrad",
+         "--method mh or nevergrad"))
+    for flag, value, applies, where in rules:
+        if value is not None and not applies:
+            raise ParameterError(f"{flag} {value} applies to {where}, not to {this}: it "
+                                 "would have no effect; drop it")
+
+
 def check_options(method: str, *, max_items: int | None, weighting: str | None,
                   delayed_acceptance: float | None, recorded_start: str | None,
-                  proposal_scale: float, rugged_weight: float | None, small_sample: str,
-                  covariance: str | None, noise: float | None,
-                  bootstrap_replicates: int | None) -> str:
-    """ParameterError for an option out of range or not applying to ``method``; returns the
-    weighting MH uses (given, or :data:`DEFAULT_WEIGHTING`; ``"recording"`` with
-    ``delayed_acceptance``)."""
+                  proposal_scale: float, rugged_weight: float | None,
+                  small_sample: str | None, covariance: str | None, noise: float | None,
+                  bootstrap_replicates: int | None, optimizer: str | None = None,
+                  checkpoint_every: int | None = None) -> tuple[str, str]:
+    """ParameterError for an option out of range or not applying to ``method``
+    (:func:`check_applicable`); returns the weighting MH uses (given, or
+    :data:`DEFAULT_WEIGHTING`; ``"recording"`` with ``delayed_acceptance``) and the
+    few-recordings widening (given, or :data:`DEFAULT_SMALL_SAMPLE`)."""
     if method not in METHODS:
         raise ParameterError(f"method must be 'mh', 'sandwich', 'nevergrad' or 'lsq', got "
                              f"{method!r}")
+    check_applicable(method, noise=noise, weighting=weighting, small_sample=small_sample,
+                     rugged_weight=rugged_weight, delayed_acceptance=delayed_acceptance,
+                     optimizer=optimizer, checkpoint_every=checkpoint_every)
+    small_sample = small_sample or DEFAULT_SMALL_SAMPLE
     if max_items is not None and (int(max_items) != max_items or max_items < 1):
         raise ParameterError(f"max_items must be an integer >= 1, got {max_items}")
     weighting = weighting or ("recording" if delayed_acceptance else DEFAULT_WEIGHTING)
@@ -63,13 +114,18 @@ def check_options(method: str, *, max_items: int | None, weighting: str | None,
         raise ParameterError("--delayed-acceptance screens on a share of the recordings; "
                              "--weighting calibrated screens every proposal on the envelope "
                              "already: drop one")
-    return weighting
+    return weighting, small_sample
 
 
 def check_command(scene: str, method: str, names: Sequence[str], *, rotation_weight: float,
-                  base: object) -> None:
+                  base: object, init: str = "sobol", **given: Any) -> None:
     """``residualsim calibrate``'s options that apply to some scenes or methods only
-    (the arm + loop, MPEC): ParameterError naming what they apply to."""
+    (the arm + loop, MPEC; ``given``: :func:`check_applicable`'s): ParameterError naming
+    what they apply to, before any work (MPEC's start runs before the search)."""
+    check_applicable(method, scene=scene, **given)
+    if init != "sobol" and (scene == "arm-loop" or method not in ("mh", "sandwich")):
+        raise ParameterError(f"--init {init} applies to --method mh or sandwich (where their "
+                             f"search starts), not to --method {method}: drop it")
     if rotation_weight != 1.0 and (scene == "arm-loop" or method == "mpec"):
         raise ParameterError("--rotation-weight applies to --method mh or nevergrad on "
                              "trajectories of a free body")
