@@ -225,7 +225,9 @@ def register(commands) -> None:
     units = {"window_s": "s", "accel_tolerance": "m/s^2", "min_flight_s": "s",
              "bounce_gap_s": "s", "max_gap_s": "s", "rest_s": "s", "rest_motion_m": "m",
              "rest_angle_deg": "deg", "rest_tail_s": "s", "pickup_lift_m": "m",
-             "max_throw_s": "s", "min_throw_s": "s", "gravity": "m/s^2"}
+             "max_throw_s": "s", "min_throw_s": "s", "jerk_tolerance": "m/s^3",
+             "arc_accel_tolerance": "m/s^2", "snap_tolerance": "m/s^4",
+             "gravity": "m/s^2"}
     for name, default in CutOptions().summary().items():
         imp.add_argument(f"--{name.replace('_', '-')}", type=float, default=default,
                          help=f"cutting threshold, {units[name]} (see above)")

@@ -18,7 +18,7 @@ The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` 
    (0), a bounce inside the window (a kink: a large upward acceleration) all fail. Reading
    single samples would not do: at 150 Hz, 0.3 mm of noise makes a second difference
    scatter by ~16 m/s^2; over 0.08 s a parabola's acceleration scatters by ~0.4 m/s^2.
-3. **Arcs.** Samples covered by free-flight windows form arcs. Each arc's own parabola
+3. **Arcs.** The samples of each run of consecutive free-flight windows form an arc. Each arc's own parabola
    (fitted to its inner samples, half a window in from each end) is followed back sample
    by sample while samples lie within 3 sigma (3-D) of it (two misses in a row end the
    walk). The hand's path leaves the parabola as (t_r - t)^2 times half the difference of
@@ -28,15 +28,22 @@ The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` 
    flight). Forward, the walk alone: the first contact.
 4. **Releases and bounces.** An arc that starts before the current throw has ended, or
    within ``bounce_gap_s`` of the previous arc's end, continues it (a bounce). Any other
-   arc is a release, and a throw when its flight lasts ``min_flight_s`` or more; a
-   shorter one (a hand placement that lets go a few millimetres above the table, a slip)
-   is skipped, and listed.
+   arc is a release, and a throw when its flight lasts ``min_flight_s`` or more and is
+   free flight as a whole: one parabola through it accelerates as gravity within
+   ``arc_accel_tolerance``, and neither a cubic's jerk nor a quartic's snap is both over
+   ``jerk_tolerance`` / ``snap_tolerance`` and over 3.5 standard errors. A hand lowering
+   the object fast passes through gravity's acceleration for a tenth of a second (the
+   windows pass), but its acceleration keeps changing: on synthetic minimum-jerk carries
+   the whole arc is 0.5-3 m/s^2 off gravity, or its snap is 3 500-14 000 m/s^4, where
+   throws are within 0.12 m/s^2 and 600 m/s^4. A shorter flight (a hand placement that
+   lets go a few millimetres above the table, a slip) or a hand's arc is skipped, and
+   listed.
 5. **The end.** A throw ends at the first of: ``rest_tail_s`` after the object comes to
    rest (still for ``rest_s``: its centre of mass within ``rest_motion_m`` of the
    window's mean, its base and joints turning less than ``rest_angle_deg``); the last
    sample at table level before a hand lifts it more than ``pickup_lift_m`` off its lowest
-   height since the first contact (outside any flight arc: a hand must lift the object
-   before it throws it again); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
+   height since the first contact (outside any flight arc, for 0.1 s: a hand must lift
+   the object before it throws it again); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
    after the release.
 6. **Too short.** A throw whose recording lasts less than ``min_throw_s``, or whose free
    flight ends in a tracking gap before any contact, is skipped, and listed.
@@ -64,7 +71,7 @@ class CutOptions:
     accel_tolerance: float = 3.0
     min_flight_s: float = 0.1
     bounce_gap_s: float = 0.05
-    max_gap_s: float = 0.05
+    max_gap_s: float = 0.1
     rest_s: float = 0.25
     rest_motion_m: float = 0.002
     rest_angle_deg: float = 1.5
@@ -72,6 +79,9 @@ class CutOptions:
     pickup_lift_m: float = 0.03
     max_throw_s: float = 8.0
     min_throw_s: float = 0.2
+    arc_accel_tolerance: float = 1.0
+    jerk_tolerance: float = 20.0
+    snap_tolerance: float = 2000.0
     gravity: float = 9.81
 
     def __post_init__(self) -> None:
@@ -142,16 +152,58 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _parabola(times: np.ndarray, com: np.ndarray, first: int, last: int):
-    """The least-squares parabola of the arc's samples, as a function of time."""
+    """The least-squares parabola of the arc's samples, as a function of time, and the
+    RMS of its residuals per axis (m)."""
     t0 = times[first]
     tau = times[first:last + 1] - t0
     design = np.column_stack([np.ones_like(tau), tau, 0.5 * tau * tau])
     coef, *_ = np.linalg.lstsq(design, com[first:last + 1], rcond=None)
+    residual = com[first:last + 1] - design @ coef
+    spread = float(1.4826 * np.median(np.abs(residual))) if len(tau) > 3 else 0.0
 
     def at(index: int) -> np.ndarray:
         s = times[index] - t0
         return coef[0] + coef[1] * s + 0.5 * coef[2] * s * s
-    return at
+    return at, spread
+
+
+def _polynomial(tau: np.ndarray, values: np.ndarray, degree: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares polynomial coefficients (degree + 1, 3) in powers of ``tau`` over k!
+    (so coefficient k is the k-th derivative at tau = 0), and their standard errors."""
+    design = np.column_stack([tau ** k / math.factorial(k) for k in range(degree + 1)])
+    coef, *_ = np.linalg.lstsq(design, values, rcond=None)
+    residual = values - design @ coef
+    variance = float(np.sum(residual ** 2)) / max(3 * (len(tau) - degree - 1), 1)
+    scale = np.sqrt(np.diag(np.linalg.inv(design.T @ design)) * variance)
+    return coef, scale
+
+
+def hand_signs(times: np.ndarray, com: np.ndarray, first: int, last: int,
+               options: CutOptions) -> str | None:
+    """Why the samples ``first``..``last`` are not a free flight (rule 4), or None: the
+    acceleration of one parabola through them is not gravity's, or a cubic's jerk or a
+    quartic's snap is both large and significant (over 3.5 standard errors; 3-D norms)."""
+    tau = times[first:last + 1] - 0.5 * (times[first] + times[last])
+    values = com[first:last + 1]
+    if len(tau) < 8:
+        return None
+    gravity = np.array([0.0, 0.0, -options.gravity])
+    quadratic, _ = _polynomial(tau, values, 2)
+    off = float(np.linalg.norm(quadratic[2] - gravity))
+    if off > options.arc_accel_tolerance:
+        return (f"its acceleration is {off:.2f} m/s^2 from gravity's over the whole "
+                f"{times[last] - times[first]:.3f} s (--arc-accel-tolerance "
+                f"{options.arc_accel_tolerance:g}): a hand moving it")
+    for degree, limit, name, flag in ((3, options.jerk_tolerance, "jerk", "m/s^3"),
+                                      (4, options.snap_tolerance, "snap", "m/s^4")):
+        coef, error = _polynomial(tau, values, degree)
+        size = float(np.linalg.norm(coef[degree]))
+        if size > limit and size > 3.5 * math.sqrt(3.0) * float(error[degree]):
+            return (f"its acceleration changes over the {times[last] - times[first]:.3f} s "
+                    f"({name} {size:.0f} {flag} > --{name}-tolerance {limit:g}): a hand "
+                    "moving it")
+    return None
 
 
 def _walk(times, com, at, edge, stop, step, tolerance_m) -> int:
@@ -174,7 +226,7 @@ def _onset(times, com, at, edge, lo, width, period) -> float:
     """The release instant (s) where the hand's path leaves the flight parabola ``at``: the
     samples before ``edge`` fitted as d(t) = a (t_r - t)^2 / 2 for t < t_r (a free; the
     hand's acceleration minus gravity's), t_r on a grid of a quarter period."""
-    first = max(lo, edge - 2 * width)
+    first = max(lo, edge - width)
     if edge - first < 3:
         return float(times[first])
     sample_times = times[first:edge + 1]
@@ -191,10 +243,10 @@ def _onset(times, com, at, edge, lo, width, period) -> float:
 def _extend(times, com, first, last, lo, hi, width, period, sigma) -> tuple[int, int]:
     """Rule 3: the arc's release and first contact, from its samples ``first``..``last``
     (covered by free-flight windows) within the tracked run ``lo``..``hi``."""
-    margin = width // 2 if last - first + 1 >= 2 * width else 0
+    margin = max(0, min(width // 2, (last - first + 1 - 8) // 2))  # keep 8 in the core
     core_first, core_last = first + margin, last - margin
-    at = _parabola(times, com, core_first, core_last)
-    tolerance = 3.0 * sigma
+    at, spread = _parabola(times, com, core_first, core_last)
+    tolerance = 3.0 * max(sigma, spread)
     start = _walk(times, com, at, core_first, lo, -1, tolerance)
     release = _onset(times, com, at, core_first, lo, width, period)
     onset = int(np.searchsorted(times, release + 0.5 * period))
@@ -239,15 +291,12 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
     gravity = np.array([0.0, 0.0, -options.gravity])
     free = valid & (np.linalg.norm(accel - gravity, axis=1) <= options.accel_tolerance) \
         & (rms <= max(5.0 * sigma, 5e-4))
-    covered = np.zeros(len(times), bool)
-    for first, last in _runs(free):
-        covered[first:last + width] = True
     breaks = np.concatenate([[0], np.flatnonzero(steps > options.max_gap_s) + 1, [len(times)]])
     run_of = np.searchsorted(breaks, np.arange(len(times)), side="right") - 1
     arcs = []
-    for first, last in _runs(covered):
+    for first, last in _runs(free):  # each run of free windows is one arc (a bounce between
+        last = min(last + width - 1, breaks[run_of[first] + 1] - 1)  # two: two runs)
         run = run_of[first]
-        last = min(last, breaks[run + 1] - 1)
         arcs.append(_extend(times, com, first, last, breaks[run], breaks[run + 1] - 1,
                             width, period, sigma))
     in_flight = np.zeros(len(times), bool)
@@ -261,10 +310,13 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
             continue  # a bounce
         flight = times[contact] - times[start]
         run_end = breaks[run_of[start] + 1] - 1
+        hand = hand_signs(times, com, start, contact, options)
         if flight < options.min_flight_s:
             segment = Segment(start, contact, reason=(
                 f"free flight of {flight:.3f} s, shorter than --min-flight-s "
                 f"{options.min_flight_s:g} (a hand letting go just above the table?)"))
+        elif hand is not None:
+            segment = Segment(start, contact, reason=f"not a free flight: {hand}")
         elif contact >= run_end:
             segment = Segment(start, contact, reason=(
                 "tracking lost during the free flight, before any contact"))
@@ -280,6 +332,11 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
     return segments, facts
 
 
+#: How long (s) the object must stay lifted off the table outside free flight for a hand
+#: to hold it: the start and end of a bounce, between the free-flight windows, are shorter.
+_HELD_S = 0.1
+
+
 def _throw_end(times, com, quats, joints, in_flight, start, contact, limit, period,
                options) -> Segment:
     """Rule 5 and 6 for one release."""
@@ -291,8 +348,10 @@ def _throw_end(times, com, quats, joints, in_flight, start, contact, limit, peri
     floor = np.minimum.accumulate(com[contact:end + 1, 2])
     lifted = (com[contact:end + 1, 2] > floor + options.pickup_lift_m) & \
         ~in_flight[contact:end + 1]
-    if lifted.any():
-        lift = contact + int(np.argmax(lifted))
+    held = max(2, int(round(_HELD_S / period)))  # a bounce's edges are not a hand's lift
+    sustained = [first for first, last in _runs(lifted) if last - first + 1 >= held]
+    if sustained:
+        lift = contact + sustained[0]
         level = floor[lift - contact] + options.pickup_lift_m / 3.0
         below = np.flatnonzero(com[contact:lift, 2] <= level)
         end = contact + int(below[-1]) if below.size else contact

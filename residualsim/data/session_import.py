@@ -7,6 +7,9 @@ from the tracked links through the URDF (:mod:`~residualsim.data.kinematics`), f
 throws on the centre of mass (:mod:`~residualsim.data.cutting`), and write one
 ``<id>.csv`` recording per throw, ``index.csv`` and ``import.json``, atomically.
 
+The stamps are put on the capture system's steady clock where they lie on one
+(:func:`~residualsim.data.session.capture_grid`: a driver's jitter removed).
+
 Joint values derived from links: each moving joint needs its parent and child links
 tracked (or a ``--joints`` topic naming it). Links whose tracked frames are not where the
 URDF's joint puts them are refused, naming the links and the size of the drift: the
@@ -36,8 +39,8 @@ from residualsim.data.bags import is_bag, read_bag_streams
 from residualsim.data.csv import save_csv_trajectory
 from residualsim.data.cutting import CutOptions, Segment, find_throws
 from residualsim.data.kinematics import KinematicTree
-from residualsim.data.session import (JointStream, PoseStream, align_poses, align_values,
-                                      clean_joints, clean_poses)
+from residualsim.data.session import (CaptureGrid, JointStream, PoseStream, align_poses,
+                                      align_values, capture_grid, clean_joints, clean_poses)
 from residualsim.data.session_csv import read_session_csv
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
@@ -71,6 +74,16 @@ class TrackedSession:
     streams: list[dict] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     joints_from: dict[str, str] = field(default_factory=dict)
+    clock: dict = field(default_factory=dict)
+
+
+def _on_grid(stamps: np.ndarray, grid: CaptureGrid) -> tuple[np.ndarray, np.ndarray]:
+    """Stamps put on the capture grid, and which to keep (the first of any that land on
+    the same frame)."""
+    snapped = grid.snap(stamps)
+    keep = np.ones(len(snapped), bool)
+    keep[1:] = np.diff(snapped) > 0.5 * grid.period_s
+    return snapped, keep
 
 
 def _check_links(source: Path, tree: KinematicTree, links: dict[str, str]) -> None:
@@ -151,7 +164,7 @@ def _joint_values(tree: KinematicTree, times: np.ndarray, poses: dict, joints: J
 
 def read_session(source: str | os.PathLike[str], tree: KinematicTree, *,
                  links: dict[str, str] | None = None, joint_topic: str | None = None,
-                 max_gap_s: float = 0.05, rigid_tolerance_m: float = 0.01,
+                 max_gap_s: float = 0.1, rigid_tolerance_m: float = 0.01,
                  axis_tolerance_deg: float = 5.0) -> TrackedSession:
     """Read, clean and align a session (module docstring); a DataError or ParameterError
     naming the file and the problem for what cannot be read."""
@@ -167,6 +180,18 @@ def read_session(source: str | os.PathLike[str], tree: KinematicTree, *,
     if joints is not None:
         joints, report = clean_joints(joints)
         reports.append({"link": None, **report.summary()})
+    grid = capture_grid(cleaned[tree.base].stamps_s)
+    clock = {"stamps": "header stamps, as written"}
+    if grid is not None:
+        clock = {"stamps": "on the capture grid", **grid.summary()}
+        for link, stream in cleaned.items():
+            stamps, keep = _on_grid(stream.stamps_s, grid)
+            cleaned[link] = PoseStream(stream.source, stamps[keep], stream.positions_m[keep],
+                                       stream.quat_wxyz[keep])
+        if joints is not None:
+            stamps, keep = _on_grid(joints.stamps_s, grid)
+            joints = JointStream(joints.source, stamps[keep], joints.names,
+                                 joints.positions[keep])
     base = cleaned[tree.base]
     if len(base) < 3:
         raise DataError(f"{source}: {base.source} has {len(base)} tracked pose(s); a session "
@@ -190,7 +215,8 @@ def read_session(source: str | os.PathLike[str], tree: KinematicTree, *,
                           base_m=base_m,
                           base_wxyz=base_wxyz, joint_values=values,
                           com_m=tree.centre_of_mass(base_m, base_wxyz, values),
-                          streams=reports, dropped=dropped, joints_from=joints_from)
+                          streams=reports, dropped=dropped, joints_from=joints_from,
+                          clock=clock)
 
 
 def _throw_joints(tree: KinematicTree, values: np.ndarray) -> np.ndarray:
@@ -279,6 +305,7 @@ def import_session(source: str | os.PathLike[str], tree: KinematicTree,
                              "reason": s.reason}
                             for s in skipped],
         "tracked_samples": int(len(session.times_s)), "streams": session.streams,
+        "clock": session.clock,
         "dropped_samples": session.dropped, "options": options.summary(),
         "rigid_tolerance_m": rigid_tolerance_m, "axis_tolerance_deg": axis_tolerance_deg,
         **{k: v for k, v in facts.items()}}
