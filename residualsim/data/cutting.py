@@ -45,8 +45,9 @@ The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` 
    height since the first contact (outside any flight arc, for 0.1 s: a hand must lift
    the object before it throws it again); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
    after the release.
-6. **Too short.** A throw whose recording lasts less than ``min_throw_s``, or whose free
-   flight ends in a tracking gap before any contact, is skipped, and listed.
+6. **Too short.** A throw whose recording lasts less than ``min_throw_s``, whose free
+   flight ends in a tracking gap before any contact, or that starts within a window of where
+   tracking resumed after a gap (its release unseen) is skipped, and listed.
 """
 
 from __future__ import annotations
@@ -311,15 +312,18 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
         flight = times[contact] - times[start]
         run_end = breaks[run_of[start] + 1] - 1
         hand = hand_signs(times, com, start, contact, options)
-        if flight < options.min_flight_s:
+        if contact > run_end - width and run_end + 1 < len(times):
+            segment = Segment(start, contact, reason=(
+                "tracking lost during the free flight, before any contact"))
+        elif breaks[run_of[start]] > 0 and start - breaks[run_of[start]] < width:
+            segment = Segment(start, contact, reason=(
+                "tracking resumed in free flight: the release was not seen"))
+        elif flight < options.min_flight_s:
             segment = Segment(start, contact, reason=(
                 f"free flight of {flight:.3f} s, shorter than --min-flight-s "
                 f"{options.min_flight_s:g} (a hand letting go just above the table?)"))
         elif hand is not None:
             segment = Segment(start, contact, reason=f"not a free flight: {hand}")
-        elif contact >= run_end:
-            segment = Segment(start, contact, reason=(
-                "tracking lost during the free flight, before any contact"))
         else:
             limit = min(run_end, int(np.searchsorted(times, times[start] + options.max_throw_s))
                         - 1)
