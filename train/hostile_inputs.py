@@ -2,8 +2,8 @@
 
 Each case builds its inputs in a temporary folder (a URDF, a scene file, CSV recordings
 written from the bundled synthetic cube tosses, prediction files, paths), runs one command
-in-process (:func:`residualsim.cli.main`) and records the exit code and the first line on
-stderr. A case passes when the command exits with the expected code (2: one clear error),
+in-process (:func:`residualsim.cli.main`; the library's cases: one call, a ParameterError
+counting as exit 2) and records the exit code and the first line on stderr. A case passes when the command exits with the expected code (2: one clear error),
 prints no traceback and, for refusals, names the file or option at fault.
 
     python train/hostile_inputs.py            # the table, as Markdown, on stdout
@@ -473,10 +473,38 @@ CASES: list[Case] = [
                 lambda c: c["feature_std"].__setitem__(0, 0.0), "feature_std"),
     _model_case("model: substeps 2.5 (read as 2, exit 0)", "model.json",
                 lambda c: c["settings"].update(substeps=2.5), "substeps 2.5"),
+    # the library's belief API (a call, not a command)
+    Case("API: GaussianMixtureBelief.gaussian(state, [0.0] * 12) propagated (LinAlgError)",
+         lambda d: lambda: _propagate([0.0] * 12), "1 belief step", expect=0),
+    Case("API: propagate_belief(n_workers=0) (accepted, ran one worker)",
+         lambda d: lambda: _propagate([0.01] * 12, n_workers=0), "n_workers must be"),
+    Case("API: a belief covariance with a negative eigenvalue", lambda d: lambda: _belief(
+        -np.eye(12)[None]), "not positive semi-definite"),
     Case("model folder that does not exist", lambda d: [
         "predict", "--model", str(d / "no-model"), "--data", str(SYNTHETIC), "--out",
         str(d / "p.npz")], "no-model"),
 ]
+
+
+def _belief(covariances: np.ndarray) -> str:
+    from residualsim.belief.propagation import GaussianMixtureBelief
+    from residualsim.belief.simulator import toss_state
+
+    state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -0.5], [0, 5, 0])
+    plain = GaussianMixtureBelief.gaussian(state, [0.01] * 12, planar=False)
+    return repr(GaussianMixtureBelief(plain.weights, plain.means, covariances, plain.tangent))
+
+
+def _propagate(std: list[float], n_workers: int = 1) -> str:
+    from residualsim.belief.propagation import GaussianMixtureBelief, propagate_belief
+    from residualsim.belief.simulator import toss_state
+    from residualsim.residual.policy import ResidualModel
+
+    state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -0.5], [0, 5, 0])
+    belief = GaussianMixtureBelief.gaussian(state, std, planar=False)
+    model = ResidualModel.load(ROOT / "data" / "pretrained" / "cube-contactnets")
+    steps = propagate_belief(model, belief, n_events=1, n_particles=10, n_workers=n_workers)
+    return f"{len(steps)} belief step, {steps[0].summary()['accepted']} particles accepted"
 
 
 def _touch(path: Path) -> Path:
@@ -509,8 +537,27 @@ class Outcome:
                 and self.case.mentions.lower() in self.message.lower())
 
 
+def _call(function: Callable[[], str]) -> int:
+    """Run a library call as the command would: 0 (its result line on stderr), or 2 and
+    the ResidualSimError's message; anything else prints its traceback."""
+    import traceback
+
+    from residualsim.errors import ResidualSimError
+
+    try:
+        print(function(), file=sys.stderr)
+        return 0
+    except ResidualSimError as exc:
+        print(f"residualsim: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # a traceback: the case fails
+        traceback.print_exc()
+        return 1
+
+
 def run_case(case: Case) -> Outcome:
-    """Build ``case`` in a fresh temporary folder and run its command in-process."""
+    """Build ``case`` in a fresh temporary folder and run its command in-process (or, for
+    the library's cases, its call)."""
     from residualsim.cli import main
 
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
@@ -518,7 +565,7 @@ def run_case(case: Case) -> Outcome:
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
-                code = main(argv)
+                code = _call(argv) if callable(argv) else main(argv)
             except SystemExit as exit_:  # argparse refusals
                 code = exit_.code if isinstance(exit_.code, int) else 2
         text = err.getvalue()

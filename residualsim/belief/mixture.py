@@ -30,7 +30,7 @@ from residualsim.sim.rotations import as_quat_wxyz, as_rotation, quat_relative_r
 
 __all__ = ["StateTangent", "GaussianMixtureBelief", "BeliefStep", "slot_particles",
            "event_outcome", "event_outcomes", "check_batch_size",
-           "PENETRATION_TOLERANCE_M"]
+           "PENETRATION_TOLERANCE_M", "COVARIANCE_FLOOR"]
 
 
 #: Default rejection depth (m). The calibrated soft contact itself lets the cube sink: 1.22 mm
@@ -90,11 +90,47 @@ class StateTangent:
         return np.column_stack([tangent[:, 0:3], quat, tangent[:, 6:]])
 
 
+#: A singular belief covariance (Cholesky fails) is raised to this smallest eigenvalue, or
+#: 1e-12 of its largest where that is more (tangent units squared: 1e-18 is (1 nm)², (1
+#: nrad)²...): a point mass becomes a Gaussian of that width, and particles can be drawn.
+COVARIANCE_FLOOR = 1e-18
+
+
+def _floored(covariances: np.ndarray) -> np.ndarray | None:
+    """``covariances`` (K, d, d) with each singular one raised to the floor
+    (:data:`COVARIANCE_FLOOR`); None when every one is positive definite already (left
+    as given). ParameterError for a non-finite, asymmetric or indefinite one."""
+    if not np.isfinite(covariances).all():
+        raise ParameterError("belief covariances must be finite")
+    size = float(np.max(np.abs(covariances), initial=0.0))
+    if np.max(np.abs(covariances - np.swapaxes(covariances, 1, 2)), initial=0.0) > 1e-6 * size:
+        raise ParameterError("belief covariances must be symmetric")
+    out = None
+    for k, covariance in enumerate(covariances):
+        try:
+            np.linalg.cholesky(covariance)
+            continue
+        except np.linalg.LinAlgError:
+            pass
+        eigenvalues = np.linalg.eigvalsh(covariance)
+        largest = max(float(eigenvalues[-1]), 0.0)
+        if eigenvalues[0] < -1e-9 * largest or (largest == 0 and eigenvalues[0] < 0):
+            raise ParameterError(f"belief covariance {k} is not positive semi-definite "
+                                 f"(smallest eigenvalue {eigenvalues[0]:.3g})")
+        floor = max(COVARIANCE_FLOOR, 1e-12 * largest)
+        out = covariances.copy() if out is None else out
+        out[k] = covariance + (floor - eigenvalues[0]) * np.eye(len(covariance))
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class GaussianMixtureBelief:
     """p(s) = Σ_k w_k N(s | μ_k, Σ_k) in the tangent coordinates of ``tangent``.
 
     ``weights`` (K,), ``means`` (K, d), ``covariances`` (K, d, d); d = ``tangent.size``.
+    A covariance must be finite, symmetric and positive semi-definite (ParameterError
+    otherwise); a singular one (a zero standard deviation, a degenerate direction) is
+    raised to :data:`COVARIANCE_FLOOR` so that it can be sampled and propagated.
     """
 
     weights: np.ndarray
@@ -116,12 +152,16 @@ class GaussianMixtureBelief:
                 np.min(self.weights) < 0:
             raise ParameterError(f"belief weights must be >= 0 and sum to 1, got "
                                  f"{np.asarray(self.weights).tolist()}")
+        floored = _floored(np.asarray(self.covariances, dtype=float))
+        if floored is not None:
+            object.__setattr__(self, "covariances", floored)
 
     @classmethod
     def gaussian(cls, state: np.ndarray, std: Sequence[float] | np.ndarray, planar: bool
                  ) -> GaussianMixtureBelief:
         """One Gaussian about ``state`` with independent tangent standard deviations ``std``
-        (d,) (3D: m, rad, m/s, rad/s in the order of the module docstring)."""
+        (d,) (3D: m, rad, m/s, rad/s in the order of the module docstring); a zero ``std``
+        (a state known exactly) gets the floor of :data:`COVARIANCE_FLOOR`."""
         tangent = StateTangent.around(state, planar)
         std = np.asarray(std, dtype=float)
         if std.shape != (tangent.size,) or not np.isfinite(std).all() or (std < 0).any():

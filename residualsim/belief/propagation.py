@@ -43,12 +43,23 @@ def check_seed(seed) -> None:
         raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
 
 
-def _check_count(name: str, value, least: int) -> int:
-    """``value`` as an int, or a ParameterError naming ``name`` (NaN, 2.5, "3", < least)."""
+def _check_count(name: str, value, least: int, most: int | None = None) -> int:
+    """``value`` as an int, or a ParameterError naming ``name`` (NaN, 2.5, "3", < least,
+    > most)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating)) \
-            or not np.isfinite(value) or value != int(value) or value < least:
-        raise ParameterError(f"{name} must be an integer >= {least}, got {value!r}")
+            or not np.isfinite(value) or value != int(value) or value < least \
+            or (most is not None and value > most):
+        span = f">= {least}" if most is None else f"from {least} to {most}"
+        raise ParameterError(f"{name} must be an integer {span}, got {value!r}")
     return int(value)
+
+
+def check_workers(n_workers) -> int:
+    """``n_workers`` as an int from 1 to :data:`~residualsim.parallel.MAX_WORKERS` (what
+    ``--workers`` takes), or a ParameterError naming it (0 was taken as 1)."""
+    from residualsim.parallel import MAX_WORKERS
+
+    return _check_count("n_workers", n_workers, 1, MAX_WORKERS)
 
 
 #: Bytes a particle step holds per particle at the least: its draw in the tangent space and
@@ -231,7 +242,9 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
 
     Checked up front, each a ParameterError naming the argument (the checks ``rollout
     --state`` and :class:`~residualsim.belief.simulator.StochasticSimulator` apply):
-    ``n_events`` an integer >= 1, ``n_particles`` >= 2 (particles; refused too when its
+    ``n_events`` an integer >= 1, ``n_workers`` from 1 to
+    :data:`~residualsim.parallel.MAX_WORKERS` (unless ``workers`` are given),
+    ``n_particles`` >= 2 (particles; refused too when its
     draws alone would not fit in the memory left), ``horizon_s`` in
     (0, :data:`MAX_HORIZON_S`], ``seed`` an integer >= 0, and every component mean of
     ``initial`` a finite, plausible start state (on the table, not into it, at most 10 m
@@ -244,6 +257,8 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     n_events = _check_count("n_events", n_events, 1)
+    if workers is None:
+        n_workers = check_workers(n_workers)
     if method == "particles":
         n_particles = _check_count("n_particles", n_particles, 2)
     if isinstance(horizon_s, bool) or not isinstance(horizon_s, (int, float, np.number)) \
@@ -275,7 +290,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     rng = np.random.default_rng(seed)
     steps: list[BeliefStep] = []
     belief = initial
-    slots = list(range(max(1, int(n_workers))))
+    slots = list(range(n_workers if workers is None else 1))
     with contextlib.nullcontext(workers) if workers is not None else \
             engine_workers(model.scene, slots, len(slots), settings) as workers:
         for _ in range(int(n_events)):

@@ -28,7 +28,7 @@ import numpy as np
 from residualsim.belief.propagation import (MAX_HORIZON_S, BeliefStep, GaussianMixtureBelief,
                                             propagate_belief, slot_particles)
 from residualsim.belief.mixture import check_batch_size
-from residualsim.belief.propagation import check_seed as _check_seed
+from residualsim.belief.propagation import check_seed as _check_seed, check_workers
 from residualsim.errors import ParameterError
 
 __all__ = ["StochasticSimulator", "SampledRollouts", "toss_state", "INITIAL_STD",
@@ -161,7 +161,8 @@ class StochasticSimulator:
     model : ResidualModel or path
         A model directory (e.g. ``data/pretrained/cube-contactnets``) or a loaded model.
     n_workers : int
-        Worker processes (each with its own PyBullet world), started once.
+        Worker processes (each with its own PyBullet world), started once; 1 to
+        :data:`~residualsim.parallel.MAX_WORKERS` (ParameterError otherwise).
     residual : bool
         False: the model's calibrated engine alone (the baseline a planner compares with).
     """
@@ -175,7 +176,7 @@ class StochasticSimulator:
         self.residual = bool(residual)
         self.settings = self.model.settings()
         self._policy = self.model.sampling_policy() if self.residual else None
-        self._slots = list(range(max(1, int(n_workers))))
+        self._slots = list(range(check_workers(n_workers)))
         self._workers = engine_workers(self.model.scene, self._slots, len(self._slots),
                                        self.settings)
 
