@@ -408,6 +408,12 @@ CASES: list[Case] = [
     Case("bench beliefs --draws 3,3,, (empty and repeated items accepted)", lambda d: [
         "bench", "beliefs", "--data", str(SYNTHETIC), "--methods", "conjugate", "--draws",
         "3,3,,"], "an empty item in '3,3,,'"),
+    Case("CSV: a continuous joint in degrees (blamed on the base: another up axis)",
+         lambda d: ["data", "info", str(_continuous_in_degrees(d)), "--scene",
+                    str(d / "wheel.urdf")], "the joint angles look like degrees"),
+    Case("fit-ground on recordings without rest (the data folder not named)", lambda d: [
+        "fit-ground", "--model", str(ROOT / "data" / "pretrained" / "cube-contactnets"),
+        "--data", str(SYNTHETIC), "--out", str(d / "fg")], f"{SYNTHETIC} (its training split"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),
@@ -505,6 +511,25 @@ def _propagate(std: list[float], n_workers: int = 1) -> str:
     model = ResidualModel.load(ROOT / "data" / "pretrained" / "cube-contactnets")
     steps = propagate_belief(model, belief, n_events=1, n_particles=10, n_workers=n_workers)
     return f"{len(steps)} belief step, {steps[0].summary()['accepted']} particles accepted"
+
+
+def _continuous_in_degrees(folder: Path) -> Path:
+    """Two synthetic hinge tosses with the joint made continuous (wheel.urdf) and its angles
+    written in degrees, wrapped into (-180, 180]."""
+    from residualsim.cli import main
+
+    hinge = ROOT / "assets" / "examples" / "hinge.toml"
+    (folder / "wheel.urdf").write_text(hinge.with_suffix(".urdf").read_text().replace(
+        'type="revolute"', 'type="continuous"'))
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        main(["data", "synthesize", "--scene", str(hinge), "--count", "2", "--samples", "60",
+              "--params", "lateral_friction=0.3", "--out", str(folder / "radians")])
+    target = _mkdir(folder / "degrees")
+    for path in sorted((folder / "radians").glob("*.csv")):
+        lines = _column(path.read_text().splitlines(), "elbow",
+                        lambda v, r: float((np.degrees(v) + 180.0) % 360.0 - 180.0))
+        (target / path.name).write_text("\n".join(lines) + "\n")
+    return target
 
 
 def _touch(path: Path) -> Path:

@@ -16,7 +16,10 @@ DEFAULT_BOUNDS = "lateral_friction=0.1:0.7,restitution=0.1:0.7"
 
 
 def _table(figures: dict, names: list[str], draws: int) -> str:
-    """The report as a few lines for the person watching."""
+    """The report as a few lines for the person watching (its verdict says when the chains
+    did not mix: R-hat above :data:`~residualsim.sysid.posterior.RHAT_MAX`)."""
+    from residualsim.sysid.posterior import RHAT_MAX
+
     lines = [f"SBC of calibrate: {figures['datasets']} data sets, ranks 0..{draws} "
              f"(uniform when the posterior is right: mean rank {draws / 2:g}, 90 % interval "
              "coverage 0.9)",
@@ -30,10 +33,15 @@ def _table(figures: dict, names: list[str], draws: int) -> str:
                      f"{cover:>7} {mean:>6}")
     low = [n for n in names if figures[n]["p_value"] is not None  # (p may underflow to 0)
            and figures[n]["p_value"] < 0.05]
-    lines.append("ranks not uniform (p < 0.05) for " + ", ".join(low) + ": calibrate's "
-                 "intervals are not honest here" if low else
-                 "no evidence against uniform ranks at p < 0.05 (more --datasets test harder)")
-    return "\n".join(lines)
+    verdict = ("ranks not uniform (p < 0.05) for " + ", ".join(low) + ": calibrate's "
+               "intervals are not honest here" if low else
+               "no evidence against uniform ranks at p < 0.05 (more --datasets test harder)")
+    rhat = figures.get("max_rhat")
+    if rhat is not None and rhat > RHAT_MAX:  # the ranks are of chains that did not mix
+        verdict += (f"; but the chains did not mix (R-hat up to {rhat:.3g} > {RHAT_MAX}): "
+                    "these ranks test calibrate's unconverged chains, not its posterior "
+                    "(raise --mh-samples and --burn-in)")
+    return "\n".join([*lines, verdict])
 
 
 def cmd_check_calibration(args: argparse.Namespace) -> None:
@@ -41,9 +49,12 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
     from residualsim.sysid.sbc import simulation_based_calibration
 
     names = [n.strip() for n in args.params.split(",")]
-    if args.bounds is None and args.params != DEFAULT_PARAMS:
-        raise ParameterError("--bounds name=LOW:HIGH,... is required with --params other "
-                             f"than {DEFAULT_PARAMS}: the truths are drawn from that box")
+    ranges = dict(item.split("=") for item in DEFAULT_BOUNDS.split(","))
+    if args.bounds is None and set(names) - set(ranges):
+        raise ParameterError(f"--bounds name=LOW:HIGH,... is required for "
+                             f"{', '.join(n for n in names if n not in ranges)}: the truths "
+                             f"are drawn from that box (default only for {DEFAULT_BOUNDS})")
+    args.bounds = args.bounds or ",".join(f"{n}={ranges[n]}" for n in names)
     if Path(args.out).is_dir():
         raise ParameterError(f"--out {args.out}: a directory; name a .jsonl file")
     check_applicable(args.method, weighting=args.weighting, small_sample=args.small_sample,
@@ -68,7 +79,7 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
     figures = simulation_based_calibration(
         args.scene, names, args.out, datasets=args.datasets, tosses=args.tosses,
         samples=args.toss_samples, noise_m=args.noise_m, noise_rad=args.noise_rad,
-        substeps=args.substeps, bounds=bounds_option(args.bounds or DEFAULT_BOUNDS),
+        substeps=args.substeps, bounds=bounds_option(args.bounds),
         draws=args.draws, bins=args.bins, seed=args.seed, n_workers=args.workers,
         calibrate_options=options, progress=progress)
     print(_table(figures, [k for k, v in figures.items() if isinstance(v, dict)], args.draws),
@@ -94,7 +105,7 @@ def register(commands) -> None:
                      f"to calibrate, as calibrate's --params (default {DEFAULT_PARAMS})")
     sub.add_argument("--bounds", help="name=LOW:HIGH,... the prior's box the truths are drawn "
                      "from, natural units; calibrate gets the same (default 0.1:0.7 for each "
-                     "default parameter; required with other --params)")
+                     "default parameter; required for any other parameter)")
     sub.add_argument("--datasets", type=count(1), default=20,
                      help="synthetic data sets, each one calibrate run (default 20)")
     sub.add_argument("--tosses", type=count(1), default=6,

@@ -31,7 +31,9 @@ def register(commands) -> None:
     fg.add_argument("--out", help="new model directory to write (default: none; give --out "
                     "or --in-place)")
     fg.add_argument("--in-place", action="store_true", help="rewrite --model itself")
-    fg.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
+    fg.add_argument("--data", help="recordings, some of whose training split end at rest on "
+                    "the table (last 0.07 s within 2 mm; refused otherwise, naming the folder) "
+                    "(default $RESIDUALSIM_DATA/<scene's set>)")
     add_allow_implausible(fg)
     add_workers(fg)
     fg.set_defaults(run=cmd_fit_ground)

@@ -86,7 +86,9 @@ def add_allow_implausible(sub: argparse.ArgumentParser) -> None:
                           "along -z (units, up axis), whose quaternions look like the other "
                           "order, sampled below 10 Hz, faster than 20 m/s between samples "
                           "(or 500 rad/s), hand-given states under or off the table, more "
-                          "than 10 m above it or that fast, and URDF links above 1000 kg or "
+                          "than 10 m above it or that fast, joint angles that look like "
+                          "degrees (beyond a joint's limits; a continuous joint's: when read "
+                          "as degrees the flight falls at g), and URDF links above 1000 kg or "
                           "parts 10 m off, with a warning (default: refuse them)")
     add_recording_options(sub)
 

@@ -21,10 +21,12 @@ Planar objects (the vertical x-y plane, gravity along -y)
 Joints (either kind)
     Every other column is a joint, named exactly as the URDF's non-fixed joint: its angle
     (rad) or displacement (m). ``<joint>_vel`` is that joint's rate (rad/s or m/s). A joint
-    column whose value jumps by more than pi between two samples is unwrapped
-    (:func:`numpy.unwrap`), so continuous joints that wrap at +-pi become continuous; the
-    reader does not know the joint type, so this applies to every joint column (a prismatic
-    joint never moves pi metres in one sample). ``metadata["unwrapped_joints"]`` lists them.
+    column whose value jumps by more than pi between two samples and whose values span at
+    most 2 pi (an angle wrapped into one turn) is unwrapped (:func:`numpy.unwrap`), so
+    continuous joints that wrap at +-pi become continuous; the reader does not know the joint
+    type, so this applies to every joint column (a prismatic joint never moves pi metres in
+    one sample; a column spanning more, e.g. one in degrees, is left as read for the checks
+    of :mod:`residualsim.sim.plausibility`). ``metadata["unwrapped_joints"]`` lists them.
 
 Velocities are all recorded (every base velocity column and a ``_vel`` column per joint) or
 none are; then they are estimated as :mod:`residualsim.data.velocities` describes (first
@@ -493,7 +495,10 @@ def _parse(path: Path, planar: bool | None, joint_names: Sequence[str] | None,
         exact = np.abs(norms - 1.0)[:, None] <= 1e-12
         quats = np.where(exact, quats, quats / norms[:, None])
     raw_joints = np.column_stack([column[j] for j in joints]) if joints else np.zeros((n, 0))
-    joint_positions = np.unwrap(raw_joints, axis=0) if joints else raw_joints
+    joint_positions = raw_joints.copy()
+    for k in range(len(joints)):  # a wrapped angle in radians spans 2 pi at most
+        if np.ptp(raw_joints[:, k]) <= 2 * np.pi * (1 + 1e-9):
+            joint_positions[:, k] = np.unwrap(raw_joints[:, k])
     unwrapped = [j for k, j in enumerate(joints)
                  if not np.array_equal(joint_positions[:, k], raw_joints[:, k])]
     velocities = None

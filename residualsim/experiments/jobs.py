@@ -475,17 +475,30 @@ def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses
     return model, {k: trajectories[k] for k in keep}
 
 
+def _fit_ground(model, data: str | None, recordings: dict, n_workers: int):
+    """:func:`~residualsim.residual.observation_noise.fit_ground`, its DataError naming the
+    data folder and what the rest phases need."""
+    from residualsim.residual.observation_noise import fit_ground
+    from residualsim.sysid.ground import REST_STILL_M, REST_WINDOW_S
+
+    try:
+        return fit_ground(model, recordings, n_workers)
+    except DataError as exc:  # which recordings: the folder and its split
+        raise DataError(f"{resolve_data(data, model.scene)} (its training split, "
+                        f"{len(recordings)} recordings): {exc}; the table height needs "
+                        f"recordings that end at rest on the table (their last "
+                        f"{REST_WINDOW_S:g} s within {1e3 * REST_STILL_M:g} mm)") from None
+
+
 def fit_ground_job(model_dir: PathLike, data: str | None, *, out: PathLike | None = None,
                    n_workers: int = 1) -> dict:
     """Estimate a model's table height and the recordings' pose noise from the rest phases
     of its data set's training split (:func:`residualsim.residual.observation_noise.fit_ground`)
     and write the model to ``out`` (a new directory, ``info.derived_from`` naming
     ``model_dir``) or, with ``out=None``, over ``model_dir`` (each file atomically)."""
-    from residualsim.residual.observation_noise import fit_ground
-
     start = time.perf_counter()
     model, recordings = model_and_tosses(model_dir, data, "train", None)
-    fitted, found = fit_ground(model, recordings, n_workers)
+    fitted, found = _fit_ground(model, data, recordings, n_workers)
     if out is not None:
         fitted.info["derived_from"] = str(model_dir)
     target = Path(out if out is not None else model_dir)
@@ -552,10 +565,8 @@ def fit_spread_job(model_dir: PathLike, data: str | None, *, out: PathLike | Non
             noise = dataclasses.replace(noise, factor=model.state_noise.factor)
         model = dataclasses.replace(model, state_noise=noise)
     if observation_noise:
-        from residualsim.residual.observation_noise import fit_ground
-
-        model = fit_ground(model, model_and_tosses(model_dir, data, "train", None)[1],
-                           n_workers)[0]
+        model = _fit_ground(model, data, model_and_tosses(model_dir, data, "train", None)[1],
+                            n_workers)[0]
     checkpoint = target / "spread-fit.checkpoint.json"  # rows so far; resumable
     spread, rows = fit_spread(model, recordings, samples=samples, grid=grid, seed=seed,
                               n_workers=n_workers, criterion=criterion, checkpoint=checkpoint)

@@ -35,8 +35,10 @@ both refused by default and allowed by ``--allow-implausible``
    as degrees stay within it (:data:`DEGREE_MARGIN_RAD` of slack), the recording is
    refused naming the joint and saying the angles look like degrees (residualsim reads
    radians). Values beyond the limits that are not degrees either are left to the other
-   checks. A continuous joint (no limits) is not checked: in radians it may wind any
-   number of turns, so no range tells degrees apart.
+   checks. A continuous joint (no limits) has no range that tells degrees apart (in
+   radians it may wind any number of turns): when the gravity check fails, it is run again
+   with such joints read as degrees, and if the free flight then falls at g the recording is
+   refused naming those joints as degrees, not the base's frame or units.
 4. **Linear velocity of which point** (:func:`check_velocity_point`, recorded velocities of
    a free URDF object whose base centre of mass is at least :data:`MIN_COM_OFFSET_M` off its
    link frame origin). residualsim's ``vx, vy, vz`` are the link frame origin's; PyBullet's
@@ -208,12 +210,45 @@ def check_gravity(engine: Engine, trajectory: Trajectory, n_free: int, refuse
         return None
     name = trajectory.source or trajectory.traj_id
     g = fit.gravity_mps2
+    if degrees := _continuous_in_degrees(engine, trajectory, n_free, down):
+        joints, good = degrees
+        refuse(f"{name}: the free flight falls with {fit.magnitude_mps2:.3g} m/s², "
+               f"{fit.tilt_deg(down):.0f} deg from {'-y' if planar else '-z'}, with the "
+               f"continuous joint{'s' if len(joints) > 1 else ''} "
+               f"{', '.join(map(repr, joints))} read as radians, and with "
+               f"{good.magnitude_mps2:.3g} m/s², {good.tilt_deg(down):.0f} deg, read as "
+               "degrees: the joint angles look like degrees; residualsim reads radians "
+               "(multiply them by pi/180)")
+        return fit
     refuse(f"{name}: the free flight (samples 0 to {fit.samples - 1}) falls with "
            f"{fit.magnitude_mps2:.3g} m/s² along ({g[0]:.3g}, {g[1]:.3g}, {g[2]:.3g}), "
            f"{fit.magnitude_mps2 / GRAVITY_MPS2:.3g} times g, {fit.tilt_deg(down):.0f} deg from "
            f"{'-y' if planar else '-z'}; expected 9.81 m/s² along {'-y' if planar else '-z'} "
            f"(metres, seconds): {_cause(fit, down, planar)}")
     return fit
+
+
+def _continuous_in_degrees(engine: Engine, trajectory: Trajectory, n_free: int,
+                           down: np.ndarray) -> tuple[list[str], GravityFit] | None:
+    """(the joints, the fit) when reading the recording's continuous joints (angular, no
+    limits) as degrees makes its free flight fall at g within :data:`MAX_TILT_DEG`; None
+    otherwise (or without such joints)."""
+    info = getattr(engine.scene, "info", None)
+    positions = trajectory.joint_positions
+    if info is None or positions is None or not len(positions) or \
+            tuple(trajectory.joint_names) != tuple(info.joint_names):
+        return None
+    columns = [k for k, (kind, limits) in enumerate(zip(info.joint_types, info.joint_limits))
+               if kind != "prismatic" and limits is None]
+    if not columns:
+        return None
+    radians = np.array(positions, dtype=np.float64)
+    radians[:, columns] = np.radians(radians[:, columns])
+    fit = gravity_fit(engine, dataclasses.replace(trajectory, joint_positions=radians), n_free)
+    if fit is None or not G_LOW_MPS2 <= fit.magnitude_mps2 <= G_HIGH_MPS2 or \
+            fit.tilt_deg(down) > MAX_TILT_DEG:
+        return None
+    return [info.joint_names[k] for k in columns], fit
 
 
 def _on_the_table(engine: Engine, trajectory: Trajectory, fit: GravityFit,

@@ -21,9 +21,16 @@ def _labels(posterior: Posterior) -> list[str]:
             for p in posterior.space.parameters]
 
 
+#: Fewer distinct draws than this: the corner plot says its contours are rough.
+FEW_DRAWS = 200
+
+
 def corner_plot(posterior: Posterior, path: str | os.PathLike[str],
                 truths: dict[str, float] | None = None) -> None:
-    """Pairwise and marginal histograms of all draws, 5/50/95 % quantiles marked."""
+    """Pairwise and marginal histograms of all draws, 5/50/95 % quantiles marked. corner's
+    own warning for few draws ("Too few points to create valid contours", printed with no
+    file named) is silenced; the figure says instead how few distinct draws it holds when
+    they are under :data:`FEW_DRAWS` (MH repeats a draw when it rejects a step)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,7 +40,11 @@ def corner_plot(posterior: Posterior, path: str | os.PathLike[str],
     truth = [truths.get(n) for n in posterior.names] if truths else None
     if posterior.space.ndim == 1 or np.ptp(flat, axis=0).min() > 0:
         figure = corner.corner(flat, labels=_labels(posterior), quantiles=[0.05, 0.5, 0.95],
-                               show_titles=True, title_fmt=".4g", truths=truth)
+                               show_titles=True, title_fmt=".4g", truths=truth, quiet=True)
+        distinct = len(np.unique(flat, axis=0))
+        if distinct < FEW_DRAWS:
+            figure.suptitle(f"{distinct} distinct draws: the contours are rough (more "
+                            "--samples smooth them)", y=1.02)
     else:  # a parameter never moved: corner cannot bin it; show the values instead
         import matplotlib.pyplot as plt
 
