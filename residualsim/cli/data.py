@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from residualsim.atomic import check_output
 from residualsim.cli.options import (add_allow_implausible, add_seed, add_workers, count,
@@ -61,8 +62,34 @@ def cmd_data_info(args: argparse.Namespace) -> None:
     json_line(description)
 
 
+def _synthesize_session(args: argparse.Namespace, start: float) -> None:
+    from residualsim.experiments.session_file import write_synthetic_session
+    from residualsim.sim.scenes.scene_file import is_scene_path
+
+    if args.scene != "cube" and not is_scene_path(args.scene):
+        raise ParameterError(f"--session: the scene is a scene file, a .urdf or cube, got "
+                             f"{args.scene!r}")
+    unused = [flag for flag, value in (("--params", args.params), ("--like", args.like),
+                                       ("--limit", args.limit)) if value]
+    if unused:
+        raise ParameterError(f"{', '.join(unused)} do not apply to --session (a session's "
+                             "engine is fixed: friction 0.3, restitution 0.4)")
+    check_output(args.out, kind="file" if Path(args.out).suffix else "dir",
+                 command="data synthesize", force=args.force, fresh=True)
+    truth = write_synthetic_session(
+        args.out, args.scene, throws=args.count, rate_hz=args.rate or 150.0,
+        noise_m=args.noise_m or 3e-4, noise_rad=args.noise_rad or 2e-3, seed=args.seed,
+        storage=args.storage)
+    json_line({"command": "data synthesize", "session": str(args.out),
+               "throws": len(truth["throws"]), "links": truth["links"],
+               "truth": f"{args.out}.truth.json", "seconds": time.perf_counter() - start})
+
+
 def cmd_data_synthesize(args: argparse.Namespace) -> None:
     start = time.perf_counter()
+    if args.session:
+        _synthesize_session(args, start)
+        return
     check_output(args.out, kind="dir", command="data synthesize", force=args.force,
                  fresh=args.scene != "arm-loop")
     if args.scene == "arm-loop":
@@ -166,8 +193,11 @@ is fitted over every --window-s; free flight where its acceleration is gravity's
 within --accel-tolerance; each arc is followed back to the release and on to the first
 contact within 4 sigma of its parabola (sigma: the session's tracking noise). An arc within
 --bounce-gap-s of the previous one is a bounce; any other is a release, a throw when its
-flight lasts --min-flight-s. A throw ends --rest-tail-s after rest (still for --rest-s:
-within --rest-motion-m and --rest-angle-deg), before a hand lifts it (--pickup-lift-m),
+flight lasts --min-flight-s and is one parabola (within --arc-accel-tolerance of gravity,
+no jerk or snap over --jerk-tolerance / --snap-tolerance: a hand lowering it fast passes
+the windows, not this). A throw ends --rest-tail-s after rest (still for --rest-s:
+within --rest-motion-m and --rest-angle-deg), before a hand moves it again (after 0.1 s
+slower than 0.1 m/s, 0.1 s faster than --hand-speed outside free flight),
 at a tracking gap, at the next release, or --max-throw-s after the release; shorter than
 --min-throw-s, or a flight lost before contact: skipped, with its reason.
 """
@@ -224,7 +254,7 @@ def register(commands) -> None:
 
     units = {"window_s": "s", "accel_tolerance": "m/s^2", "min_flight_s": "s",
              "bounce_gap_s": "s", "max_gap_s": "s", "rest_s": "s", "rest_motion_m": "m",
-             "rest_angle_deg": "deg", "rest_tail_s": "s", "pickup_lift_m": "m",
+             "rest_angle_deg": "deg", "rest_tail_s": "s", "hand_speed": "m/s",
              "max_throw_s": "s", "min_throw_s": "s", "jerk_tolerance": "m/s^3",
              "arc_accel_tolerance": "m/s^2", "snap_tolerance": "m/s^4",
              "gravity": "m/s^2"}
@@ -267,6 +297,14 @@ def register(commands) -> None:
     synth.add_argument("--substeps", type=count(1),
                        help="engine substeps per sample (default: the scene's)")
     synth.add_argument("--force", action="store_true", help="replace an existing --out")
+    synth.add_argument("--session", action="store_true",
+                       help="write one capture session instead (--count throws between a "
+                       "hand's carries, placements and slides; 0.3 mm / 2 mrad noise by "
+                       "default, stamp jitter, dropped messages), for data import: --out "
+                       "x.bag a ROS 1 bag, x.csv one long CSV, else a ROS 2 bag folder; "
+                       "the truth in <out>.truth.json")
+    synth.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap",
+                       help="with --session and a folder: the ROS 2 storage")
     synth.add_argument("--loop-links", type=int, choices=(12, 24), default=24,
                        help="arm-loop: links of the generating loop (default 24)")
     add_allow_implausible(synth)

@@ -103,18 +103,21 @@ def _holds(msgtype: str) -> str:
     return "joints" if msgtype == JOINT_TYPE else ""
 
 
+def _topics(reader) -> list[TopicInfo]:
+    span = max(reader.duration * 1e-9, 1e-9)
+    counts: dict[str, list] = {}
+    for connection in reader.connections:
+        entry = counts.setdefault(connection.topic, [connection.msgtype, 0])
+        entry[1] += connection.msgcount
+    return [TopicInfo(topic, msgtype, count, count / span if count > 1 else 0.0,
+                      _holds(msgtype)) for topic, (msgtype, count) in sorted(counts.items())]
+
+
 def bag_topics(path: str | os.PathLike[str]) -> list[TopicInfo]:
     """Every topic of the bag (from its index: nothing is decoded), sorted by name."""
-    path = Path(path)
-    reader = _open(path)
+    reader = _open(Path(path))
     try:
-        span = max(reader.duration * 1e-9, 1e-9)
-        counts: dict[str, list] = {}
-        for connection in reader.connections:
-            entry = counts.setdefault(connection.topic, [connection.msgtype, 0])
-            entry[1] += connection.msgcount
-        return [TopicInfo(topic, msgtype, count, count / span if count > 1 else 0.0,
-                          _holds(msgtype)) for topic, (msgtype, count) in sorted(counts.items())]
+        return _topics(reader)
     finally:
         reader.close()
 
@@ -190,18 +193,53 @@ def _agrees(reader, msgtype: str, raws: list[bytes], stamps, values) -> bool:
     return True
 
 
-def _pose_stream(reader, source: str, msgtype: str, raws: list[bytes],
-                 receive_ns: list[int]) -> _Stamped:
-    if not raws:
-        return _Stamped(source, np.zeros((0, 2), np.int64), np.zeros((0, 3)), np.zeros((0, 4)))
+def _decode(reader, msgtype: str, raws: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(sec, nanosec) stamps (N, 2) and (x, y, z, qx, qy, qz, qw) values (N, 7) of pose
+    messages: in bulk, or one by one where the bulk decoding does not agree."""
     stamps, values = _bulk(raws, POSE_TYPES[msgtype])
     if not _agrees(reader, msgtype, raws, stamps, values):
         decoded = [reader.deserialize(raw, msgtype) for raw in raws]
         stamps = np.array([_stamp(m) for m in decoded], np.int64).reshape(-1, 2)
         poses = [_pose_of(m) for m in decoded]
         values = np.array([p + q[1:] + q[:1] for p, q in poses])
-    return _with_stamps(source, stamps, receive_ns,
-                        values[:, :3], values[:, [6, 3, 4, 5]])
+    return stamps, values
+
+
+class _PoseCollector:
+    """A pose topic's messages as they are read, decoded every :data:`_CHUNK` messages so
+    that the raw bytes of a long session are never all held at once."""
+
+    def __init__(self, reader, topic: str, msgtype: str) -> None:
+        self.reader, self.topic, self.msgtype = reader, topic, msgtype
+        self.raws: list[bytes] = []
+        self.receive: list[int] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, raw: bytes, receive_ns: int) -> None:
+        self.raws.append(raw)
+        self.receive.append(receive_ns)
+        if len(self.raws) >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.raws:
+            stamps, values = _decode(self.reader, self.msgtype, self.raws)
+            self.parts.append((stamps, values, np.array(self.receive, np.int64)))
+            self.raws, self.receive = [], []
+
+    def stream(self) -> _Stamped:
+        self.flush()
+        if not self.parts:
+            return _Stamped(self.topic, np.zeros((0, 2), np.int64), np.zeros((0, 3)),
+                            np.zeros((0, 4)))
+        stamps, values, receive = (np.concatenate(p) for p in zip(*self.parts))
+        self.parts = []
+        return _with_stamps(self.topic, stamps, receive, values[:, :3],
+                            values[:, [6, 3, 4, 5]])
+
+
+#: Messages decoded at a time (their raw bytes, ~100 B each, then freed).
+_CHUNK = 65536
 
 
 @dataclass(frozen=True)
@@ -269,33 +307,42 @@ def read_bag_streams(path: str | os.PathLike[str], links: dict[str, str],
     :func:`~residualsim.data.session.clean_poses`. Their stamps are seconds since the
     returned origin (whole seconds on the stamps' clock: the earliest stamp's second)."""
     path = Path(path)
-    topics = {info.topic: info for info in bag_topics(path)}
-    tf_topic = next((t for t, info in topics.items() if info.holds == "tf"
-                     and t != "/tf_static"), None)
-    requests = {link: _resolve(path, spec, topics, tf_topic) for link, spec in links.items()}
-    if joint_topic is not None:
-        if joint_topic not in topics:
-            joints = sorted(t for t, i in topics.items() if i.holds == "joints")
-            raise DataError(f"{path}: no topic {joint_topic!r}; JointState topics here: "
-                            f"{', '.join(joints) or 'none'}")
-        if topics[joint_topic].holds != "joints":
-            raise DataError(f"{path}: topic {joint_topic} is {topics[joint_topic].msgtype}, "
-                            "not sensor_msgs/JointState")
-    wanted = {r.topic for r in requests.values()} | ({joint_topic} if joint_topic else set())
     reader = _open(path)
     try:
+        topics = {info.topic: info for info in _topics(reader)}
+        tf_topic = next((t for t, info in topics.items() if info.holds == "tf"
+                         and t != "/tf_static"), None)
+        requests = {link: _resolve(path, spec, topics, tf_topic) for link, spec in links.items()}
+        if joint_topic is not None:
+            if joint_topic not in topics:
+                joints = sorted(t for t, i in topics.items() if i.holds == "joints")
+                raise DataError(f"{path}: no topic {joint_topic!r}; JointState topics here: "
+                                f"{', '.join(joints) or 'none'}")
+            if topics[joint_topic].holds != "joints":
+                raise DataError(f"{path}: topic {joint_topic} is "
+                                f"{topics[joint_topic].msgtype}, not sensor_msgs/JointState")
+        wanted = {r.topic for r in requests.values()} | ({joint_topic} if joint_topic else set())
         connections = [c for c in reader.connections if c.topic in wanted]
-        raws: dict[str, list[bytes]] = {topic: [] for topic in wanted}
-        receive: dict[str, list[int]] = {topic: [] for topic in wanted}
         types = {c.topic: c.msgtype for c in connections}
+        pose_topics = {r.topic for r in requests.values() if r.frame is None}
+        collectors = {t: _PoseCollector(reader, t, types[t]) for t in pose_topics if t in types}
+        raws: dict[str, list[bytes]] = {t: [] for t in wanted if t not in collectors}
+        receive: dict[str, list[int]] = {t: [] for t in raws}
+        adders = {}
+        for c in connections:
+            if c.topic in collectors:
+                adders[id(c)] = collectors[c.topic].add
+            else:
+                adders[id(c)] = (lambda add_raw, add_time: lambda raw, when: (
+                    add_raw(raw), add_time(when)))(raws[c.topic].append,
+                                                   receive[c.topic].append)
         for connection, timestamp, raw in reader.messages(connections=connections):
-            raws[connection.topic].append(raw)
-            receive[connection.topic].append(timestamp)
+            adders[id(connection)](raw, timestamp)
         streams = {}
         for link, request in requests.items():
             if request.frame is None:
-                streams[link] = _pose_stream(reader, request.topic, types[request.topic],
-                                             raws[request.topic], receive[request.topic])
+                streams[link] = collectors[request.topic].stream() if request.topic in \
+                    collectors else _PoseCollector(reader, request.topic, "").stream()
             else:
                 streams[link] = _tf_stream(reader, request, types[request.topic],
                                            raws[request.topic], receive[request.topic])

@@ -41,9 +41,11 @@ The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` 
 5. **The end.** A throw ends at the first of: ``rest_tail_s`` after the object comes to
    rest (still for ``rest_s``: its centre of mass within ``rest_motion_m`` of the
    window's mean, its base and joints turning less than ``rest_angle_deg``); the last
-   sample at table level before a hand lifts it more than ``pickup_lift_m`` off its lowest
-   height since the first contact (outside any flight arc, for 0.1 s: a hand must lift
-   the object before it throws it again); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
+   sample it moved slower than 0.05 m/s before a hand moves it again: once it has moved
+   slower than 0.1 m/s for 0.1 s, its centre of mass faster than ``hand_speed`` m/s for
+   0.1 s outside free flight (a body that has nearly stopped does not start again by
+   itself; an articulated body tumbling after its landing lifts its centre of mass too,
+   but not from a stop); a tracking gap longer than ``max_gap_s``; ``max_throw_s``
    after the release.
 6. **Too short.** A throw whose recording lasts less than ``min_throw_s``, whose free
    flight ends in a tracking gap before any contact, or that starts within a window of where
@@ -77,7 +79,7 @@ class CutOptions:
     rest_motion_m: float = 0.002
     rest_angle_deg: float = 1.5
     rest_tail_s: float = 0.2
-    pickup_lift_m: float = 0.03
+    hand_speed: float = 0.2
     max_throw_s: float = 8.0
     min_throw_s: float = 0.2
     arc_accel_tolerance: float = 1.0
@@ -300,9 +302,11 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
         run = run_of[first]
         arcs.append(_extend(times, com, first, last, breaks[run], breaks[run + 1] - 1,
                             width, period, sigma))
-    in_flight = np.zeros(len(times), bool)
-    for start, end in arcs:
-        in_flight[start:end + 1] = True
+    hands = [hand_signs(times, com, start, end, options) for start, end in arcs]
+    in_flight = np.zeros(len(times), bool)  # free flight: the arcs no hand moved
+    for (start, end), hand in zip(arcs, hands):
+        if hand is None:
+            in_flight[start:end + 1] = True
     segments: list[Segment] = []
     busy_until = -1  # the last sample of the latest throw or skipped segment
     for k, (start, contact) in enumerate(arcs):
@@ -311,7 +315,7 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
             continue  # a bounce
         flight = times[contact] - times[start]
         run_end = breaks[run_of[start] + 1] - 1
-        hand = hand_signs(times, com, start, contact, options)
+        hand = hands[k]
         if contact > run_end - width and run_end + 1 < len(times):
             segment = Segment(start, contact, reason=(
                 "tracking lost during the free flight, before any contact"))
@@ -337,8 +341,27 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
 
 
 #: How long (s) the object must stay lifted off the table outside free flight for a hand
-#: to hold it: the start and end of a bounce, between the free-flight windows, are shorter.
+#: to hold it (the start and end of a bounce, between the free-flight windows, are
+#: shorter), and how long it must first move slower than :data:`_SLOW_MPS` (m/s).
 _HELD_S = 0.1
+_SLOW_MPS = 0.1
+
+
+def _speeds(times, com, lo, hi) -> np.ndarray:
+    """The centre of mass's speed (m/s) at samples lo + 2 .. hi - 2 (differences over 4)."""
+    span = com[lo + 4:hi + 1] - com[lo:hi - 3]
+    return np.linalg.norm(span, axis=1) / (times[lo + 4:hi + 1] - times[lo:hi - 3])
+
+
+def _slow_from(times, com, lo, hi, width) -> int | None:
+    """The first sample in [lo, hi] from which the centre of mass moves slower than
+    :data:`_SLOW_MPS` for ``width`` samples."""
+    if hi - lo < width + 4:
+        return None
+    for first, last in _runs(_speeds(times, com, lo, hi) < _SLOW_MPS):
+        if last - first + 1 >= width:
+            return lo + first + 2
+    return None
 
 
 def _throw_end(times, com, quats, joints, in_flight, start, contact, limit, period,
@@ -349,17 +372,16 @@ def _throw_end(times, com, quats, joints, in_flight, start, contact, limit, peri
     end = limit
     if rest is not None:
         end = min(limit, rest + min(rest_width - 1, int(round(options.rest_tail_s / period))))
-    floor = np.minimum.accumulate(com[contact:end + 1, 2])
-    lifted = (com[contact:end + 1, 2] > floor + options.pickup_lift_m) & \
-        ~in_flight[contact:end + 1]
-    held = max(2, int(round(_HELD_S / period)))  # a bounce's edges are not a hand's lift
-    sustained = [first for first, last in _runs(lifted) if last - first + 1 >= held]
-    if sustained:
-        lift = contact + sustained[0]
-        level = floor[lift - contact] + options.pickup_lift_m / 3.0
-        below = np.flatnonzero(com[contact:lift, 2] <= level)
-        end = contact + int(below[-1]) if below.size else contact
-        rest = rest if rest is not None and rest <= end else None
+    held = max(2, int(round(_HELD_S / period)))  # samples of a hold, and of a slow spell
+    slow = _slow_from(times, com, contact, end, held)
+    if slow is not None and end - slow > 4:  # a hand moves what has come (nearly) to a stop
+        speed = _speeds(times, com, slow - 2, end)  # at slow .. end - 2
+        moving = (speed > options.hand_speed) & ~in_flight[slow:end - 1]
+        sustained = [first for first, last in _runs(moving) if last - first + 1 >= held]
+        if sustained:  # back to the last slow sample before it: the hand's first move
+            still = np.flatnonzero(speed[:sustained[0]] < _SLOW_MPS / 2)
+            end = slow + int(still[-1]) if still.size else slow
+            rest = rest if rest is not None and rest <= end else None
     if times[end] - times[start] < options.min_throw_s:
         return Segment(start, end, contact, rest, reason=(
             f"{times[end] - times[start]:.3f} s from the release to its end, shorter than "
