@@ -254,9 +254,46 @@ def test_bench_runs_each_method_once_before_the_clocks():
         def beliefs(self, belief, **options):
             calls.append((belief, options))
 
-    runs = [("particles", None, None), ("particles", 1, None), ("conjugate", None, 410)]
+    runs = [("particles", None, None, None), ("particles", 1, None, None),
+            ("conjugate", None, 410, None)]
     _warm_methods(Recorder(), "belief", runs, seed=3)
     assert [(c[1]["method"], c[1]["batch_size"], c[1].get("draws")) for c in calls] == \
         [("particles", None, None), ("particles", 1, None), ("conjugate", None, WARM_PARTICLES)]
     assert all(c[0] == "belief" and c[1]["n_events"] == 1 and c[1]["seed"] == 3 and
                c[1]["n_particles"] == WARM_PARTICLES for c in calls)
+
+
+def test_bench_loops_switch_the_workers_per_row(monkeypatch):
+    """--loops compiled,python: each row sets RESIDUALSIM_COMPILED in the simulator's workers
+    (and this process) before it runs; rows are named by their loop; --loops without
+    --methods and unknown or repeated loops are refused."""
+    import argparse
+
+    from residualsim.cli.bench import _loops
+    from residualsim.experiments import bench_beliefs as bench
+
+    monkeypatch.setenv("RESIDUALSIM_COMPILED", "0")
+    seen = []
+
+    class Workers:
+        def map(self, function, payload):
+            seen.append((function, payload))
+
+    class Recorder:
+        _workers = Workers()
+
+        def beliefs(self, belief, **options):
+            seen.append(("beliefs", __import__("os").environ["RESIDUALSIM_COMPILED"]))
+
+    bench._warm_methods(Recorder(), "belief", [("particles", None, None, "compiled"),
+                                               ("particles", None, None, "python")], seed=0)
+    assert seen == [(bench._set_loop, "1"), ("beliefs", "1"), (bench._set_loop, "0"),
+                    ("beliefs", "0")]
+    assert bench.method_label("particles", None, None, "compiled") == \
+        "particles[loop=compiled]"
+    assert _loops("compiled,python") == ("compiled", "python")
+    for text in ("compiled,compiled", "c", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _loops(text)
+    with pytest.raises(ParameterError, match="--loops"):
+        bench.check_methods((), loops=("compiled",))

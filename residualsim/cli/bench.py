@@ -52,6 +52,16 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
     json_line({"command": "bench residual", **report})
 
 
+def _loops(text: str) -> tuple:
+    """--loops: a comma-separated list of "compiled" and "python", each at most once."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not names or any(name not in ("compiled", "python") for name in names) or \
+            len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"loops must be compiled and/or python, each once, "
+                                         f"got {text!r}")
+    return names
+
+
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     from residualsim.experiments.bench_beliefs import (METHOD_OPTIONS, bench_beliefs,
                                                        check_methods, format_beliefs_report)
@@ -190,6 +200,9 @@ def register(commands) -> None:
     bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's "
                       "belief steps and their bare loop this many times in turn, "
                       "reporting medians and the overheads' range (default 1)")
+    bbel.add_argument("--loops", type=_loops, help="with --methods: each method once per "
+                      "rollout loop, compiled (over Bullet's C API) and/or python, in the "
+                      "same run, e.g. compiled,python (default: as RESIDUALSIM_COMPILED says)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

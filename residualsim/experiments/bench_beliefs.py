@@ -69,26 +69,31 @@ def _bare_replay(engine, slot: int, request: _BareReplay) -> None:
                 step(physicsClientId=cid)
 
 
-def method_label(method: str, batch_size: int | None, draws: int | None = None) -> str:
-    """The row name of a belief method at a batch size (and the conjugate step's draws):
-    "particles" (automatic batches), "particles[batch=1]", "conjugate",
-    "conjugate[batch=1,draws=410]"."""
+def method_label(method: str, batch_size: int | None, draws: int | None = None,
+                 loop: str | None = None) -> str:
+    """The row name of a belief method at a batch size (and the conjugate step's draws, and
+    the rollout loop): "particles" (automatic batches), "particles[batch=1]", "conjugate",
+    "conjugate[batch=1,draws=410]", "particles[loop=compiled]"."""
     marks = ([] if batch_size is None else [f"batch={batch_size}"]) + \
-        ([] if draws is None else [f"draws={draws}"])
+        ([] if draws is None else [f"draws={draws}"]) + \
+        ([] if loop is None else [f"loop={loop}"])
     return f"{method}[{','.join(marks)}]" if marks else method
 
 
 #: :func:`bench_beliefs`' options of the belief steps it compares (``bench beliefs``'s).
-METHOD_OPTIONS = ("methods", "reference_particles", "batch_sizes", "draws")
+METHOD_OPTIONS = ("methods", "reference_particles", "batch_sizes", "draws", "loops")
+#: ``loops``' names and the ``RESIDUALSIM_COMPILED`` value each sets in the workers.
+LOOPS = {"compiled": "1", "python": "0"}
 
 
 def check_methods(methods: tuple[str, ...] = (), reference_particles: int | None = None,
-                  batch_sizes: tuple | None = None, draws: tuple | None = None) -> None:
+                  batch_sizes: tuple | None = None, draws: tuple | None = None,
+                  loops: tuple | None = None) -> None:
     """ParameterError for an option of the belief steps given without them (it would change
     nothing): ``batch_sizes`` or ``reference_particles`` without ``methods``, ``draws``
     without "conjugate" among them."""
     for flag, value in (("--batch-sizes", batch_sizes),
-                        ("--reference-particles", reference_particles)):
+                        ("--reference-particles", reference_particles), ("--loops", loops)):
         if value is not None and not methods:
             raise ParameterError(f"{flag} applies to the belief steps of --methods (e.g. "
                                  f"--methods particles {flag} ...); none is named")
@@ -102,7 +107,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
                   bare_substeps: tuple[int, ...] = (1,), methods: tuple[str, ...] = (),
                   reference_particles: int | None = None, distance_samples: int = 2000,
                   batch_sizes: tuple | None = None, draws: tuple | None = None,
-                  repeats: int = 1) -> dict:
+                  repeats: int = 1, loops: tuple | None = None) -> dict:
     """Particles through whole real tosses, against real time and the plain engine.
 
     For each toss (initial state from its first sample, horizon its recorded length), in
@@ -149,8 +154,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     from residualsim.sim.scenes import make_scene
     from residualsim.belief.simulator import StochasticSimulator, default_initial_std
 
-    check_methods(methods, reference_particles, batch_sizes, draws)
-    batch_sizes, draws = batch_sizes or (None,), draws or (None,)
+    check_methods(methods, reference_particles, batch_sizes, draws, loops)
+    batch_sizes, draws, loops = batch_sizes or (None,), draws or (None,), loops or (None,)
     reference_particles = reference_particles or 20000
 
     scene = make_scene(model.scene)
@@ -159,8 +164,8 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     slots = list(range(max(1, int(n_workers))))
     bare_counts = sorted({model.substeps, *map(int, bare_substeps)})
     bare_s = dict.fromkeys(bare_counts, 0.0)
-    method_runs = [(name, size, count) for name in methods for size in batch_sizes
-                   for count in (draws if name == "conjugate" else (None,))]
+    method_runs = [(name, size, count, loop) for name in methods for size in batch_sizes
+                   for count in (draws if name == "conjugate" else (None,)) for loop in loops]
     method_rows: dict = {method_label(*run): [] for run in method_runs}
     with contextlib.ExitStack() as stack:
         residual = stack.enter_context(StochasticSimulator(model, n_workers))
@@ -240,7 +245,8 @@ def _warm_methods(simulator, belief, runs, seed: int) -> None:
     :data:`WARM_PARTICLES`, untimed: what a method loads on its first call (the conjugate
     step's quasi-random draws import scipy.stats, 0.4-0.75 s once per process) is not
     charged to the steps a planner repeats."""
-    for name, size, count in runs:
+    for name, size, count, loop in runs:
+        _use_loop(simulator, loop)
         options = {"batch_size": size} if count is None else {"batch_size": size,
                                                               "draws": WARM_PARTICLES}
         simulator.beliefs(belief, n_events=1, n_particles=WARM_PARTICLES, seed=seed,
@@ -269,11 +275,30 @@ def _bench_methods(simulator, bare_pool, model, belief, runs, n_events: int,
                     rows[method_label(*run)])
 
 
+def _set_loop(engine, slot: int, value: str) -> None:
+    """Worker function: the rollout loop this worker runs (``RESIDUALSIM_COMPILED``)."""
+    import os
+
+    os.environ["RESIDUALSIM_COMPILED"] = value
+
+
+def _use_loop(simulator, loop: str | None) -> None:
+    """The rollout loop ``loop`` ("compiled", "python"; None: leave as it is) in the
+    simulator's workers and in this process (a pool run in process)."""
+    import os
+
+    if loop is None:
+        return
+    os.environ["RESIDUALSIM_COMPILED"] = LOOPS[loop]
+    simulator._workers.map(_set_loop, LOOPS[loop])
+
+
 def _timed_method(simulator, bare_pool, model, belief, run, n_events: int, particles: int,
                   seed: int) -> tuple[list, tuple[float, float, float]]:
     """One timed pass of ``run`` = (method, batch size, draws) and the bare loop over its
     engine steps: (its belief steps, (wall, bare, rollouts) s)."""
-    name, size, count = run
+    name, size, count, loop = run
+    _use_loop(simulator, loop)
     options = {"batch_size": size} if count is None else {"batch_size": size, "draws": count}
     start = time.perf_counter()
     steps = simulator.beliefs(belief, n_events=n_events, n_particles=particles, seed=seed,
