@@ -62,7 +62,7 @@ def _read_alone(bag: str) -> None:
     with AnyReader([Path(bag)]) as reader:
         for _ in reader.messages():
             count += 1
-    print(json.dumps({"messages": count}))
+    print(json.dumps({"messages": count, "peak_mb": _peak_mb()}))
 
 
 def _import(bag: str, out: str) -> None:
@@ -73,17 +73,22 @@ def _import(bag: str, out: str) -> None:
     tree = read_kinematics(read_scene_file(SCENE).urdf)
     summary = import_session(bag, tree, out, links={"base": "/mocap/base/pose",
                                                     "arm": "/mocap/arm/pose"}, force=True)
-    print(json.dumps({"throws": summary["throws"], "samples": summary["tracked_samples"]}))
+    print(json.dumps({"throws": summary["throws"], "samples": summary["tracked_samples"],
+                      "peak_mb": _peak_mb()}))
 
 
-def _timed(*argv: str) -> tuple[float, float, dict]:
-    """Seconds, peak resident MB and the JSON line of this script run with ``argv``."""
+def _peak_mb() -> float:
+    """This process's peak resident memory, MB (read in the process itself: a child's
+    RUSAGE_CHILDREN figure can carry its parent's memory from before the exec)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _timed(*argv: str) -> tuple[float, dict]:
+    """Seconds and the JSON line of this script run with ``argv`` in a fresh process."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, __file__, *argv], check=True, capture_output=True,
                           text=True)
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child's
-    return seconds, peak / 1024.0, json.loads(done.stdout.splitlines()[-1])
+    return time.perf_counter() - start, json.loads(done.stdout.splitlines()[-1])
 
 
 def main() -> None:
@@ -105,13 +110,13 @@ def main() -> None:
     bag = _session_bag(work / f"session-{args.storage}", args.minutes, args.storage, args.seed)
     written = time.perf_counter() - start
     print(f"wrote {bag} in {written:.0f} s", file=sys.stderr)
-    # the import first: RUSAGE_CHILDREN keeps the largest child's peak
-    import_s, import_mb, imported = _timed("--child", "import", str(bag), str(work / "throws"))
-    read_s, _, read = _timed("--child", "read", str(bag))
+    read_s, read = _timed("--child", "read", str(bag))
+    import_s, imported = _timed("--child", "import", str(bag), str(work / "throws"))
     print(json.dumps({"bench": "data import", "storage": args.storage, "minutes": args.minutes,
                       "messages": read["messages"], "read_alone_s": round(read_s, 2),
                       "import_s": round(import_s, 2), "ratio": round(import_s / read_s, 3),
-                      "import_peak_mb": round(import_mb), "throws": imported["throws"],
+                      "import_peak_mb": round(imported["peak_mb"]),
+                      "read_alone_peak_mb": round(read["peak_mb"]), "throws": imported["throws"],
                       "tracked_samples": imported["samples"],
                       "bag_mb": round(_size(bag) / 2 ** 20)}))
 

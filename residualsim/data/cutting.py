@@ -25,7 +25,9 @@ The rules (every threshold is a field of :class:`CutOptions`, a ``data import`` 
    accelerations: fitting that to the samples before the arc gives the release instant
    t_r; the release is the later of the walk's last sample and the first sample half a
    period past t_r (late rather than early: a sample still in the hand is no free
-   flight). Forward, the walk alone: the first contact.
+   flight). Forward, the walk alone: the first contact. Arcs that follow one another
+   within ``bounce_gap_s`` and fit one parabola (RMS within 3 sigma per axis) are one
+   flight that missing or noisy samples had split.
 4. **Releases and bounces.** An arc that starts before the current throw has ended, or
    within ``bounce_gap_s`` of the previous arc's end, continues it (a bounce). Any other
    arc is a release, and a throw when its flight lasts ``min_flight_s`` or more and is
@@ -72,7 +74,7 @@ class CutOptions:
 
     window_s: float = 0.08
     accel_tolerance: float = 3.0
-    min_flight_s: float = 0.1
+    min_flight_s: float = 0.09
     bounce_gap_s: float = 0.05
     max_gap_s: float = 0.1
     rest_s: float = 0.25
@@ -144,7 +146,7 @@ def _window_fits(times: np.ndarray, com: np.ndarray, width: int, period: float
         fitted = np.einsum("mwi,mia->maw", design, coef)
         rms[lo:hi] = np.sqrt(np.mean((y - fitted) ** 2, axis=(1, 2)))
         accel[lo:hi] = coef[:, 2, :]
-        valid[lo:hi] = (t[:, -1] - t[:, 0]) <= (width + 1.5) * period
+        valid[lo:hi] = (t[:, -1] - t[:, 0]) <= 2.0 * (width - 1) * period  # a few missing
     return valid, accel, rms
 
 
@@ -258,6 +260,28 @@ def _extend(times, com, first, last, lo, hi, width, period, sigma) -> tuple[int,
     return start, end
 
 
+def _merged(times, com, arcs, run_of, sigma, options) -> list[tuple[int, int]]:
+    """Arcs of one flight joined: where an arc starts within ``bounce_gap_s`` of the
+    previous one's end in the same tracked run and one parabola holds both (its RMS
+    residual within 3 sigma; a bounce between them leaves a kink), a few missing or noisy
+    samples had split the flight."""
+    joined: list[tuple[int, int]] = []
+    for start, end in arcs:
+        if joined:
+            first, last = joined[-1]
+            if run_of[first] == run_of[start] and \
+                    times[start] - times[last] <= options.bounce_gap_s:
+                tau = times[first:end + 1] - times[first]
+                design = np.column_stack([np.ones_like(tau), tau, 0.5 * tau * tau])
+                coef, *_ = np.linalg.lstsq(design, com[first:end + 1], rcond=None)
+                residual = com[first:end + 1] - design @ coef
+                if np.sqrt(np.mean(np.sum(residual ** 2, axis=1))) <= 3.0 * sigma * np.sqrt(3):
+                    joined[-1] = (first, max(last, end))
+                    continue
+        joined.append((start, end))
+    return joined
+
+
 def _still_from(com, quats, joints, lo, hi, width, options) -> int | None:
     """The first index in [lo, hi - width + 1] where the next ``width`` samples are still."""
     if hi - lo + 1 < width:
@@ -302,6 +326,7 @@ def find_throws(times_s: np.ndarray, com_m: np.ndarray, quat_wxyz: np.ndarray,
         run = run_of[first]
         arcs.append(_extend(times, com, first, last, breaks[run], breaks[run + 1] - 1,
                             width, period, sigma))
+    arcs = _merged(times, com, arcs, run_of, sigma, options)
     hands = [hand_signs(times, com, start, end, options) for start, end in arcs]
     in_flight = np.zeros(len(times), bool)  # free flight: the arcs no hand moved
     for (start, end), hand in zip(arcs, hands):
