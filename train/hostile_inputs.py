@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -414,6 +415,11 @@ CASES: list[Case] = [
     Case("fit-ground on recordings without rest (the data folder not named)", lambda d: [
         "fit-ground", "--model", str(ROOT / "data" / "pretrained" / "cube-contactnets"),
         "--data", str(SYNTHETIC), "--out", str(d / "fg")], f"{SYNTHETIC} (its training split"),
+    Case("data info: eight copies of one toss under other names (not a word, exit 0)",
+         lambda d: ["data", "info", str(_copies(d))], "8 recordings repeat another", expect=0),
+    Case("data info --scene: the rest 4 mm above the table (counted as flight, not said)",
+         lambda d: ["data", "info", str(_raised(d, 0.006)), "--scene", "cube"],
+         "sits 3.9 mm above the table", expect=0),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),
@@ -532,6 +538,32 @@ def _continuous_in_degrees(folder: Path) -> Path:
     return target
 
 
+def _copies(folder: Path) -> Path:
+    """Six bundled synthetic tosses as CSV and eight copies of the first under other names."""
+    import dataclasses
+
+    from residualsim.data import load_trajectories, save_csv_trajectories
+
+    tosses = dict(list(load_trajectories(SYNTHETIC).items())[:6])
+    first = next(iter(tosses.values()))
+    copies = {f"copy{i}": dataclasses.replace(first, traj_id=f"copy{i}") for i in range(8)}
+    save_csv_trajectories(folder / "copies", {**tosses, **copies}, with_velocities=True)
+    return folder / "copies"
+
+
+def _raised(folder: Path, dz_m: float) -> Path:
+    """The bundled real tosses (which rest 2.1 mm into the table) raised by ``dz_m``."""
+    import dataclasses
+
+    from residualsim.data import load_trajectories, save_csv_trajectories
+
+    tosses = load_trajectories(ROOT / "data" / "samples" / "contactnets-cube")
+    save_csv_trajectories(folder / "raised", {k: dataclasses.replace(
+        t, positions_m=t.positions_m + np.array([0.0, 0.0, dz_m])) for k, t in tosses.items()},
+        with_velocities=True)
+    return folder / "raised"
+
+
 def _touch(path: Path) -> Path:
     path.write_text("x")
     return path
@@ -588,14 +620,21 @@ def run_case(case: Case) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         argv = case.build(Path(tmp))
         err = io.StringIO()
+        warnings = logging.StreamHandler(err)  # the command's warnings, as on stderr
+        warnings.setLevel(logging.WARNING)
+        logging.getLogger().addHandler(warnings)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
                 code = _call(argv) if callable(argv) else main(argv)
             except SystemExit as exit_:  # argparse refusals
                 code = exit_.code if isinstance(exit_.code, int) else 2
+            finally:
+                logging.getLogger().removeHandler(warnings)
         text = err.getvalue()
     lines = [line for line in text.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    first = next((line for line in lines if line.startswith("residualsim") and "error:" in line),
+                 next((line for line in lines if "error" in line.lower()),
+                      lines[0] if lines else ""))
     return Outcome(case, code, first.strip(), "Traceback" in text)
 
 

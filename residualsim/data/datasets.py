@@ -21,6 +21,7 @@ a 60 ms local quadratic, more than 7 m/s² from 9.81 m/s² along -z); planar one
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ import numpy as np
 
 from residualsim.errors import DataError
 from residualsim.data import contactnets, csv, mcube, npz
+from residualsim.data.duplicates import duplicate_groups, duplicates_note
 from residualsim.data.splits import split_ids, split_rule
 from residualsim.data.trajectory import Trajectory
 from residualsim.data.velocities import CONTACT_ACCELERATION_MPS2, first_contact_by_acceleration
@@ -271,8 +273,13 @@ def _describe_trajectories(path: Path, kind: str, **options: Any) -> dict[str, A
     result["time_share"] = (dict(zip(("flight", "contact", "rest"),
                                      (shares / shares.sum()).round(4).tolist()))
                             if n_free and shares.sum() > 0 else None)
-    result["splits"] = {"rule": split_rule(None, None),
-                        **{k: len(v) for k, v in split_ids(list(loaded)).items()}}
+    parts = split_ids(list(loaded))
+    result["splits"] = {"rule": split_rule(None, None), **{k: len(v) for k, v in parts.items()}}
+    groups = duplicate_groups(loaded)
+    if groups:  # copies under other names (issue 67): in the summary and on stderr
+        note = duplicates_note(groups, {k: set(v) for k, v in parts.items()})
+        result["duplicates"] = {"groups": groups, "note": note}
+        logging.getLogger(__name__).warning("%s: %s", path, note)
     return result
 
 
@@ -371,7 +378,9 @@ def describe(path: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
         ``without_contact``, the ``criteria`` used, ``tolerance_m`` of the cube's and
         ``threshold_mps2`` of the others'; None when every trajectory is planar) and
         ``time_share`` (flight, contact, rest) of the free ones, and ``splits``: the sizes
-        of the default hash split (``train``, ``validation``, ``test``, with its ``rule``).
+        of the default hash split (``train``, ``validation``, ``test``, with its ``rule``);
+        ``duplicates`` (only when some recordings repeat others:
+        :func:`~residualsim.data.duplicates.duplicate_groups`, ``groups`` and a ``note``).
         The planar impact set: ``count``, ``rate_hz``, ``convention``, ``models``,
         ``pre_impact_speed_mps`` and ``pre_impact_angular_speed_radps``
         (min/median/max), ``rigid_body_residual_median_m2ps``.

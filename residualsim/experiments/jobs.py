@@ -33,6 +33,7 @@ from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import (DEFAULT_FRACTIONS, recording_selector, select_impacts,
                                      select_recordings, split_ids)
 from residualsim.errors import DataError, ParameterError
+from residualsim.experiments.data_info import describe_for_scene  # noqa: F401 (data info)
 from residualsim.sim.recordings import load_recordings, prepare_recordings
 
 __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
@@ -42,65 +43,6 @@ __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_data
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
-
-
-def describe_for_scene(path: PathLike, scene: str, body: bool = False,
-                       n_workers: int = 1) -> dict:
-    """``data info DIR --scene FILE``: the data set's summary (:func:`residualsim.data.describe`)
-    checked against the object, with its first contacts found on the object's own
-    collision shapes (seconds after the first sample; min, median, max) and, for pose-only
-    recordings, how well the initial-state fits matched the free flight (m); per file
-    also the free-flight samples before the first contact (``flight_samples``) and the
-    gravity fitted on them (``g_fit_mps2``, :func:`residualsim.sim.plausibility.gravity_fit`;
-    None when too short to tell). ``body``: also ``body_flight``, how well each file's free
-    flight determines the body and joints
-    (:func:`residualsim.sysid.flight_info.flight_identifiability`, on ``n_workers``)."""
-    from residualsim.data import describe
-    from residualsim.sim.engine import Engine
-    from residualsim.sim.plausibility import gravity_fit
-    from residualsim.sim.recordings import free_flight_samples
-    from residualsim.sim.rollout import recording_settings
-    from residualsim.sim.scenes import make_scene
-
-    if body:  # refused before reading anything for a scene without body parameters
-        from residualsim.sysid.flight_info import check_body_scene
-
-        check_body_scene(scene)
-    description = describe(path)
-    if description.get("format") == "mcube":
-        raise DataError(f"{path}: planar impacts; --scene is for trajectory recordings")
-    recordings = load_recordings(path, scene)
-    layout = make_scene(scene)
-    firsts = []
-    files = {f["id"]: f for f in description.get("files", [])}
-    with Engine(scene, settings=recording_settings(scene, recordings)) as engine:
-        for key, recording in recordings.items():
-            n = free_flight_samples(engine, recording)
-            if n < min(recording.n_samples, 30):
-                firsts.append(float(recording.times_s[n] - recording.times_s[0]))
-            fit = gravity_fit(engine, recording, n)
-            if key in files:
-                files[key]["flight_samples"] = n
-                files[key]["g_fit_mps2"] = None if fit is None else \
-                    round(fit.magnitude_mps2, 3)
-    fits = [r.metadata["initial_fit_rms_m"] for r in recordings.values()
-            if "initial_fit_rms_m" in r.metadata]
-    description["scene"] = {"name": layout.name, "mass_kg": layout.mass_kg,
-                            "joints": list(getattr(layout, "joint_names", ()))}
-    description["first_contact_on_shapes_s"] = {
-        "count": len(firsts), "later_than_0.3_s_or_never": len(recordings) - len(firsts),
-        **({"min": min(firsts), "median": float(np.median(firsts)), "max": max(firsts)}
-           if firsts else {})}
-    if fits:
-        description["initial_state_fit_rms_m"] = {"fitted": len(fits),
-                                                  "median": float(np.median(fits)),
-                                                  "max": float(max(fits))}
-    if body:
-        from residualsim.sysid.flight_info import flight_identifiability
-
-        description["body_flight"] = flight_identifiability(scene, recordings,
-                                                            n_workers=n_workers)
-    return description
 
 
 def simulate_dataset(scene: str, data: Path, params: str | None = None, n_workers: int = 1,

@@ -63,7 +63,8 @@ from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
 
 __all__ = ["load_recordings", "prepare_recordings", "fit_initial_state",
-           "free_flight_samples", "check_plausible", "check_start_state", "check_state_bounds",
+           "free_flight_samples", "table_distance_m", "check_plausible", "check_start_state",
+           "check_state_bounds",
            "allow_implausible", "implausible_allowed", "CONTACT_TOLERANCE_M",
            "MIN_FREE_SAMPLES", "MAX_SPEED_MPS", "MIN_RATE_HZ", "check_rate",
            "MAX_ANGULAR_SPEED_RADPS", "MAX_START_HEIGHT_M",
@@ -287,7 +288,7 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory], param
         return {}
     with Engine(scene) as engine:  # units and conventions first: they explain the rest
         for traj in trajectories.values():
-            check_quaternion_order(engine, traj, _distance, _implausible, REST_SAMPLES,
+            check_quaternion_order(engine, traj, table_distance_m, _implausible, REST_SAMPLES,
                                    WRONG_OBJECT_DEPTH_M)
             check_gravity(engine, traj, free_flight_samples(engine, traj), _implausible)
             check_velocity_point(engine.scene, traj, _implausible)
@@ -320,10 +321,11 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory], param
 
 def _penetration(engine: Engine, trajectory: Trajectory, index: int) -> float:
     """How deep (m, >= 0) the recorded pose at ``index`` puts the object into the table."""
-    return max(0.0, -_distance(engine, trajectory, index, 0.0))
+    return max(0.0, -table_distance_m(engine, trajectory, index, 0.0))
 
 
-def _distance(engine: Engine, trajectory: Trajectory, index: int, horizon_m: float) -> float:
+def table_distance_m(engine: Engine, trajectory: Trajectory, index: int,
+                     horizon_m: float) -> float:
     """Signed distance (m) of the object at the recorded pose ``index`` to the table,
     negative inside; ``horizon_m`` when it is farther than that."""
     scene = engine.scene
@@ -338,7 +340,7 @@ def _check_object_fits(engine: Engine, trajectory: Trajectory, key: str) -> None
     ``WRONG_OBJECT_DEPTH_M`` into the table at some sample, or at rest (its last
     ``REST_SAMPLES`` positions within 1 mm) farther than that above it."""
     name = trajectory.source or key
-    distances = np.array([_distance(engine, trajectory, i, 2 * WRONG_OBJECT_DEPTH_M)
+    distances = np.array([table_distance_m(engine, trajectory, i, 2 * WRONG_OBJECT_DEPTH_M)
                           for i in range(trajectory.n_samples)])
     filled = [i for i in (trajectory.metadata.get("time_base") or {}).get("filled_samples", [])
               if 0 <= i < trajectory.n_samples]
@@ -368,11 +370,14 @@ def _check_object_fits(engine: Engine, trajectory: Trajectory, key: str) -> None
 
 
 def free_flight_samples(engine: Engine, trajectory: Trajectory,
-                        tolerance_m: float = CONTACT_TOLERANCE_M) -> int:
-    """Number of leading samples before the first contact (see the module docstring)."""
+                        tolerance_m: float = CONTACT_TOLERANCE_M,
+                        max_samples: int = MAX_FREE_SAMPLES) -> int:
+    """Number of leading samples before the first contact (see the module docstring), at
+    most ``max_samples`` (the initial-state fit's :data:`MAX_FREE_SAMPLES`; ``data info``
+    looks over a window in seconds)."""
     scene = engine.scene
     distances = []
-    for index in range(min(trajectory.n_samples, MAX_FREE_SAMPLES + 1)):
+    for index in range(min(trajectory.n_samples, max_samples + 1)):
         engine.reset(scene.state_from_trajectory(trajectory, index))
         near = pb.getClosestPoints(scene.body, scene.static_body, BOUNCE_DISTANCE_M,
                                    scene.link, -1, physicsClientId=engine.client)
@@ -383,7 +388,7 @@ def free_flight_samples(engine: Engine, trajectory: Trajectory,
                 and distances[-1] < BOUNCE_DISTANCE_M:
             return index - 1
         distances.append(distance)
-    return min(trajectory.n_samples, MAX_FREE_SAMPLES)
+    return min(trajectory.n_samples, max_samples)
 
 
 def fit_initial_state(engine: Engine, trajectory: Trajectory,

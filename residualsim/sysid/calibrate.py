@@ -259,6 +259,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                        fractions=split_fractions, lists=split_lists)
     kind, train, validation = recordings.kind, recordings.train, recordings.validation
     check_applicable(method, noise=noise, impacts=kind == "impacts", **asked)
+    if recordings.duplicates:  # said now, before the long run, and in the summary
+        log.warning("%s: %s", data, recordings.duplicates)
     covariance = covariance or default_covariance(method, weighting, noise, kind)
     check_covariance(covariance, method, bootstrap_replicates, weighting)  # impacts: none
     if rugged_weight is None:  # the bootstrap's envelope alone (§20.5), the sandwich's 0.2
@@ -474,6 +476,8 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
         for warning in warnings:
             result.setdefault("warnings", []).append(warning)
             log.warning("%s: %s", out, warning)
+    if recordings.duplicates:
+        result.setdefault("warnings", []).append(recordings.duplicates)
     if split != "all" and n_validation < 2:
         warning = ("the validation split holds one recording only: its figures say little"
                    if n_validation else "the validation split is empty: no held-out figures")

@@ -36,15 +36,18 @@ class CalibrationData:
     ``unused`` and ``held_out`` dicts of id → Trajectory) or "impacts" (PlanarImpacts);
     each None when empty. ``unused``: training recordings beyond ``max_items``, in the
     split's order, at most :data:`MAX_UNUSED_HELD_OUT`; ``held_out``: the guard's set,
-    ``validation`` and ``unused`` together. With ``split`` "all" ``validation`` is the
-    validation split's ids (fitted too: the caller must not hold them out) and ``unused``
-    and ``held_out`` are None."""
+    ``validation`` and ``unused`` together; ``duplicates``: a note naming recordings that
+    repeat one another (:mod:`residualsim.data.duplicates`). With ``split`` "all"
+    ``validation`` is the validation split's ids (fitted too: the caller must not hold them
+    out) and ``unused`` and ``held_out`` are None."""
 
     kind: str
     train: Any
     validation: Any
     unused: Any = None
     held_out: Any = None
+    #: Recordings that repeat one another (a one-line note; None: none do).
+    duplicates: str | None = None
 
     def held_out_counts(self) -> dict[str, int]:
         """How many recordings (impacts) of each kind the guard's set holds."""
@@ -64,6 +67,7 @@ def load_calibration_data(scene: str, data: Path, split: str, max_items: int | N
     the hash split (``fractions``, seed ``split_seed``) or explicit id ``lists``. A
     DataError names ``data`` when it holds nothing the scene can replay."""
     from residualsim.data import detect_format, load_impacts, load_trajectories
+    from residualsim.data.duplicates import duplicate_groups, duplicates_note
     from residualsim.sim.recordings import prepare_recordings
 
     if split not in ("train", "all"):
@@ -101,8 +105,11 @@ def load_calibration_data(scene: str, data: Path, split: str, max_items: int | N
     validation = {k: trajectories[k] for k in parts["validation"]}
     unused = {k: trajectories[k] for k in left}
     held = {} if split == "all" else {**validation, **unused}
+    groups = duplicate_groups(trajectories)
+    note = duplicates_note(groups, {"train": set(train_ids), "held out": set(held)}) \
+        if groups else None
     return CalibrationData("trajectories", {k: trajectories[k] for k in train_ids},
-                           validation or None, unused or None, held or None)
+                           validation or None, unused or None, held or None, note)
 
 
 def _cut(ids: list, max_items: int | None, split: str) -> tuple[list, list]:

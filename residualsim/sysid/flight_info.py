@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from residualsim.data.trajectory import Trajectory
-from residualsim.errors import ParameterError
+from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.identifiability import WEAK_RATIO, describe, weak_directions
 from residualsim.sysid.lsq import FLIGHT_MARGIN_S
 
@@ -94,8 +94,10 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     "files": [{"id", "samples" (compared, later flights included), "later_flights" (their
     count), "contact" (some of the first flight's in contact: fewer than 3 before it), "initial_state": "recorded" | "fitted", "condition", "determined" (directions
     not weak), "weak_directions"}], "all": {"samples", "condition", "determined",
-    "weak_directions"}}``. ParameterError for a built-in or planar scene (its body is not a
-    parameter)."""
+    "weak_directions"}, "no_free_flight": [{"id", "why"}]}``: a recording with no free
+    flight (still the whole time, or in contact from its first sample with no later
+    flight) is listed there, not compared (DataError when none has any). ParameterError for
+    a built-in or planar scene (its body is not a parameter)."""
     from residualsim.sim.engine import Engine
     from residualsim.sim.recordings import free_flight_samples
     from residualsim.sim.rollout import recording_settings
@@ -113,10 +115,18 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     d, names = space.ndim, space.names
     settings = recording_settings(scene, recordings)
     with Engine(scene, settings=settings) as engine:  # to say where contact comes in
-        flight = [free_flight_samples(engine, t) for t in recordings.values()]
-    margin = [math.ceil(FLIGHT_MARGIN_S * t.rate_hz - 1e-9) for t in recordings.values()]
+        flight = dict(zip(recordings, (free_flight_samples(engine, t)
+                                       for t in recordings.values())))
     segments = flight_segments(scene, recordings, settings, space.engine_params(space.start()),
                                n_workers)
+    grounded = _without_flight(recordings, flight, segments)
+    recordings = {k: t for k, t in recordings.items() if k not in grounded}
+    segments = {k: s for k, s in segments.items() if k.rpartition(SEGMENT_KEY)[0] in recordings}
+    if not recordings:
+        raise DataError(f"no recording has free flight to tell the body by: "
+                        f"{'; '.join(f'{k}: {why}' for k, why in list(grounded.items())[:5])}")
+    flight = [flight[k] for k in recordings]
+    margin = [math.ceil(FLIGHT_MARGIN_S * t.rate_hz - 1e-9) for t in recordings.values()]
     flights = {**recordings, **segments}
     horizons = flight_horizons(scene, flights, settings, 0.0)
     target = OffsetResiduals(scene, flights, settings, horizons, estimated_ids(flights),
@@ -161,7 +171,27 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
         np.vstack([p for _, p, _ in blocks]), np.vstack([r for r, _, _ in blocks]), names)}
     return {"names": names, "step": FLIGHT_STEP, "weak_ratio": WEAK_RATIO,
             "rollouts": rollouts, "seconds": round(time.perf_counter() - started, 1),
-            "files": files, "all": together}
+            "files": files, "all": together,
+            "no_free_flight": [{"id": k, "why": why} for k, why in grounded.items()]}
+
+
+def _without_flight(recordings: Mapping[str, Trajectory], flight: Mapping[str, int],
+                    segments: Mapping[str, Any]) -> dict[str, str]:
+    """{id: why} of the recordings with no free flight to compare: still the whole time
+    (every pose within :data:`~residualsim.sysid.ground.REST_STILL_M` and
+    :data:`~residualsim.sysid.ground.REST_STILL_DEG` of the first), or in contact from the
+    first sample with no later flight between bounces."""
+    from residualsim.sysid.flight_segments import SEGMENT_KEY
+    from residualsim.sysid.ground import at_rest
+
+    later = {key.rpartition(SEGMENT_KEY)[0] for key in segments}
+    out = {}
+    for key, traj in recordings.items():
+        if at_rest(traj.positions_m, traj.quat_wxyz, traj.n_samples):
+            out[key] = "still the whole time"
+        elif flight[key] == 0 and key not in later:
+            out[key] = "in contact from its first sample, no later flight"
+    return out
 
 
 def format_flight_report(report: Mapping[str, Any], listed: int = LISTED) -> str:
@@ -191,6 +221,8 @@ def format_flight_report(report: Mapping[str, Any], listed: int = LISTED) -> str
         text = [describe(w) for w in f["weak_directions"][:most]] or ["none"]
         lines.append(lead + text[0])
         lines += [" " * len(lead) + t for t in text[1:]]
+    for entry in report.get("no_free_flight", []):
+        lines.append(f"  {entry['id']}: no free flight ({entry['why']}): not compared")
     if any(f["contact"] for f in report["files"]):
         lines.append(f"* fewer than 3 samples of free flight {1000 * FLIGHT_MARGIN_S:.0f} ms "
                      "before the first contact: calibrate's body stage compares 3, some in "

@@ -40,7 +40,8 @@ from residualsim.sim.scenes import EngineParams, make_scene, parse_params
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroundEstimate", "ground_stage", "ground_note", "estimate_table_height", "at_rest", "MIN_REST_RECORDINGS",
+__all__ = ["GroundEstimate", "ground_stage", "ground_note", "estimate_table_height", "at_rest",
+           "rest_gap_m", "MIN_REST_RECORDINGS",
            "REST_WINDOW_S", "REST_STILL_M", "REST_STILL_DEG", "MAX_TILT_DEG"]
 
 #: The rest window: the last this many seconds of a recording (10 samples at 148 Hz).
@@ -88,6 +89,20 @@ class GroundEstimate:
                 "spread_m": self.spread_m, "stderr_m": self.stderr_m,
                 "jitter_std_m": self.jitter_std_m, "offset_std_m": self.offset_std_m,
                 "n_used": self.n_used, "n_recordings": self.n_recordings}
+
+
+def rest_gap_m(engine, trajectory: Trajectory, window_s: float = REST_WINDOW_S,
+               horizon_m: float = 0.1) -> float | None:
+    """The gap (m; + above the table, - into it; ``horizon_m`` at most) between the object
+    and the engine's table (z = 0 at the engine's ``table_height_m``) at a recording's last
+    pose, when the recording ends at rest (:func:`at_rest` over its last ``window_s``);
+    None otherwise. ``engine``: a :class:`~residualsim.sim.engine.Engine` of its scene."""
+    from residualsim.sim.recordings import table_distance_m
+
+    window = max(3, int(round(window_s * trajectory.rate_hz)))
+    if not at_rest(trajectory.positions_m, trajectory.quat_wxyz, window):
+        return None
+    return float(table_distance_m(engine, trajectory, trajectory.n_samples - 1, horizon_m))
 
 
 def at_rest(positions_m: np.ndarray, quat_wxyz: np.ndarray, window: int,
