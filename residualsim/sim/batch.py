@@ -443,7 +443,8 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
 def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
                    claims: WorkClaims | None = None) -> list:
     """:func:`_loop` for first events (no whole rollouts) with the per-step, per-copy work
-    in the compiled kernel (:mod:`.batch_compiled`); the same particles, bit for bit."""
+    in the compiled kernel (:mod:`.batch_compiled`), which keeps the active copies and their
+    order; Python sees only the copies that go back to it. The same particles, bit for bit."""
     from residualsim.sim.batch_compiled import CHECK, EVENT, GOING, Slots, run_kernel
     from residualsim.sim.capi import client_handle
 
@@ -454,8 +455,9 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
     runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
     more, particles, queue = True, [], deque()
     free, cooling = list(world.copies[:size]), []
-    active, waiting, replace = [], [], []
-    while more or queue or active or waiting or replace:
+    waiting, replace = [], []
+    exits, owner = slots.exits, slots.particle
+    while more or queue or slots.n_active or waiting or replace:
         while free and (queue or more):
             if not queue:
                 numbers = next(runs, None)
@@ -476,49 +478,42 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
             p.first_raw = p.raws[-1]
             reset_pose(p.body, *p.start[:2], physicsClientId=cid)
             reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
-            slots.load(p)
-            active.append(p)
+            slots.activate(p)
         for p in replace:
             place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
             reset_pose(p.body, *place[:2], physicsClientId=cid)
             reset_velocity(p.body, *place[2:], physicsClientId=cid)
-            slots.load(p)
-            active.append(p)
-        if not active:
+            slots.activate(p)
+        if not slots.n_active:
             pb.performCollisionDetection(physicsClientId=cid)
             free += cooling
             cooling, replace, waiting = [], waiting, []
             continue
         # more than one step only while nothing waits for the top of the loop
         longest = 1 if (waiting or (cooling and (queue or more))) else 1 << 30
-        run_kernel(handle, slots, active, longest, cid)
+        left = run_kernel(handle, slots, longest, cid)
         free += cooling
         cooling, replace, waiting = [], waiting, []
-        exits = slots.exits
-        still = []
-        for p in active:
-            s = slots.slot[p.body]
-            code = exits[s]
-            if code == GOING:
-                still.append(p)
-                continue
-            slots.unload(p, finished=code != CHECK)
+        for s in left:
+            p, code = owner[s], exits[s]
             exits[s] = GOING
+            slots.unload(p, finished=code != CHECK)
             if code == EVENT:
                 fresh, mine, flip = slots.event_points(s)
                 p.events, p.event = 1, (_canonical(fresh or mine, flip), _canonical(mine, flip))
-            elif code == CHECK and _prepare(p, flight, n_steps):
-                if p.reset:
+            elif code == CHECK:
+                if _prepare(p, flight, n_steps):
+                    if not p.reset:
+                        slots.load(p)  # it goes on, in its place
+                        continue
+                    slots.drop(s)
                     world.park(p.body)
                     waiting.append(p)
                     p.reset = False
-                else:
-                    slots.load(p)
-                    still.append(p)
-                continue
+                    continue
+                slots.drop(s)
             world.park(p.body)
             cooling.append(p.body)
-        active = still
     return particles
 
 

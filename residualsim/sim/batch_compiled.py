@@ -69,9 +69,14 @@ def _build():
 
     @njit(cache=False)
     def kernel(handle, cfg, flags, ints, deepest, hist, recent, recent_n, touch, order,
-               n_active, slot_of, contacts, scratch, max_steps):
+               counts, left, slot_of, contacts, scratch, max_steps):
         """Steps taken (>= 1), or < 0: -1 step, -2 contact listing, -3 state read failed,
-        -4 too many contact points in the world, -5 too many touching points of a copy."""
+        -4 too many contact points in the world, -5 too many touching points of a copy.
+        ``order[:counts[0]]`` the active slots in the loop's order; the slots that go back
+        to Python are ``left[:counts[1]]`` (in that order), and those that end (event,
+        rest, horizon) leave ``order``."""
+        n_active = counts[0]
+        counts[1] = 0
         table, n_steps, has_flight, has_rest, every = flags[0], flags[1], flags[2], flags[3], \
             flags[4]
         spacing2, approach, step_m, step_q = cfg[0], cfg[1], cfg[2], cfg[3]
@@ -240,6 +245,17 @@ def _build():
                 if code != _GOING:
                     leaving += 1
             if leaving:
+                kept = 0
+                for j in range(n_active):
+                    s = order[j]
+                    code = ints[s, _EXIT]
+                    if code != _GOING:
+                        left[counts[1]] = s
+                        counts[1] += 1
+                    if code == _GOING or code == _CHECK:
+                        order[kept] = s
+                        kept += 1
+                counts[0] = kept
                 return steps
         return steps
 
@@ -275,7 +291,10 @@ class Slots:
         self.recent = np.zeros((size, MEMORY_STEPS, _POINTS, 3))
         self.recent_n = np.zeros((size, MEMORY_STEPS), np.int64)
         self.touch = np.zeros((size, 2 * _POINTS), np.int64)
-        self.order = np.zeros(size, np.int64)
+        self.order = np.zeros(size, np.int64)  # active slots, in the loop's order
+        self.counts = np.zeros(2, np.int64)  # active slots; slots gone back to Python
+        self.left = np.zeros(size, np.int64)
+        self.particle: list = [None] * size
         self.contacts = np.zeros((_CONTACTS, CONTACT_DOUBLES))
         self.scratch = np.zeros(4, np.uint64)
         self.exits = self.ints[:, _EXIT]  # a view: the kernel writes, Python clears
@@ -287,6 +306,25 @@ class Slots:
                              REST_SPEED_MPS * dt, 0.5 * REST_SPIN_RADPS * dt, *floats])
         self.flags = np.array([world.scene.static_body, n_steps, flight is not None, rest,
                                guard.every_contact_step], np.int64)
+
+    @property
+    def n_active(self) -> int:
+        return int(self.counts[0])
+
+    def activate(self, p) -> None:
+        """Particle ``p`` (placed on its copy ``p.body``) loaded and last in the order."""
+        self.load(p)
+        s = self.slot[p.body]
+        self.particle[s] = p
+        self.order[self.counts[0]] = s
+        self.counts[0] += 1
+
+    def drop(self, s: int) -> None:
+        """Slot ``s`` out of the order (the rest keep theirs)."""
+        n = int(self.counts[0])
+        at = int(np.flatnonzero(self.order[:n] == s)[0])
+        self.order[at:n - 1] = self.order[at + 1:n].copy()
+        self.counts[0] = n - 1
 
     def load(self, p) -> None:
         """Particle ``p`` (placed on its copy ``p.body``) into its slot."""
@@ -340,14 +378,14 @@ class Slots:
         return fresh, mine, bool(self.ints[s, _FLIP])
 
 
-def run_kernel(handle: int, slots: Slots, active: list, longest: int, client: int) -> None:
-    """Step the world with ``active`` particles (on their copies, loaded in ``slots``) until
-    one of them goes back to Python (its exit code in ``slots.exits``), or ``longest`` steps.
-    Raises :class:`CompiledPathError` naming a failed C call."""
-    slots.order[:len(active)] = [slots.slot[p.body] for p in active]
+def run_kernel(handle: int, slots: Slots, longest: int, client: int) -> list:
+    """Step the world with the active slots' particles until some go back to Python, or
+    ``longest`` steps; those slots in order (their exit codes in ``slots.exits``). Raises
+    :class:`CompiledPathError` naming a failed C call."""
     taken = _kernel()(handle, slots.cfg, slots.flags, slots.ints, slots.deepest, slots.hist,
-                      slots.recent, slots.recent_n, slots.touch, slots.order, len(active),
-                      slots.slot_of, slots.contacts, slots.scratch, longest)
+                      slots.recent, slots.recent_n, slots.touch, slots.order, slots.counts,
+                      slots.left, slots.slot_of, slots.contacts, slots.scratch, longest)
     if taken < 0:
         raise CompiledPathError(f"compiled loop, physics client {client}: "
                                 f"{_ERRORS.get(taken, f'error {taken}')}")
+    return slots.left[:slots.counts[1]].tolist()
