@@ -192,14 +192,20 @@ def test_the_guard_scores_unused_training_recordings_beside_validation(monkeypat
     assert held_out_note(only_unused).startswith("held out (3 unused training recordings)")
 
 
-def test_calibration_data_holds_out_nothing_with_split_all_and_caps_the_unused(
+def test_calibration_data_holds_out_what_max_items_leaves_and_caps_the_unused(
         monkeypatch, hinge_csv):
+    """With split "all" the recordings max_items leaves out are held out too (issue 67:
+    they were not, and the guard never ran); the validation split is fitted then."""
     from residualsim.sysid import calibration_data
     from residualsim.sysid.calibration_data import load_calibration_data
 
     everything = load_calibration_data(str(HINGE), hinge_csv, "all", 3, lists=SPLIT)
     assert len(everything.train) == 3
-    assert everything.unused is None and everything.held_out is None
+    assert everything.unused and everything.held_out == everything.unused
+    assert not set(everything.held_out) & set(everything.train)
+    assert everything.held_out_counts()["validation"] == 0
+    assert load_calibration_data(str(HINGE), hinge_csv, "all", None, lists=SPLIT).held_out \
+        is None
     monkeypatch.setattr(calibration_data, "MAX_UNUSED_HELD_OUT", 2)
     part = load_calibration_data(str(HINGE), hinge_csv, "train", 1, lists=SPLIT)
     assert list(part.train) == SPLIT["train"][:1]

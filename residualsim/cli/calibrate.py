@@ -155,8 +155,8 @@ def register(commands) -> None:
                      "points per chain, one evaluation each before the first step (default 32)")
     cal.add_argument("--seed-kappa", type=kappa_option, default=(5.0, 5.0),
                      help="arm-loop: starting (kappa_theta, kappa_psi) N m/rad (default 5,5)")
-    cal.add_argument("--estimate-offsets", action="store_true", help="arm-loop homotopy/lsq: "
-                     "estimate the joint-angle sensor offsets too")
+    cal.add_argument("--estimate-offsets", action="store_true",
+                     help="arm-loop homotopy/lsq: estimate the joint-angle sensor offsets too")
     cal.add_argument("--samples", type=count(1), default=3000, help="kept draws per chain")
     cal.add_argument("--burn-in", type=count(0), default=1000, help="steps discarded per chain")
     cal.add_argument("--chains", type=count(1), default=2, help="Metropolis-Hastings chains")
@@ -194,10 +194,10 @@ def register(commands) -> None:
                      "each proposal on this share of the recordings first (default: off)")
     cal.add_argument("--rotation-weight", type=float, default=1.0, metavar="W", help="weight "
                      "of the squared rotation angle (x r_g^2) against position (default 1)")
-    cal.add_argument("--split", choices=("train", "all"), default="train",
-                     help="recordings to calibrate on (default train)")
+    cal.add_argument("--split", choices=("train", "all"), default="train", help="recordings "
+                     "to fit (default train; all: no guard unless --max-trajectories leaves some)")
     cal.add_argument("--max-trajectories", type=count(1),
-                     help="only the first N recordings of the split (default: all)")
+                     help="fit the first N of the split (default: all), hold out the rest")
     cal.add_argument("--budget", type=count(1), help="nevergrad, lsq, or mh's and sandwich's "
                      "lsq pilot: parameter sets, each rolled out on every recording (default "
                      "200; 600 with body or joint names: body on free flight (BUDGET), contact "
@@ -213,7 +213,7 @@ def register(commands) -> None:
                      "on standard error; needed to run again into a folder holding this run)")
     add_seed(cal)
     cal.add_argument("--no-plots", action="store_true", help="skip corner.png, trace.png")
-    cal.add_argument("--quiet", action="store_true", help="no progress bar")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar, no notes")
     add_split_options(cal)
     add_allow_implausible(cal)
     add_workers(cal)

@@ -467,7 +467,16 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     held_out, guard, calibrated_params = None, {}, params
     n_validation = 0 if validation is None else (
         validation.n_impacts if kind == "impacts" else len(validation))
-    if recordings.held_out is not None:  # with split "all" nothing is held out
+    if recordings.held_out is None:  # said, and recorded: the guard did not run
+        guard["held_out_guard"] = "did not run: " + (
+            "--split all fits every recording, none is left out (--max-trajectories N "
+            "leaves the rest out, and they are scored)" if split == "all" else
+            "no validation recording and none left unused")
+        if split == "all":  # (split "train": the empty validation split is warned below)
+            result.setdefault("warnings", []).append(
+                f"the held-out guard {guard['held_out_guard']}")
+            log.warning("%s: %s", out, result["warnings"][-1])
+    else:  # the validation split and what --max-trajectories left out (split "all" too)
         params, guard, warnings = held_out_guard(
             scene, kind, recordings.held_out, params, space.names, settings.substeps,
             n_workers, method=method, keep_calibrated=keep_calibrated, fit_starts=fit_recorded)

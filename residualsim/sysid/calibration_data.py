@@ -39,7 +39,8 @@ class CalibrationData:
     ``validation`` and ``unused`` together; ``duplicates``: a note naming recordings that
     repeat one another (:mod:`residualsim.data.duplicates`). With ``split`` "all"
     ``validation`` is the validation split's ids (fitted too: the caller must not hold them
-    out) and ``unused`` and ``held_out`` are None."""
+    out), and ``unused`` and ``held_out`` the recordings ``max_items`` left out (None when
+    it left none: nothing is held out)."""
 
     kind: str
     train: Any
@@ -48,6 +49,8 @@ class CalibrationData:
     held_out: Any = None
     #: Recordings that repeat one another (a one-line note; None: none do).
     duplicates: str | None = None
+    #: The split fitted: "all" fits the validation split too (not held out).
+    split: str = "train"
 
     def held_out_counts(self) -> dict[str, int]:
         """How many recordings (impacts) of each kind the guard's set holds."""
@@ -55,7 +58,8 @@ class CalibrationData:
             if part is None:
                 return 0
             return part.n_impacts if self.kind == "impacts" else len(part)
-        return {"validation": count(self.validation), "unused_training": count(self.unused)}
+        validation = 0 if self.split == "all" else count(self.validation)
+        return {"validation": validation, "unused_training": count(self.unused)}
 
 
 def load_calibration_data(scene: str, data: Path, split: str, max_items: int | None,
@@ -84,7 +88,7 @@ def load_calibration_data(scene: str, data: Path, split: str, max_items: int | N
         held = ([] if split == "all" else [int(r) for r in parts["validation"]]) + left
         return CalibrationData("impacts", impacts.subset(kept), validation,
                                impacts.subset(left) if left else None,
-                               impacts.subset(held) if held else None)
+                               impacts.subset(held) if held else None, split=split)
     trajectories = load_trajectories(data)
     if not trajectories:
         raise DataError(f"{data}: no recordings found")
@@ -104,21 +108,20 @@ def load_calibration_data(scene: str, data: Path, split: str, max_items: int | N
         raise DataError(f"{data}: the {split} split is empty ({len(trajectories)} recordings)")
     validation = {k: trajectories[k] for k in parts["validation"]}
     unused = {k: trajectories[k] for k in left}
-    held = {} if split == "all" else {**validation, **unused}
+    held = unused if split == "all" else {**validation, **unused}
     groups = duplicate_groups(trajectories)
     note = duplicates_note(groups, {"train": set(train_ids), "held out": set(held)}) \
         if groups else None
     return CalibrationData("trajectories", {k: trajectories[k] for k in train_ids},
-                           validation or None, unused or None, held or None, note)
+                           validation or None, unused or None, held or None, note, split)
 
 
 def _cut(ids: list, max_items: int | None, split: str) -> tuple[list, list]:
-    """(the first ``max_items`` ids, the unused ones the guard may score: none with
-    ``split`` "all", whose held-out set is empty by request)."""
+    """(the first ``max_items`` ids, the unused ones the guard scores, at most
+    :data:`MAX_UNUSED_HELD_OUT`; with ``split`` "all" too: no search saw them, issue 67)."""
     if max_items is None:
         return ids, []
-    left = ids[max_items:][:MAX_UNUSED_HELD_OUT] if split != "all" else []
-    return ids[:max_items], left
+    return ids[:max_items], ids[max_items:][:MAX_UNUSED_HELD_OUT]
 
 
 def _parts(ids: list, seed: int, fractions: Sequence[float] | None,

@@ -193,11 +193,12 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
 
 def held_out_note(summary: Mapping[str, Any], export: str | None = None) -> str | None:
     """One or two lines for the user: each candidate's held-out figure, the kept one, and
-    which set ``--export-urdf`` (``export``) wrote when it was not the calibrated one. None
-    without held-out figures."""
+    which set ``--export-urdf`` (``export``) wrote when it was not the calibrated one; why
+    the guard did not run (``held_out_guard``); else None."""
     figures = summary.get("validation") or {}
     if not figures:
-        return None
+        guard = summary.get("held_out_guard")
+        return f"held-out guard {guard}" if guard else None
     trajectories = all("position_rmse_m" in f for f in figures.values())
     key = "position_rmse_m" if trajectories else "velocity_rmse_mps"
     counts = summary.get("held_out_counts") or {

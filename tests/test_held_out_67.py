@@ -1,0 +1,50 @@
+"""Issue 67: the held-out guard runs whenever a recording is left out of the fit.
+
+``calibrate --split all --max-trajectories 100`` left 224 recordings unused, yet the summary
+said ``validation: null, validation_count: 0``: the guard never ran and nothing said so.
+Now the recordings ``--max-trajectories`` leaves out are scored with ``--split all`` too,
+and where none is left out the summary and standard error say that the guard did not run
+and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import quiet_main
+
+from residualsim.sysid.calibration_data import load_calibration_data
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = ROOT / "data" / "samples" / "cube-synthetic"
+QUICK = ["--data", str(SYNTHETIC), "--split", "all", "--method", "lsq", "--budget", "8",
+         "--no-ground", "--quiet"]
+
+
+def test_split_all_with_max_trajectories_scores_the_rest(tmp_path):
+    code, _, err = quiet_main("calibrate", *QUICK, "--max-trajectories", "4", "--out",
+                              tmp_path / "cal")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
+    assert summary["held_out_counts"] == {"validation": 0, "unused_training": 4}
+    assert set(summary["validation"]) == {"calibrated", "default"}
+    assert summary["held_out_choice"] in ("calibrated", "default")
+    assert "held_out_guard" not in summary
+
+
+def test_a_guard_that_did_not_run_says_so_and_why(tmp_path, caplog):
+    code, _, err = quiet_main("calibrate", *QUICK, "--out", tmp_path / "cal")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "cal" / "summary.json").read_text())
+    assert summary["validation"] is None
+    assert summary["held_out_guard"].startswith("did not run: --split all fits every "
+                                                "recording, none is left out")
+    assert any(w.startswith("the held-out guard did not run") for w in summary["warnings"])
+    assert "the held-out guard did not run" in caplog.text
+
+
+def test_the_validation_split_fitted_with_split_all_is_not_counted_as_held_out():
+    data = load_calibration_data("cube", SYNTHETIC, "all", 3)
+    assert data.validation  # the validation split's ids: fitted with split "all"
+    assert data.held_out_counts() == {"validation": 0, "unused_training": 5}
+    assert set(data.held_out) == set(data.unused) and not set(data.held_out) & set(data.train)
