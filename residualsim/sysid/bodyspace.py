@@ -52,6 +52,7 @@ import math
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -63,6 +64,7 @@ from residualsim.sim.scenes.body import (BodyParams, JointDynamics, LinkInertial
 
 __all__ = ["BodySpace", "body_space", "GROUPS", "CONTACT_GROUP", "SOFT_CONTACT_GROUP",
            "default_budget", "resolve_method", "expand_names", "is_body_name",
+           "inertia_scale_direction",
            "names_body", "solver_group"]
 
 CONTACT_GROUP = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction")
@@ -335,6 +337,28 @@ def body_space(scene: str) -> BodySpace:
         raise ParameterError(f"scene {layout.name!r} has no body or joint parameters to "
                              "calibrate: they need a free object from a scene file or URDF")
     return _cached(spec.urdf, spec.urdf.stat().st_mtime)
+
+
+def inertia_scale_direction(space: Any, scene: str) -> np.ndarray | None:
+    """The direction in ``space``'s unit coordinates (d,) along which a single-link
+    object's three second moments scale together, or None (an articulated object, whose
+    links' masses do not scale with them, or fewer than three moments among the names).
+    Torque-free flight cannot determine it (:func:`~residualsim.sysid.identifiability.
+    without_inertia_scale`)."""
+    if getattr(make_scene(scene), "n_joints", 0):
+        return None
+    index = [i for i, name in enumerate(space.names)
+             if name.startswith("body.") and name.rpartition(".")[2] in
+             ("moment_1", "moment_2", "moment_3")]
+    if len(index) != 3:
+        return None
+    natural = space.from_unit(space.start())
+    direction = np.zeros(len(space.names))
+    for i in index:  # d z_i / d log(scale) at the start
+        p = space.parameters[i]
+        direction[i] = 1.0 / math.log(p.high / p.low) if p.log_scale else \
+            natural[i] / (p.high - p.low)
+    return direction
 
 
 def solver_group(scene: str, soft: bool = False) -> list[str]:

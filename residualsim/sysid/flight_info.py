@@ -44,7 +44,8 @@ import numpy as np
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
-from residualsim.sysid.identifiability import WEAK_RATIO, describe, weak_directions
+from residualsim.sysid.identifiability import (WEAK_RATIO, describe, weak_directions,
+                                               without_inertia_scale)
 from residualsim.sysid.lsq import FLIGHT_MARGIN_S
 
 __all__ = ["flight_identifiability", "format_flight_report", "check_body_scene"]
@@ -54,11 +55,15 @@ __all__ = ["flight_identifiability", "format_flight_report", "check_body_scene"]
 LISTED = 1
 
 
-def _summary(projected: np.ndarray, rows: np.ndarray, names: list[str]) -> dict[str, Any]:
+def _summary(projected: np.ndarray, rows: np.ndarray, names: list[str],
+             scale: np.ndarray | None = None) -> dict[str, Any]:
     """Condition, weak directions and the directions determined of the Jacobian
     ``projected`` (the initial states' share taken out of ``rows``), scaled by the columns
-    of ``rows`` and against the largest singular value of ``rows`` so scaled."""
+    of ``rows`` and against the largest singular value of ``rows`` so scaled; ``scale``: a
+    single body's inertia-scale direction, which free flight cannot see (taken out too,
+    and named)."""
     projected, rows = np.nan_to_num(projected), np.nan_to_num(rows)
+    projected = without_inertia_scale(projected, scale)
     norms = np.linalg.norm(rows, axis=0)
     live = norms > 0
     condition, reference = 0.0, None
@@ -67,7 +72,7 @@ def _summary(projected: np.ndarray, rows: np.ndarray, names: list[str]) -> dict[
     if np.all(live) and reference:
         singular = np.linalg.svd(projected / norms, compute_uv=False)
         condition = float(singular[-1] / reference) if len(singular) == len(names) else 0.0
-    weak = weak_directions(projected, names, norms=norms, reference=reference)
+    weak = weak_directions(projected, names, norms=norms, reference=reference, scale=scale)
     return {"condition": condition, "determined": len(names) - len(weak),
             "weak_directions": weak}
 
@@ -102,7 +107,7 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     from residualsim.sim.recordings import free_flight_samples
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import make_scene
-    from residualsim.sysid.bodyspace import body_space
+    from residualsim.sysid.bodyspace import body_space, inertia_scale_direction
     from residualsim.sysid.flight_segments import SEGMENT_KEY, flight_segments
     from residualsim.sysid.joint_states import OffsetResiduals, estimated_ids
     from residualsim.sysid.lsq import FLIGHT_STEP, flight_horizons, forward_differences
@@ -113,6 +118,7 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
     groups = ["body"] + (["joints"] if body_space(scene).group("joints") else [])
     space = ParamSpace(groups, scene=scene)
     d, names = space.ndim, space.names
+    scale = inertia_scale_direction(space, scene)
     settings = recording_settings(scene, recordings)
     with Engine(scene, settings=settings) as engine:  # to say where contact comes in
         flight = dict(zip(recordings, (free_flight_samples(engine, t)
@@ -165,10 +171,11 @@ def flight_identifiability(scene: str, recordings: Mapping[str, Trajectory], *,
                       "later_flights": len(parts) - 1,
                       "contact": first_samples > max(0, flight[index] - margin[index]),
                       "initial_state": "fitted" if index in fitted else "recorded",
-                      **_summary(projected, rows, names)})
+                      **_summary(projected, rows, names, scale)})
     blocks = [part for parts in per_file.values() for part in parts]
     together = {"samples": sum(f["samples"] for f in files), **_summary(
-        np.vstack([p for _, p, _ in blocks]), np.vstack([r for r, _, _ in blocks]), names)}
+        np.vstack([p for _, p, _ in blocks]), np.vstack([r for r, _, _ in blocks]), names,
+        scale)}
     return {"names": names, "step": FLIGHT_STEP, "weak_ratio": WEAK_RATIO,
             "rollouts": rollouts, "seconds": round(time.perf_counter() - started, 1),
             "files": files, "all": together,

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["weak_directions", "weak_basis", "WeakSubspace", "WEAK_RATIO", "describe"]
+__all__ = ["weak_directions", "weak_basis", "WeakSubspace", "WEAK_RATIO", "describe",
+           "without_inertia_scale", "INERTIA_SCALE_NOTE"]
 
 #: A direction is weak when its singular value is below this fraction of the largest
 #: (column-normalised Jacobian). On the synthetic hinge the structural directions sit at
@@ -52,8 +53,9 @@ def _weak(jacobian: np.ndarray, n_names: int, ratio: float, norms: np.ndarray | 
     idle = [i for i, n in enumerate(norms) if n == 0]
     live = [i for i, n in enumerate(norms) if n > 0]
     weak = []
-    if len(live) >= 2:
-        _, singular, vt = np.linalg.svd(finite[:, live] / norms[live], full_matrices=False)
+    if len(live) >= 2:  # every right singular vector: fewer rows than columns leave a null
+        _, singular, vt = np.linalg.svd(finite[:, live] / norms[live], full_matrices=True)
+        singular = np.concatenate([singular, np.zeros(len(vt) - len(singular))])  # space
         top = singular[0] if reference is None else reference
         for value, vector in sorted(zip(singular, vt), key=lambda pair: pair[0]):
             if value / top >= ratio:
@@ -66,7 +68,8 @@ def _weak(jacobian: np.ndarray, n_names: int, ratio: float, norms: np.ndarray | 
 
 def weak_directions(jacobian: np.ndarray, names: Sequence[str],
                     ratio: float = WEAK_RATIO, norms: np.ndarray | None = None,
-                    reference: float | None = None) -> list[dict[str, Any]]:
+                    reference: float | None = None, scale: np.ndarray | None = None
+                    ) -> list[dict[str, Any]]:
     """The weak directions of ``jacobian`` (rows: residuals; columns: ``names``), weakest
     first: per direction ``ratio`` (its singular value over the largest) and ``members``
     (name -> signed coefficient of the unit direction, those of at least
@@ -75,22 +78,56 @@ def weak_directions(jacobian: np.ndarray, names: Sequence[str],
     ``norms``: the columns' scales (default their own norms); ``reference``: the singular
     value the ratios are of (default the largest). A Jacobian with the initial states'
     share projected out takes both from the Jacobian before the projection, so that what
-    the states absorb shows as weak (:mod:`residualsim.sysid.flight_info`)."""
-    _, idle, weak = _weak(jacobian, len(names), ratio, norms, reference)
+    the states absorb shows as weak (:mod:`residualsim.sysid.flight_info`). ``scale``: a
+    single body's inertia-scale direction in unit coordinates (:func:`without_inertia_scale`):
+    the weak direction along it gets the ``note`` :data:`INERTIA_SCALE_NOTE`."""
+    norms, idle, weak = _weak(jacobian, len(names), ratio, norms, reference)
     out = [{"ratio": 0.0, "members": {names[i]: 1.0}} for i in idle]
     for share, vector in weak:
         vector = vector * np.sign(vector[np.argmax(np.abs(vector) >= MEMBER_SHARE)])
         out.append({"ratio": share, "members": {
             names[i]: round(float(c), 3) for i, c in enumerate(vector)
             if abs(c) >= MEMBER_SHARE}})
+        unit = np.divide(vector, norms, out=np.zeros(len(names)), where=norms > 0)
+        if scale is not None and np.linalg.norm(unit) and abs(
+                unit @ scale) > 0.9 * np.linalg.norm(unit) * np.linalg.norm(scale):
+            out[-1]["note"] = INERTIA_SCALE_NOTE
     return out
 
 
 def describe(direction: dict[str, Any]) -> str:
-    """One line for a weak direction: ``+0.71 a - 0.71 b (0.1 % of the strongest)``."""
+    """One line for a weak direction: ``+0.71 a - 0.71 b (0.1 % of the strongest)``, and
+    its ``note`` when it has one (the inertia scale: :func:`without_inertia_scale`)."""
     terms = " ".join(f"{'+' if c >= 0 else '-'} {abs(c):.2f} {n}"
                      for n, c in direction["members"].items())
-    return f"{terms.lstrip('+ ')} ({100 * direction['ratio']:.1f} % of the strongest)"
+    note = f": {direction['note']}" if direction.get("note") else ""
+    return f"{terms.lstrip('+ ')} ({100 * direction['ratio']:.1f} % of the strongest){note}"
+
+
+#: What a single body's inertia-scale direction is called in reports.
+INERTIA_SCALE_NOTE = ("the inertia scale, which torque-free flight cannot see (it sees the "
+                      "moments' ratios only)")
+
+
+def without_inertia_scale(jacobian: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
+    """``jacobian`` (rows, d; unit coordinates) with its response along ``scale`` (d,),
+    the direction that scales a single body's second moments together, removed: torque-free
+    flight cannot respond to it (Euler's equations are unchanged when the inertia tensor is
+    scaled), so what a finite-difference Jacobian shows there is noise or the samples'
+    sparseness (at 25 Hz it passed as determined, issue 67). None: unchanged."""
+    if scale is None:
+        return jacobian
+    jacobian = np.nan_to_num(np.asarray(jacobian, dtype=np.float64))
+    unit = scale / np.linalg.norm(scale)
+    return jacobian - np.outer(jacobian @ unit, unit)
+    unit = scale / np.linalg.norm(scale)
+    norms = np.asarray(norms, dtype=np.float64)
+    for direction in weak:
+        vector = np.array([direction["members"].get(n, 0.0) for n in names])
+        vector = np.divide(vector, norms, out=np.zeros(len(names)), where=norms > 0)
+        if np.linalg.norm(vector) and abs(vector @ unit) / np.linalg.norm(vector) > 0.9:
+            direction["note"] = INERTIA_SCALE_NOTE
+    return weak
 
 
 def weak_basis(jacobian: np.ndarray, n_names: int, ratio: float = WEAK_RATIO) -> np.ndarray:

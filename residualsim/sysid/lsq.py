@@ -423,9 +423,9 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     carry its error into the body stage, as pose-only starts did (train/README.md §22).
     Checkpoints go to ``out/lsq-checkpoint/<stage>``. Returns :func:`fit_least_squares`'s
     keys for the full space plus ``stages`` (per stage: names, evaluations, loss, status)."""
-    from residualsim.sysid.bodyspace import is_body_name
+    from residualsim.sysid.bodyspace import inertia_scale_direction, is_body_name
     from residualsim.sysid.identifiability import (WeakSubspace, describe, weak_basis,
-                                                   weak_directions)
+                                                   weak_directions, without_inertia_scale)
     from residualsim.sysid.flight_segments import flight_segments
     from residualsim.sysid.joint_states import OffsetResiduals, apply_offsets, estimated_ids
     from residualsim.sim.recordings import fit_starts
@@ -525,9 +525,11 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
                     for row in found["history"]]
         evaluations += found["evaluations"]
         failed += found["failed"]
-        if stage == "body" and "jacobian" in found:
-            weak = weak_directions(found["jacobian"], names)
-            flight_weak = weak_basis(found["jacobian"], len(names))
+        if stage == "body" and "jacobian" in found:  # a single body's scale: never seen
+            scale = inertia_scale_direction(sub, scene)
+            seen = without_inertia_scale(found["jacobian"], scale)
+            weak = weak_directions(seen, names, scale=scale)
+            flight_weak = weak_basis(seen, len(names))
             flight_ridge = found["anchor_weights"]
         if stage == "body" and weak:
             warnings += [f"the free flight does not determine {describe(w)}: "
@@ -538,6 +540,10 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
             moved = np.array(found["x_unit"]) - 0.5
             seen = (np.linalg.norm(np.nan_to_num(found["jacobian"]), axis=0)
                     if "jacobian" in found else np.zeros(sub.ndim))
+        if _stopped_on_budget(found["status"]):
+            warnings.append(f"the {stage} stage stopped on its budget ({found['evaluations']} "
+                            "parameter sets) before it converged: its values may be short "
+                            "of the best (raise --budget)")
         stages.append({"stage": stage, "names": sub.names, "evaluations": found["evaluations"],
                        **({"screened_starts": screened} if screened else {}),
                        "loss": found["loss"], "status": found["status"],
@@ -551,6 +557,12 @@ def staged_least_squares(scene: str, train: Mapping[str, Any], space: ParamSpace
     return {"x": values.tolist(), "loss": found["loss"], "evaluations": evaluations,
             "warnings": warnings,
             "failed": failed, "stages": stages, "history": history}
+
+
+def _stopped_on_budget(status: str) -> bool:
+    """Whether a stage's status (:func:`fit_least_squares`) says its budget ran out."""
+    text = str(status).lower()
+    return text == "budget spent" or "maximum number of function evaluations" in text
 
 
 def lsq_pilot(scene: str, train: Mapping[str, Any], space: ParamSpace, likelihood: Any,
