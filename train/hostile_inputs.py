@@ -420,6 +420,10 @@ CASES: list[Case] = [
     Case("data info --scene: the rest 4 mm above the table (counted as flight, not said)",
          lambda d: ["data", "info", str(_raised(d, 0.006)), "--scene", "cube"],
          "sits 3.9 mm above the table", expect=0),
+    Case("uncertainty --samples 5000 --max-minutes 0.001 (ran on, no estimate, no cap)",
+         lambda d: ["uncertainty", "--data", str(ROOT / "data" / "samples" / "contactnets-cube"),
+                    "--split", "all", "--limit", "1", "--samples", "5000", "--max-minutes",
+                    "0.001"], "would take about"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

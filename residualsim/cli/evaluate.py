@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from residualsim.atomic import check_output
@@ -69,6 +70,17 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
                 "summary": summary, "seconds": time.perf_counter() - start})
 
 
+def _progress_line(start: float):
+    """``uncertainty``'s progress: a plain line per finished row, and the estimate of the
+    sampled rows before they start (standard error; a terminal or a log file alike)."""
+    def line(row: dict) -> None:
+        done = time.perf_counter() - start
+        text = (f"the sampled rows: about {row['estimate_s']:.0f} s" if "estimate_s" in row
+                else f"row {row['row']} done in {row['seconds']:.1f} s")
+        print(f"[uncertainty] {done:.0f} s: {text}", file=sys.stderr, flush=True)
+    return line
+
+
 def cmd_uncertainty(args: argparse.Namespace) -> None:
     """Deterministic / state noise / state noise + residual, scored alike."""
     import json
@@ -88,7 +100,8 @@ def cmd_uncertainty(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     result = uncertainty_decomposition(
         args.model or PRETRAINED["cube"], args.data, split=args.split, samples=args.samples,
-        seed=args.seed, n_workers=args.workers, limit=args.limit, **split_options(args))
+        seed=args.seed, n_workers=args.workers, limit=args.limit, **split_options(args),
+        max_minutes=args.max_minutes or None, progress=_progress_line(start))
     print(format_decomposition(result), end="")
     if args.plot:
         decomposition_plot(result, make_parent(args.plot))
@@ -145,7 +158,11 @@ def register(commands) -> None:
     un.add_argument("--model", help="trajectory model directory (default: the shipped cube "
                     "model)")
     un.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
-    un.add_argument("--samples", type=count(2), default=64, help="samples S (default 64)")
+    un.add_argument("--samples", type=count(2), default=64, help="samples S (default 64; "
+                    "refused when its estimate, from the deterministic row's time, exceeds "
+                    "--max-minutes, or its predictions the memory left)")
+    un.add_argument("--max-minutes", type=nonnegative_float, default=60.0, help="longest time "
+                    "the sampled rows are estimated to take (default 60; 0: no limit)")
     add_seed(un)
     un.add_argument("--plot", metavar="FILE.png", help="reliability plot of the sampled rows "
                     "(default: no plot)")

@@ -43,7 +43,7 @@ from typing import Any
 
 from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import recording_selector
-from residualsim.errors import DataError
+from residualsim.errors import DataError, ParameterError
 
 __all__ = ["MeanResidual", "uncertainty_decomposition", "format_decomposition",
            "decomposition_plot", "decomposition_row", "decomposition_ratios",
@@ -135,10 +135,43 @@ def decomposition_ratios(rows: list[dict]) -> dict[str, dict[str, float | None] 
     return ratios
 
 
+#: ``uncertainty --max-minutes``: the sampled rows' estimated time this is refused beyond.
+DEFAULT_MAX_MINUTES = 60.0
+#: Samples per recording of the timed first measurement the estimate rests on.
+PROBE_SAMPLES = 2
+#: Bytes a sampled prediction holds per sample per recorded sample at least: a position and
+#: a quaternion (float64), twice (the predictions and their scores' copies).
+BYTES_PER_SAMPLE = 2 * 7 * 8
+
+
+def _check_memory(trajectories: dict, samples: int) -> None:
+    """ParameterError naming ``samples`` when one sampled row's predictions would not fit
+    in the memory left (``uncertainty --samples 100000000`` ran 300 s with no word)."""
+    from residualsim.parallel import require_memory
+
+    need = samples * sum(t.n_samples for t in trajectories.values()) * BYTES_PER_SAMPLE
+    require_memory(need, lambda gib: f"--samples {samples} on {len(trajectories)} recordings "
+                                     f"needs at least {gib:.3g} GiB for one row's predictions",
+                   "lower --samples or --limit")
+
+
+def _check_time(estimate_s: float, samples: int, count: int, probe_s: float,
+                max_minutes: float | None) -> None:
+    """ParameterError naming the estimate, what it rests on and the options to change when
+    the sampled rows would take longer than ``max_minutes``."""
+    if max_minutes is not None and estimate_s > 60.0 * max_minutes:
+        raise ParameterError(
+            f"--samples {samples} would take about {estimate_s / 60:.3g} min ({PROBE_SAMPLES} "
+            f"samples of the {count} recordings took {probe_s:.3g} s), more than "
+            f"--max-minutes {max_minutes:g}: lower --samples or --limit, or raise "
+            "--max-minutes")
+
+
 def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
                               split: str = "validation", samples: int = 64, seed: int = 0,
                               n_workers: int = 1, limit: int | None = None,
-                              fractions=None, lists=None, progress=None) -> dict:
+                              fractions=None, lists=None, progress=None,
+                              max_minutes: float | None = DEFAULT_MAX_MINUTES) -> dict:
     """Rows (a), (b), (c) of the module docstring for a trajectory model on ``split``.
 
     Parameters
@@ -156,7 +189,15 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     n_workers : int
         Engine worker processes.
     progress : callable, optional
-        Called with each finished row (for logging).
+        Called with each finished row (for logging), and with the estimate of the sampled
+        rows (a dict with ``estimate_s``) before they start.
+    max_minutes : float, optional
+        The sampled rows' cost is estimated from a short first measurement
+        (:data:`PROBE_SAMPLES` samples of each recording, timed, after the deterministic
+        row has started the workers). A ParameterError naming the
+        estimate and ``samples`` is raised, before they start, when it exceeds this
+        (:data:`DEFAULT_MAX_MINUTES`; None: no limit), or, before any rollout, when one
+        row's predictions would not fit in the memory left.
 
     Returns
     -------
@@ -196,8 +237,18 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     if noise_only is not None:
         variants.append((ROWS[1][0], int(samples), noise_only))
     variants.append((ROWS[2][0], int(samples), None))
+    _check_memory(trajectories, int(samples))
     rows = []
     for name, n_samples, policy in variants:
+        if n_samples and len(rows) == 1:  # a short first measurement: 2 samples, timed
+            probe = time.perf_counter()
+            predict_trajectories(model, trajectories, samples=PROBE_SAMPLES, seed=seed,
+                                 n_workers=n_workers)
+            probe = time.perf_counter() - probe
+            estimate = probe / PROBE_SAMPLES * n_samples * (len(variants) - 1)
+            _check_time(estimate, int(samples), len(trajectories), probe, max_minutes)
+            if progress is not None:
+                progress({"estimate_s": estimate})
         start = time.perf_counter()
         predictions, stats = predict_trajectories(model, trajectories, samples=n_samples,
                                                   seed=seed, n_workers=n_workers,
