@@ -367,9 +367,8 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     rows without their full scores, and its ratios, or None). DataError for impact data or
     a model and calibration of different scenes.
     """
-    from tqdm.auto import tqdm
-
     from residualsim.evaluation.metrics import score_trajectories
+    from residualsim.parallel.progress import progress_bar
     from residualsim.experiments.jobs import predict_dataset, simulate_dataset
     from residualsim.experiments.uncertainty import (ROWS, decomposition_ratios,
                                                      decomposition_row, state_noise_policy)
@@ -411,7 +410,7 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
                          else None)
     stages = 2 + (loaded_model is not None) * 2 + (noise_only_policy is not None) \
         + min(max_figures, len(recordings)) + 2
-    bar = tqdm(total=stages, disable=not progress, unit="step", desc="report")
+    bar = progress_bar(total=stages, disable=not progress, unit="step", desc="report")
     means: dict[str, Any] = {}
     commands: dict[str, list[str]] = {}
     means["default"], _ = simulate_dataset(scene, path, None, n_workers, substeps, **select)

@@ -296,11 +296,11 @@ def prepare_recordings(scene: str, trajectories: Mapping[str, Trajectory], param
         check_plausible(traj)
     out = dict(trajectories)
     estimated = sum(t.metadata.get("velocities") == "estimated" for t in trajectories.values())
-    from tqdm.auto import tqdm
+    from residualsim.parallel.progress import progress_bar
 
-    # Fitting initial states takes ~1 s a recording: a bar on a terminal (none in logs).
-    bar = tqdm(total=len(trajectories), desc="read: initial states", unit="recording",
-               disable=None if estimated >= 20 else True, leave=False)
+    # Fitting initial states takes ~1 s a recording: a bar on a terminal, lines in logs.
+    bar = progress_bar(total=len(trajectories), desc="read: initial states",
+                       unit="recording", disable=estimated < 20, leave=False)
     with bar, Engine(scene, settings=recording_settings(scene, trajectories)) as engine:
         if params is not None:
             engine.set_params(params)

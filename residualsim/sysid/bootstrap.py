@@ -37,6 +37,7 @@ import numpy as np
 from residualsim.atomic import atomic_write_text, read_json
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import ParameterError
+from residualsim.parallel.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def bootstrap_estimates(scene: str, trajectories: Mapping[str, Trajectory], spac
                         substeps: int | None = None,
                         noise: tuple[float, float] | None = None,
                         checkpoint: str | os.PathLike[str] | None = None,
-                        resume: bool = False) -> np.ndarray:
+                        resume: bool = False, progress: bool = False) -> np.ndarray:
     """The estimates (replicates, d), natural values, of ``fit`` (synthetic recordings,
     replicate seed → natural values (d,)) on ``replicates`` data sets simulated with the
     engine at ``estimate`` (natural values (d,)) from ``trajectories``' first states, with
@@ -82,7 +83,9 @@ def bootstrap_estimates(scene: str, trajectories: Mapping[str, Trajectory], spac
 
     ``checkpoint``: a JSON file rewritten atomically after each replicate; with ``resume``
     the replicates it holds are kept (if it was written for the same estimate, noise,
-    seed and substeps; another is refused with a ParameterError naming it)."""
+    seed and substeps; another is refused with a ParameterError naming it). ``progress``:
+    a line (a bar on a terminal) per replicate refitted
+    (:func:`~residualsim.parallel.progress.progress_bar`)."""
     from residualsim.sim.synthesize import MAX_NOISE_M, MAX_NOISE_RAD, synthesize_tosses
 
     if int(replicates) != replicates or replicates < 2:
@@ -98,6 +101,8 @@ def bootstrap_estimates(scene: str, trajectories: Mapping[str, Trajectory], spac
     key = {"estimate": [float(v) for v in estimate], "noise": [noise_m, noise_rad],
            "seed": int(seed), "substeps": substeps}
     rows = [np.asarray(r, dtype=np.float64) for r in _resumed(checkpoint, key, resume)]
+    bar = progress_bar(total=int(replicates), initial=len(rows), desc="bootstrap",
+                       unit="refits", disable=not progress)
     for b in range(len(rows), int(replicates)):
         fake = synthesize_tosses(params, like=trajectories, noise_m=noise_m,
                                  noise_rad=noise_rad, rng=np.random.default_rng([seed, b]),
@@ -108,6 +113,8 @@ def bootstrap_estimates(scene: str, trajectories: Mapping[str, Trajectory], spac
                 {**key, "rows": [r.tolist() for r in rows]}))
         log.info("bootstrap %d/%d: %s", b + 1, replicates,
                  dict(zip(space.names, np.round(rows[-1], 4))))
+        bar.update(1)
+    bar.close()
     return np.array(rows[:int(replicates)])
 
 
@@ -164,7 +171,8 @@ def default_covariance(method: str, weighting: str, noise: float | None, kind: s
 def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed: int,
                     sobol_points: int, replicates: int = DEFAULT_REPLICATES,
                     checkpoint: str | os.PathLike[str] | None = None,
-                    resume: bool = False, search: bool = True) -> tuple[np.ndarray, dict]:
+                    resume: bool = False, search: bool = True,
+                    progress: bool = False) -> tuple[np.ndarray, dict]:
     """The bootstrap covariance (d, d; unit coordinates) of the sandwich estimator about
     ``estimate`` (natural values (d,)), and its record for the summary (replicates, seed,
     pose noise in m and rad, the replicates' estimates). ``likelihood``
@@ -190,7 +198,7 @@ def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed
     noise = pose_noise(likelihood.trajectories)
     estimates = bootstrap_estimates(scene, likelihood.trajectories, space, estimate, fit,
                                     replicates, seed, likelihood.settings.substeps, noise,
-                                    checkpoint, resume)
+                                    checkpoint, resume, progress)
     return bootstrap_covariance(space, estimates), {
         "replicates": int(replicates), "seed": int(seed), "noise_m": noise[0],
         "noise_rad": noise[1], "estimates": estimates.tolist()}
@@ -199,7 +207,8 @@ def bootstrap_about(scene: str, likelihood, space, estimate: np.ndarray, *, seed
 def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping, *, seed: int,
                        sobol_points: int, replicates: int = DEFAULT_REPLICATES,
                        checkpoint: str | os.PathLike[str] | None = None,
-                       resume: bool = False, search: bool = True) -> dict:
+                       resume: bool = False, search: bool = True,
+                       progress: bool = False) -> dict:
     """``calibrate --method sandwich --covariance bootstrap``: the sandwich's ``result``
     (:func:`~residualsim.sysid.weighting.sandwich_calibration`'s entries) with its
     covariance replaced by :func:`bootstrap_about`'s about the same mode (arguments as
@@ -213,7 +222,7 @@ def bootstrap_sandwich(scene: str, likelihood, space, result: Mapping, *, seed: 
     covariance, record = bootstrap_about(scene, likelihood, space, estimate, seed=seed,
                                          sobol_points=sobol_points, replicates=replicates,
                                          checkpoint=checkpoint, resume=resume,
-                                         search=search)
+                                         search=search, progress=progress)
     sandwich.update(sandwich_covariance_unit=sandwich.get("covariance_unit"),
                     covariance_unit=covariance.tolist(), bootstrap=record)
     return {**gaussian_quantiles(space, np.asarray(sandwich["mode_unit"]), covariance),

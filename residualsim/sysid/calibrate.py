@@ -357,7 +357,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                         sobol_points=start_points * chains,
                         replicates=bootstrap_replicates or DEFAULT_REPLICATES,
                         checkpoint=out / "bootstrap-checkpoint.json", resume=resume,
-                        search=not body))
+                        search=not body, progress=progress))
                 start = result["weighting"]["mode"]
                 target, screen = calibrated_mh.target, calibrated_mh.screen
             elif effective:
@@ -421,7 +421,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                     sobol_points=start_points * chains,
                     replicates=bootstrap_replicates or DEFAULT_REPLICATES,
                     checkpoint=out / "bootstrap-checkpoint.json", resume=resume,
-                    search=not body))
+                    search=not body, progress=progress))
             result["warnings"] += result.get("lsq_pilot", {}).get("warnings", [])
             point = result["median"]
         elif method == "lsq":

@@ -74,7 +74,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -83,6 +82,7 @@ import numpy as np
 
 from residualsim.atomic import atomic_open, atomic_write_text, read_json
 from residualsim.errors import DataError, ParameterError
+from residualsim.parallel.progress import progress_bar
 from residualsim.sysid.mcmc import check_fingerprint
 from residualsim.sysid.paramspace import ParamSpace
 
@@ -202,7 +202,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
         atomic_write_text(folder / "fingerprint.json", json.dumps(fingerprint))
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"loss": np.inf, "z": None}
-    started = time.perf_counter()
+    bar = progress_bar(total=budget, unit="sets", disable=not progress,
+                       desc="lsq" + (f" {Path(checkpoint).name}" if checkpoint else ""))
     ridge: dict[str, Any] = {"weights": None, "origin": None}  # the anchor, set when known
     if not isinstance(anchor, bool):
         ridge["weights"] = np.asarray(anchor, dtype=np.float64).reshape(d)
@@ -238,9 +239,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
             history.append({"z": z[:d].tolist(), "loss": loss})  # θ only, not the offsets
             if loss < best["loss"]:
                 best.update(loss=loss, z=z.copy())
-        if progress:
-            log.info("lsq: %d evaluations, best loss %.5g (%.0f s)", len(history),
-                     best["loss"], time.perf_counter() - started)
+        bar.update(len(batch))
+        bar.set_postfix(best=f"{best['loss']:.5g}")
         return rows
 
     last: dict[str, Any] = {}
@@ -302,6 +302,8 @@ def fit_least_squares(residuals: Callable[[np.ndarray], np.ndarray], space: Para
             status, iterations = fit.message, int(fit.nfev)
     except _Budget:
         pass
+    finally:
+        bar.close()
     if best["z"] is None:
         raise DataError("least squares evaluated nothing (budget too small)")
     if anchor and ridge["weights"] is not None:

@@ -312,10 +312,10 @@ class MetropolisHastings:
         seconds_before = chains.seconds if chains else 0.0
         if chains is None:
             chains = self._start(initial)
-        from tqdm.auto import tqdm
+        from residualsim.parallel.progress import progress_bar
 
-        bar = tqdm(total=total, initial=chains.step, disable=not progress, unit="step",
-                   desc="MH", dynamic_ncols=True)
+        bar = progress_bar(total=total, initial=chains.step, disable=not progress,
+                           unit="step", desc="MH", dynamic_ncols=True)
         try:
             while chains.step < total:
                 self._step(chains, burn_in)

@@ -153,7 +153,8 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
         it again: the state saved with the checkpoint is restored instead.
     """
     import nevergrad as ng
-    from tqdm.auto import tqdm
+
+    from residualsim.parallel.progress import progress_bar
 
     if optimizer not in ng.optimizers.registry:
         raise ParameterError(f"unknown nevergrad optimizer {optimizer!r}")
@@ -190,7 +191,8 @@ def minimize(loss: Callable[[np.ndarray], np.ndarray], init: np.ndarray, *,
     candidates: list[np.ndarray] = []
     losses: list[float] = []
     result = OptimizationResult(np.empty((0, init.size)), np.empty(0), state=state)
-    bar = tqdm(total=budget, disable=not progress, unit="eval", desc=desc or optimizer)
+    bar = progress_bar(total=budget, disable=not progress, unit="eval",
+                       desc=desc or optimizer)
     try:
         while len(losses) < budget:
             asked = [opt.ask() for _ in range(min(batch_size, budget - len(losses)))]
