@@ -269,7 +269,7 @@ def test_bench_loops_switch_the_workers_per_row(monkeypatch):
     --methods and unknown or repeated loops are refused."""
     import argparse
 
-    from residualsim.cli.bench import _loops
+    from residualsim.cli.argtypes import loop_names as _loops
     from residualsim.experiments import bench_beliefs as bench
 
     monkeypatch.setenv("RESIDUALSIM_COMPILED", "0")

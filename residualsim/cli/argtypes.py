@@ -13,7 +13,7 @@ from residualsim.errors import ParameterError
 __all__ = ["count", "mapping_option", "bounds_option", "float_list", "nonnegative_float",
            "state_option", "kappa_option", "rate_hz", "seconds", "split_fractions",
            "worker_count", "seed", "belief_methods", "batch_sizes", "batch_size",
-           "draw_counts"]
+           "draw_counts", "loop_names"]
 
 
 def count(minimum: int, maximum: int | None = None):
@@ -178,6 +178,17 @@ def draw_counts(text: str) -> tuple:
     """--draws: a comma-separated list of integers >= 1 or "default" (None: the conjugate
     step's own)."""
     return _counts_or(text, "default", "draws")
+
+
+def loop_names(text: str) -> tuple:
+    """--loops (bench beliefs): a comma-separated list of "compiled" (the rollout loop over
+    Bullet's C API) and "python", each at most once."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not names or any(name not in ("compiled", "python") for name in names) or \
+            len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"loops must be compiled and/or python, each once, "
+                                         f"got {text!r}")
+    return names
 
 
 def batch_size(text: str) -> int | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from residualsim.cli.argtypes import (batch_sizes, belief_methods as _methods, draw_counts,
-                                      seed, worker_count)
+                                      loop_names, seed, worker_count)
 from residualsim.cli.options import SCENE_HELP, add_seed, count, json_line, kappa_option
 from residualsim.data.bundled import PRETRAINED_CUBE
 
@@ -52,16 +52,6 @@ def cmd_bench_residual(args: argparse.Namespace) -> None:
     json_line({"command": "bench residual", **report})
 
 
-def _loops(text: str) -> tuple:
-    """--loops: a comma-separated list of "compiled" and "python", each at most once."""
-    names = tuple(part.strip() for part in text.split(","))
-    if not names or any(name not in ("compiled", "python") for name in names) or \
-            len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"loops must be compiled and/or python, each once, "
-                                         f"got {text!r}")
-    return names
-
-
 def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     from residualsim.experiments.bench_beliefs import (METHOD_OPTIONS, bench_beliefs,
                                                        check_methods, format_beliefs_report)
@@ -70,8 +60,7 @@ def cmd_bench_beliefs(args: argparse.Namespace) -> None:
     check_methods(**methods)  # before the model and the tosses load
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     report = bench_beliefs(model, tosses, particles=args.particles, n_workers=args.workers,
-                           n_events=args.events, seed=args.seed, repeats=args.repeats,
-                           **methods)
+                           n_events=args.events, seed=args.seed, repeats=args.repeats, **methods)
     print(format_beliefs_report(report))
     json_line({"command": "bench beliefs", **report})
 
@@ -197,12 +186,10 @@ def register(commands) -> None:
                       "e.g. 1,auto (default auto)")
     bbel.add_argument("--draws", type=draw_counts, help="with conjugate in --methods: it "
                       "once per draws per step, e.g. 250,410 (default: the step's 250)")
-    bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's "
-                      "belief steps and their bare loop this many times in turn, "
-                      "reporting medians and the overheads' range (default 1)")
-    bbel.add_argument("--loops", type=_loops, help="with --methods: each method once per "
-                      "rollout loop, compiled (over Bullet's C API) and/or python, in the "
-                      "same run, e.g. compiled,python (default: as RESIDUALSIM_COMPILED says)")
+    bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's belief "
+                      "steps and their bare loop N times in turn: medians, ranges (default 1)")
+    bbel.add_argument("--loops", type=loop_names, help="with --methods: each method once per "
+                      "rollout loop in the same run: compiled and/or python")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

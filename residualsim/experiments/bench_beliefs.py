@@ -148,7 +148,9 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     without ``methods``. ``repeats``: each toss's method runs (and their bare loops) timed
     that many times in turn, the same particles each time; the timings are the
     medians over the repeats and ``overheads`` every repeat's (this machine's timings of the
-    same work varied by +-10 %).
+    same work varied by +-10 %). ``loops``: each method once per rollout loop, "compiled"
+    (over Bullet's C API) and/or "python", in the same run (``RESIDUALSIM_COMPILED`` set in
+    the simulator's workers before each row; None: as the environment says).
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
     from residualsim.sim.scenes import make_scene

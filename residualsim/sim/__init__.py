@@ -8,6 +8,8 @@
   impulse at each contact event), and their batches over worker pools.
 * :mod:`~residualsim.sim.batch`: particles to their first contact event with many copies of
   the body in one world (one step call, one contact query, numpy events).
+* :mod:`~residualsim.sim.capi` and :mod:`~residualsim.sim.batch_compiled`: that loop's
+  per-copy work compiled (numba over Bullet's C API, ``RESIDUALSIM_COMPILED``).
 * :mod:`~residualsim.sim.pool`: worker pools holding one engine each.
 * :mod:`~residualsim.sim.synthesize`: synthetic recordings with known truth.
 """

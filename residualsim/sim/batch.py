@@ -54,6 +54,12 @@ Same physics per particle:
   :meth:`~residualsim.residual.policy.NumpyPolicy.sample` draws it (one uniform, then k
   normals).
 
+With ``RESIDUALSIM_COMPILED`` on, first events take ``_compiled_loop``: the same loop with its
+per-step, per-copy work in a numba kernel over Bullet's C API (:mod:`.batch_compiled`).
+This module is over 600 lines because the Python loop and the compiled loop's driver share
+their admission, placement, check and event helpers and stay side by side, so that a change
+to the lone loop's logic meets both.
+
 Supported (:func:`batch_unsupported`): 3D single free bodies of a registry scene whose
 state is the base pose and velocity (the cube scenes), without a sustained-contact policy
 or hidden-impact events. Everything else (planar and articulated bodies, scene files)
