@@ -17,6 +17,10 @@ loop's: the same operations in the same order (no fast-math; squares through the
 library's ``pow``, as Python's ``**`` computes them), so steps, statuses, events and states
 come out bit for bit as the Python loop's (``tests/test_batch_compiled.py``).
 
+The kernel takes the C functions' addresses as an argument (``fns``) and calls them through
+numba intrinsics, one per signature, so that it holds no address and numba caches it on
+disk (``cache=True``): compiling took ~4.4 s in every new process.
+
 The whole-rollout mode (:func:`~residualsim.sim.batch.batched_rollouts`: events corrected on
 their copy as they happen) keeps the Python loop.
 """
@@ -26,6 +30,9 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from residualsim.sim.capi import CONTACT_DOUBLES, STATUS, CompiledPathError, c_functions
 from residualsim.sim.contact import MEMORY_STEPS
@@ -41,231 +48,286 @@ _BODY, _INDEX, _STEPPED, _CALM, _RECENT, _HELD, _EXIT, _FLIP, _TOUCH = range(9)
 # exit codes: the copy goes back to Python
 _GOING, _EVENT, _DONE, _CHECK = 0, 1, 2, 3
 GOING, EVENT, CHECK = _GOING, _EVENT, _CHECK
-_KERNEL: list = []
+_AT16, _AT24, _AT56 = np.uint64(16), np.uint64(24), np.uint64(56)  # byte offsets
 
 
-def _build():
-    """The kernel, compiled once per process (numba; the C functions are its constants)."""
-    from numba import njit
+# Calls of C functions by address (an unsigned 64-bit integer), one per signature: the
+# kernel holds no address, so numba caches it on disk (compiling it took ~4 s a process).
+def _c_call(result, params):
+    def codegen(context, builder, signature, args):
+        function = builder.inttoptr(args[0], ir.FunctionType(result, params).as_pointer())
+        value = builder.call(function, list(args[1:]))
+        return context.get_dummy_value() if isinstance(result, ir.VoidType) else value
+    return codegen
 
-    f = c_functions()
-    step_init, submit = f["b3InitStepSimulationCommand"], f["b3SubmitClientCommandAndWaitStatus"]
-    status_type, state_init = f["b3GetStatusType"], f["b3RequestActualStateCommandInit"]
-    actual, contact_init = f["b3GetStatusActualState"], f["b3InitRequestContactPointInformation"]
-    contact_get, memcpy = f["b3GetContactPointInformation"], f["memcpy"]
-    libm_pow = ctypes.CDLL(None).pow
-    libm_pow.restype, libm_pow.argtypes = ctypes.c_double, [ctypes.c_double, ctypes.c_double]
-    step_done, state_done, contacts_done = STATUS["step"], STATUS["state"], STATUS["contacts"]
-    memory, history, every_n = MEMORY_STEPS, _HISTORY, CHECK_EVERY
-    rest_checks = REST_CHECKS
 
-    @njit(cache=False, nogil=False)
-    def close(h, now, then, samples, step_m, step_q):
-        m, k = step_m * samples, step_q * samples
-        return (abs(h[now, 0] - h[then, 0]) < m and abs(h[now, 1] - h[then, 1]) < m
-                and abs(h[now, 2] - h[then, 2]) < m and abs(h[now, 3] - h[then, 3]) < k
-                and abs(h[now, 4] - h[then, 4]) < k and abs(h[now, 5] - h[then, 5]) < k
-                and abs(h[now, 6] - h[then, 6]) < k)
+_I64, _I32, _F64 = ir.IntType(64), ir.IntType(32), ir.DoubleType()
+_U64 = types.uint64
 
-    @njit(cache=False)
-    def kernel(handle, cfg, flags, ints, deepest, hist, recent, recent_n, touch, order,
-               counts, left, slot_of, contacts, scratch, max_steps):
-        """Steps taken (>= 1), or < 0: -1 step, -2 contact listing, -3 state read failed,
-        -4 too many contact points in the world, -5 too many touching points of a copy.
-        ``order[:counts[0]]`` the active slots in the loop's order; the slots that go back
-        to Python are ``left[:counts[1]]`` (in that order), and those that end (event,
-        rest, horizon) leave ``order``."""
-        n_active = counts[0]
-        counts[1] = 0
-        table, n_steps, has_flight, has_rest, every = flags[0], flags[1], flags[2], flags[3], \
-            flags[4]
-        spacing2, approach, step_m, step_q = cfg[0], cfg[1], cfg[2], cfg[3]
-        c0, c1, c2, e0, e1, e2, level = cfg[4], cfg[5], cfg[6], cfg[7], cfg[8], cfg[9], cfg[10]
-        words = scratch.view(np.int32)
-        rows = contacts.view(np.int32)
-        latest = np.empty(13)
-        steps = 0
-        while steps < max_steps:
-            steps += 1
-            status = submit(handle, step_init(handle))
-            if status_type(status) != step_done:
-                return -1
-            status = submit(handle, contact_init(handle))
-            if status_type(status) != contacts_done:
-                return -2
-            contact_get(handle, scratch.ctypes.data)
-            n_points = words[0]
-            if n_points > contacts.shape[0]:
-                return -4
-            if n_points > 0:
-                memcpy(contacts.ctypes.data, scratch[1], n_points * 176)
-            for j in range(n_active):
-                ints[order[j], _TOUCH] = 0
-            for c in range(n_points):
-                if contacts[c, 12] <= 1e-4 or contacts[c, 13] > 0.0:
-                    a, b = rows[c, 1], rows[c, 2]
-                    flip = a == table
-                    owner = b if flip else a
-                    if owner < 0 or owner >= slot_of.shape[0]:
-                        continue
-                    s = slot_of[owner]
-                    if s < 0:
-                        continue
-                    k = ints[s, _TOUCH]
-                    if k >= _POINTS:
-                        return -5
-                    if k == 0:
-                        ints[s, _FLIP] = 1 if flip else 0
-                    touch[s, k] = c
-                    ints[s, _TOUCH] = k + 1
-            for j in range(n_active):  # every copy's state read together, after the step
-                s = order[j]
-                status = submit(handle, state_init(handle, ints[s, _BODY]))
-                if status_type(status) != state_done:
-                    return -3
-                actual(status, 0, 0, 0, 0, scratch.ctypes.data + 16, scratch.ctypes.data + 24,
-                       0)
-                if scratch[2] == 0 or scratch[3] == 0:
-                    return -3
-                memcpy(hist[s, history].ctypes.data, scratch[2], 56)  # row past the kept ones
-                memcpy(hist[s, history].ctypes.data + 56, scratch[3], 48)
-            leaving = 0
-            for j in range(n_active):
-                s = order[j]
-                for i in range(13):
-                    latest[i] = hist[s, history, i]
-                ints[s, _INDEX] += 1
-                ints[s, _STEPPED] += 1
-                index = ints[s, _INDEX]
-                event = False
+
+@intrinsic
+def _call_u64_u64(typingctx, address, a):
+    return _U64(_U64, _U64), _c_call(_I64, [_I64])
+
+
+@intrinsic
+def _call_u64_u64_u64(typingctx, address, a, b):
+    return _U64(_U64, _U64, _U64), _c_call(_I64, [_I64, _I64])
+
+
+@intrinsic
+def _call_u64_u64x3(typingctx, address, a, b, c):
+    return _U64(_U64, _U64, _U64, _U64), _c_call(_I64, [_I64] * 3)
+
+
+@intrinsic
+def _call_u64_u64_i32(typingctx, address, a, b):
+    return _U64(_U64, _U64, types.int32), _c_call(_I64, [_I64, _I32])
+
+
+@intrinsic
+def _call_i32_u64(typingctx, address, a):
+    return types.int32(_U64, _U64), _c_call(_I32, [_I64])
+
+
+@intrinsic
+def _call_i32_u64x8(typingctx, address, a, b, c, d, e, f, g, h):
+    return types.int32(*[_U64] * 9), _c_call(_I32, [_I64] * 8)
+
+
+@intrinsic
+def _call_void_u64_u64(typingctx, address, a, b):
+    return types.void(_U64, _U64, _U64), _c_call(ir.VoidType(), [_I64, _I64])
+
+
+@intrinsic
+def _call_f64_f64f64(typingctx, address, a, b):
+    return types.float64(_U64, types.float64, types.float64), _c_call(_F64, [_F64, _F64])
+
+
+@njit(cache=True)
+def _close(h, now, then, samples, step_m, step_q):
+    m, k = step_m * samples, step_q * samples
+    return (abs(h[now, 0] - h[then, 0]) < m and abs(h[now, 1] - h[then, 1]) < m
+            and abs(h[now, 2] - h[then, 2]) < m and abs(h[now, 3] - h[then, 3]) < k
+            and abs(h[now, 4] - h[then, 4]) < k and abs(h[now, 5] - h[then, 5]) < k
+            and abs(h[now, 6] - h[then, 6]) < k)
+
+
+@njit(cache=True)
+def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n, touch,
+                 order, counts, left, slot_of, contacts, scratch, max_steps):
+    """Steps taken (>= 1), or < 0: -1 step, -2 contact listing, -3 state read failed,
+    -4 too many contact points in the world, -5 too many touching points of a copy.
+    ``order[:counts[0]]`` the active slots in the loop's order; the slots that go back
+    to Python are ``left[:counts[1]]`` (in that order), and those that end (event,
+    rest, horizon) leave ``order``."""
+    n_active = counts[0]
+    counts[1] = 0
+    table, n_steps, has_flight, has_rest, every = flags[0], flags[1], flags[2], flags[3], \
+        flags[4]
+    step_done, state_done, contacts_done = flags[5], flags[6], flags[7]
+    memory, every_n, rest_checks = flags[8], flags[9], flags[10]
+    history = hist.shape[1] - 1
+    spacing2, approach, step_m, step_q = cfg[0], cfg[1], cfg[2], cfg[3]
+    c0, c1, c2, e0, e1, e2, level = cfg[4], cfg[5], cfg[6], cfg[7], cfg[8], cfg[9], cfg[10]
+    words = scratch.view(np.int32)
+    rows = contacts.view(np.int32)
+    latest = np.empty(13)
+    steps = 0
+    while steps < max_steps:
+        steps += 1
+        status = _call_u64_u64_u64(fns[1], handle, _call_u64_u64(fns[0], handle))
+        if _call_i32_u64(fns[2], status) != step_done:
+            return -1
+        status = _call_u64_u64_u64(fns[1], handle, _call_u64_u64(fns[5], handle))
+        if _call_i32_u64(fns[2], status) != contacts_done:
+            return -2
+        _call_void_u64_u64(fns[6], handle, scratch.ctypes.data)
+        n_points = words[0]
+        if n_points > contacts.shape[0]:
+            return -4
+        if n_points > 0:
+            _call_u64_u64x3(fns[7], contacts.ctypes.data, scratch[1], n_points * 176)
+        for j in range(n_active):
+            ints[order[j], _TOUCH] = 0
+        for c in range(n_points):
+            if contacts[c, 12] <= 1e-4 or contacts[c, 13] > 0.0:
+                a, b = rows[c, 1], rows[c, 2]
+                flip = a == table
+                owner = b if flip else a
+                if owner < 0 or owner >= slot_of.shape[0]:
+                    continue
+                s = slot_of[owner]
+                if s < 0:
+                    continue
                 k = ints[s, _TOUCH]
-                if k > 0:
-                    on = 3 if ints[s, _FLIP] == 1 else 6  # the point on the table
-                    lowest = contacts[touch[s, 0], 12]
-                    for i in range(1, k):
-                        if contacts[touch[s, i], 12] < lowest:
-                            lowest = contacts[touch[s, i], 12]
-                    if -lowest > deepest[s]:
-                        deepest[s] = -lowest
-                    n_recent = ints[s, _RECENT]
-                    n_fresh = 0
-                    forced = False
-                    for i in range(k):
-                        c = touch[s, i]
-                        new = True
-                        if n_recent > 0:
-                            x, y, z = contacts[c, on], contacts[c, on + 1], contacts[c, on + 2]
-                            for r in range(n_recent):
-                                for q in range(recent_n[s, r]):
-                                    d = libm_pow(x - recent[s, r, q, 0], 2.0) \
-                                        + libm_pow(y - recent[s, r, q, 1], 2.0) \
-                                        + libm_pow(z - recent[s, r, q, 2], 2.0)
-                                    if d <= spacing2:
-                                        new = False
-                                        break
-                                if not new:
-                                    break
-                        touch[s, _POINTS + i] = 1 if new else 0
-                        if new:
-                            n_fresh += 1
-                            if contacts[c, 13] > 0.0:
-                                forced = True
-                    if n_fresh > 0:  # the new points' approach before the step
-                        px = py = pz = nx = ny = nz = total = 0.0
-                        for i in range(k):
-                            if touch[s, _POINTS + i] == 0:
-                                continue
-                            c = touch[s, i]
-                            weight = 1.0
-                            if forced:
-                                weight = 0.0 if 0.0 > contacts[c, 13] else contacts[c, 13]
-                            px, py, pz = px + weight * contacts[c, on], \
-                                py + weight * contacts[c, on + 1], pz + weight * contacts[c, on + 2]
-                            nx, ny, nz = nx + weight * contacts[c, 9], \
-                                ny + weight * contacts[c, 10], nz + weight * contacts[c, 11]
-                            total = total + weight
-                        rx, ry, rz = px / total - latest[0], py / total - latest[1], \
-                            pz / total - latest[2]
-                        last = history - 1
-                        vx, vy, vz = hist[s, last, 7], hist[s, last, 8], hist[s, last, 9]
-                        wx, wy, wz = hist[s, last, 10], hist[s, last, 11], hist[s, last, 12]
-                        speed = (nx * (vx + wy * rz - wz * ry) + ny * (vy + wz * rx - wx * rz)
-                                 + nz * (vz + wx * ry - wy * rx)) / np.sqrt(nx * nx + ny * ny
-                                                                            + nz * nz)
-                        signed = -speed if on == 3 else speed
-                        event = not signed > -approach
-                    if every != 0:
-                        event = True
-                    # the touched table points join the memory (the oldest step leaves)
-                    if n_recent == memory:
-                        for r in range(memory - 1):
-                            recent_n[s, r] = recent_n[s, r + 1]
+                if k >= _POINTS:
+                    return -5
+                if k == 0:
+                    ints[s, _FLIP] = 1 if flip else 0
+                touch[s, k] = c
+                ints[s, _TOUCH] = k + 1
+        for j in range(n_active):  # every copy's state read together, after the step
+            s = order[j]
+            status = _call_u64_u64_u64(fns[1], handle,
+                                        _call_u64_u64_i32(fns[3], handle, ints[s, _BODY]))
+            if _call_i32_u64(fns[2], status) != state_done:
+                return -3
+            _call_i32_u64x8(fns[4], status, 0, 0, 0, 0, scratch.ctypes.data + _AT16,
+                            scratch.ctypes.data + _AT24, 0)
+            if scratch[2] == 0 or scratch[3] == 0:
+                return -3
+            _call_u64_u64x3(fns[7], hist[s, history].ctypes.data, scratch[2], 56)  # past the kept
+            _call_u64_u64x3(fns[7], hist[s, history].ctypes.data + _AT56, scratch[3], 48)
+        leaving = 0
+        for j in range(n_active):
+            s = order[j]
+            for i in range(13):
+                latest[i] = hist[s, history, i]
+            ints[s, _INDEX] += 1
+            ints[s, _STEPPED] += 1
+            index = ints[s, _INDEX]
+            event = False
+            k = ints[s, _TOUCH]
+            if k > 0:
+                on = 3 if ints[s, _FLIP] == 1 else 6  # the point on the table
+                lowest = contacts[touch[s, 0], 12]
+                for i in range(1, k):
+                    if contacts[touch[s, i], 12] < lowest:
+                        lowest = contacts[touch[s, i], 12]
+                if -lowest > deepest[s]:
+                    deepest[s] = -lowest
+                n_recent = ints[s, _RECENT]
+                n_fresh = 0
+                forced = False
+                for i in range(k):
+                    c = touch[s, i]
+                    new = True
+                    if n_recent > 0:
+                        x, y, z = contacts[c, on], contacts[c, on + 1], contacts[c, on + 2]
+                        for r in range(n_recent):
                             for q in range(recent_n[s, r]):
-                                for i in range(3):
-                                    recent[s, r, q, i] = recent[s, r + 1, q, i]
-                        n_recent -= 1
+                                d = _call_f64_f64f64(fns[8], x - recent[s, r, q, 0], 2.0) \
+                                    + _call_f64_f64f64(fns[8], y - recent[s, r, q, 1], 2.0) \
+                                    + _call_f64_f64f64(fns[8], z - recent[s, r, q, 2], 2.0)
+                                if d <= spacing2:
+                                    new = False
+                                    break
+                            if not new:
+                                break
+                    touch[s, _POINTS + i] = 1 if new else 0
+                    if new:
+                        n_fresh += 1
+                        if contacts[c, 13] > 0.0:
+                            forced = True
+                if n_fresh > 0:  # the new points' approach before the step
+                    px = py = pz = nx = ny = nz = total = 0.0
                     for i in range(k):
+                        if touch[s, _POINTS + i] == 0:
+                            continue
                         c = touch[s, i]
-                        for a in range(3):
-                            recent[s, n_recent, i, a] = contacts[c, on + a]
-                    recent_n[s, n_recent] = k
-                    ints[s, _RECENT] = n_recent + 1
-                else:
-                    ints[s, _RECENT] = 0
-                for r in range(history - 1):  # the new sample joins the kept ones
-                    for i in range(13):
-                        hist[s, r, i] = hist[s, r + 1, i]
+                        weight = 1.0
+                        if forced:
+                            weight = 0.0 if 0.0 > contacts[c, 13] else contacts[c, 13]
+                        px, py, pz = px + weight * contacts[c, on], \
+                            py + weight * contacts[c, on + 1], pz + weight * contacts[c, on + 2]
+                        nx, ny, nz = nx + weight * contacts[c, 9], \
+                            ny + weight * contacts[c, 10], nz + weight * contacts[c, 11]
+                        total = total + weight
+                    rx, ry, rz = px / total - latest[0], py / total - latest[1], \
+                        pz / total - latest[2]
+                    last = history - 1
+                    vx, vy, vz = hist[s, last, 7], hist[s, last, 8], hist[s, last, 9]
+                    wx, wy, wz = hist[s, last, 10], hist[s, last, 11], hist[s, last, 12]
+                    speed = (nx * (vx + wy * rz - wz * ry) + ny * (vy + wz * rx - wx * rz)
+                             + nz * (vz + wx * ry - wy * rx)) / np.sqrt(nx * nx + ny * ny
+                                                                        + nz * nz)
+                    signed = -speed if on == 3 else speed
+                    event = not signed > -approach
+                if every != 0:
+                    event = True
+                # the touched table points join the memory (the oldest step leaves)
+                if n_recent == memory:
+                    for r in range(memory - 1):
+                        recent_n[s, r] = recent_n[s, r + 1]
+                        for q in range(recent_n[s, r]):
+                            for i in range(3):
+                                recent[s, r, q, i] = recent[s, r + 1, q, i]
+                    n_recent -= 1
+                for i in range(k):
+                    c = touch[s, i]
+                    for a in range(3):
+                        recent[s, n_recent, i, a] = contacts[c, on + a]
+                recent_n[s, n_recent] = k
+                ints[s, _RECENT] = n_recent + 1
+            else:
+                ints[s, _RECENT] = 0
+            for r in range(history - 1):  # the new sample joins the kept ones
                 for i in range(13):
-                    hist[s, history - 1, i] = latest[i]
-                if ints[s, _HELD] < history:
-                    ints[s, _HELD] += 1
-                code = _GOING
-                if event:
-                    code = _EVENT
-                elif index % every_n == 0 or index >= n_steps:
-                    if index >= n_steps:
-                        code = _DONE
-                    else:
-                        now = history - 1
-                        z = latest[2]
-                        x, y, qz, w = latest[3], latest[4], latest[5], latest[6]
-                        r0, r1, r2 = 2 * (x * qz - w * y), 2 * (y * qz + w * x), \
-                            1 - 2 * (x * x + y * y)
-                        if has_flight != 0 and (z + r0 * c0 + r1 * c1 + r2 * c2 - abs(r0) * e0
-                                                - abs(r1) * e1 - abs(r2) * e2 >= level):
-                            code = _CHECK  # it may fly: Python's own check
-                        elif has_rest != 0 and index >= every_n:
-                            calm = close(hist[s], now, now - 1, 1, step_m, step_q) and close(
-                                hist[s], now, now - every_n, every_n, step_m, step_q)
-                            ints[s, _CALM] = ints[s, _CALM] + 1 if calm else 0
-                            if ints[s, _CALM] >= rest_checks:
-                                ints[s, _INDEX] = n_steps
-                                code = _DONE
-                ints[s, _EXIT] = code
+                    hist[s, r, i] = hist[s, r + 1, i]
+            for i in range(13):
+                hist[s, history - 1, i] = latest[i]
+            if ints[s, _HELD] < history:
+                ints[s, _HELD] += 1
+            code = _GOING
+            if event:
+                code = _EVENT
+            elif index % every_n == 0 or index >= n_steps:
+                if index >= n_steps:
+                    code = _DONE
+                else:
+                    now = history - 1
+                    z = latest[2]
+                    x, y, qz, w = latest[3], latest[4], latest[5], latest[6]
+                    r0, r1, r2 = 2 * (x * qz - w * y), 2 * (y * qz + w * x), \
+                        1 - 2 * (x * x + y * y)
+                    if has_flight != 0 and (z + r0 * c0 + r1 * c1 + r2 * c2 - abs(r0) * e0
+                                            - abs(r1) * e1 - abs(r2) * e2 >= level):
+                        code = _CHECK  # it may fly: Python's own check
+                    elif has_rest != 0 and index >= every_n:
+                        calm = _close(hist[s], now, now - 1, 1, step_m, step_q) and _close(
+                            hist[s], now, now - every_n, every_n, step_m, step_q)
+                        ints[s, _CALM] = ints[s, _CALM] + 1 if calm else 0
+                        if ints[s, _CALM] >= rest_checks:
+                            ints[s, _INDEX] = n_steps
+                            code = _DONE
+            ints[s, _EXIT] = code
+            if code != _GOING:
+                leaving += 1
+        if leaving:
+            kept = 0
+            for j in range(n_active):
+                s = order[j]
+                code = ints[s, _EXIT]
                 if code != _GOING:
-                    leaving += 1
-            if leaving:
-                kept = 0
-                for j in range(n_active):
-                    s = order[j]
-                    code = ints[s, _EXIT]
-                    if code != _GOING:
-                        left[counts[1]] = s
-                        counts[1] += 1
-                    if code == _GOING or code == _CHECK:
-                        order[kept] = s
-                        kept += 1
-                counts[0] = kept
-                return steps
-        return steps
-
-    return kernel
+                    left[counts[1]] = s
+                    counts[1] += 1
+                if code == _GOING or code == _CHECK:
+                    order[kept] = s
+                    kept += 1
+            counts[0] = kept
+            return steps
+    return steps
 
 
-def _kernel():
-    if not _KERNEL:
-        _KERNEL.append(_build())
-    return _KERNEL[0]
+
+_ADDRESSES: list = []
+
+
+def _addresses() -> np.ndarray:
+    """The C functions' addresses in the kernel's order (its ``fns``)."""
+    if not _ADDRESSES:
+        f = c_functions()
+        names = ["b3InitStepSimulationCommand", "b3SubmitClientCommandAndWaitStatus",
+                 "b3GetStatusType", "b3RequestActualStateCommandInit", "b3GetStatusActualState",
+                 "b3InitRequestContactPointInformation", "b3GetContactPointInformation",
+                 "memcpy"]
+        libm_pow = ctypes.CDLL(None).pow  # what Python's float ** calls
+        _ADDRESSES.append(np.array([ctypes.cast(f[name], ctypes.c_void_p).value
+                                    for name in names]
+                                   + [ctypes.cast(libm_pow, ctypes.c_void_p).value], np.uint64))
+    return _ADDRESSES[0]
 
 
 _ERRORS = {-1: "a world step failed", -2: "the contact listing failed",
@@ -305,7 +367,9 @@ class Slots:
         self.cfg = np.array([guard.new_point_distance_m ** 2, guard.min_approach_mps,
                              REST_SPEED_MPS * dt, 0.5 * REST_SPIN_RADPS * dt, *floats])
         self.flags = np.array([world.scene.static_body, n_steps, flight is not None, rest,
-                               guard.every_contact_step], np.int64)
+                               guard.every_contact_step, STATUS["step"], STATUS["state"],
+                               STATUS["contacts"], MEMORY_STEPS, CHECK_EVERY, REST_CHECKS],
+                              np.int64)
 
     @property
     def n_active(self) -> int:
@@ -382,9 +446,10 @@ def run_kernel(handle: int, slots: Slots, longest: int, client: int) -> list:
     """Step the world with the active slots' particles until some go back to Python, or
     ``longest`` steps; those slots in order (their exit codes in ``slots.exits``). Raises
     :class:`CompiledPathError` naming a failed C call."""
-    taken = _kernel()(handle, slots.cfg, slots.flags, slots.ints, slots.deepest, slots.hist,
-                      slots.recent, slots.recent_n, slots.touch, slots.order, slots.counts,
-                      slots.left, slots.slot_of, slots.contacts, slots.scratch, longest)
+    taken = _kernel_impl(_addresses(), handle, slots.cfg, slots.flags, slots.ints,
+                         slots.deepest, slots.hist, slots.recent, slots.recent_n, slots.touch,
+                         slots.order, slots.counts, slots.left, slots.slot_of, slots.contacts,
+                         slots.scratch, longest)
     if taken < 0:
         raise CompiledPathError(f"compiled loop, physics client {client}: "
                                 f"{_ERRORS.get(taken, f'error {taken}')}")
