@@ -8,9 +8,9 @@ pre- and post-event states, the events' contact models and touching points as
 conjugate step's observing probe; scenes the batch does not take (a scene file with a
 joint, the planar scene) keep the lone path either way; random, NaN and huge states and
 copy counts give the same result or the same error both ways; an unreachable C API falls
-back to the Python loop with one warning line (``auto``) or raises (``1``); a bad client is
-a CompiledPathError. Every case that calls into C runs in a subprocess, so that a wrong
-signature fails a test instead of killing pytest.
+back to the Python loop with one warning line (``auto``) or raises (``1``); a bad client or
+a failure inside the kernel is a CompiledPathError. Every case that calls into C runs in a
+subprocess, so that a wrong signature fails a test instead of killing pytest.
 """
 
 from __future__ import annotations
@@ -259,6 +259,28 @@ def _case_bad_handles() -> None:
         raise AssertionError("a missing body did not raise")
 
 
+def _case_kernel_errors() -> None:
+    """A failure inside the kernel (here: a contact buffer too small for the world's points)
+    is a CompiledPathError naming it, and the world stays usable."""
+    from test_batch_rollout import _particles
+
+    from residualsim.sim import batch_compiled, capi
+    from residualsim.sim.rollout import ContactGuard
+
+    model, engine = _cube()
+    states, guard = _particles()[28:36], ContactGuard()  # just above the table: contacts
+    batch_compiled._CONTACTS = 0
+    try:
+        _first_events("1", engine, states, None, None, guard, 4)
+    except capi.CompiledPathError as err:
+        assert "more than 0 contact points in one world step" in str(err), str(err)
+    else:
+        raise AssertionError("a full contact buffer did not raise")
+    batch_compiled._CONTACTS = 4096
+    _same(_first_events("0", engine, states, None, None, guard, 4, fresh=True),
+          _first_events("1", engine, states, None, None, guard, 4, fresh=True))
+
+
 def test_cube_bit_identical():
     _in_subprocess("cube_bit_identical")
 
@@ -285,6 +307,10 @@ def test_fallback_when_the_module_is_stripped():
 
 def test_bad_handles_raise():
     _in_subprocess("bad_handles")
+
+
+def test_kernel_errors_raise():
+    _in_subprocess("kernel_errors")
 
 
 def test_switch_values():

@@ -332,7 +332,6 @@ def _addresses() -> np.ndarray:
 
 _ERRORS = {-1: "a world step failed", -2: "the contact listing failed",
            -3: "a base state read failed",
-           -4: f"more than {_CONTACTS} contact points in one world step",
            -5: f"more than {_POINTS} touching points of one copy in one step"}
 
 
@@ -451,6 +450,7 @@ def run_kernel(handle: int, slots: Slots, longest: int, client: int) -> list:
                          slots.order, slots.counts, slots.left, slots.slot_of, slots.contacts,
                          slots.scratch, longest)
     if taken < 0:
-        raise CompiledPathError(f"compiled loop, physics client {client}: "
-                                f"{_ERRORS.get(taken, f'error {taken}')}")
+        reason = f"more than {len(slots.contacts)} contact points in one world step" \
+            if taken == -4 else _ERRORS.get(taken, f"error {taken}")
+        raise CompiledPathError(f"compiled loop, physics client {client}: {reason}")
     return slots.left[:slots.counts[1]].tolist()
