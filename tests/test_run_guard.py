@@ -23,10 +23,11 @@ from residualsim.sysid.calibrate import calibrate, load_calibration
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = ROOT / "data" / "samples" / "cube-synthetic"
 ELL = ROOT / "assets" / "examples" / "ell.toml"
-#: A few seconds a run: 3 tosses, 4 MH draws, the raw likelihood, a budget of 8.
+#: A few seconds a run: 3 tosses, 4 MH draws, a budget of 8 (MH: the raw likelihood, RAW).
 QUICK = ["--data", str(SYNTHETIC), "--split", "all", "--max-trajectories", "3", "--samples",
-         "4", "--burn-in", "2", "--start-points", "2", "--weighting", "recording",
-         "--no-plots", "--quiet", "--budget", "8"]
+         "4", "--burn-in", "2", "--start-points", "2", "--no-plots", "--quiet", "--budget",
+         "8"]
+RAW = ["--weighting", "recording"]
 
 
 def _run(capsys, *argv):
@@ -48,8 +49,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     folders = {}
     for method in ("mh", "sandwich"):
         folders[method] = root / method
-        assert main(["calibrate", *QUICK, "--method", method, "--out",
-                     str(folders[method])]) == 0
+        assert main(["calibrate", *QUICK, *(RAW if method == "mh" else []), "--method",
+                     method, "--out", str(folders[method])]) == 0
     tosses = root / "ell-csv"
     assert main(["data", "synthesize", "--scene", str(ELL), "--count", "6", "--noise-m",
                  "0.0005", "--params", "lateral_friction=0.3,restitution=0.4", "--out",
@@ -126,8 +127,8 @@ def test_contact_only_sandwich_over_a_contact_and_body_lsq_run_is_refused(runs, 
 
 def test_another_parameter_space_of_the_same_method_is_refused(copy, capsys):
     folder = copy("mh")
-    code, _, err = _run(capsys, "calibrate", *QUICK, "--params", "restitution", "--resume",
-                        "--out", folder)
+    code, _, err = _run(capsys, "calibrate", *QUICK, *RAW, "--params", "restitution",
+                        "--resume", "--out", folder)
     assert code == 2 and "not this run (params restitution)" in err
 
 
