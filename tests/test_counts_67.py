@@ -43,3 +43,54 @@ def test_progress_is_plain_lines_with_the_estimate(tmp_path):
     lines = [line for line in err.splitlines() if line.startswith("[uncertainty]")]
     assert len(lines) == 4  # the deterministic row, the estimate, two sampled rows
     assert "the sampled rows: about" in lines[1] and "\r" not in err
+
+
+# predict --samples: the same bounds, the same rule (parallel.require_time/require_memory).
+MODEL = ROOT / "data" / "pretrained" / "cube-contactnets"
+PREDICT = ["predict", "--model", MODEL, "--data", REAL, "--split", "all", "--limit", "1"]
+
+
+def test_predict_samples_past_the_memory_left_are_refused_before_any_rollout(monkeypatch,
+                                                                             tmp_path):
+    import residualsim.parallel.backend as backend
+
+    monkeypatch.setattr(backend, "available_memory_bytes", lambda: 2 ** 30)
+    code, _, err = quiet_main(*PREDICT, "--samples", "100000000", "--out", tmp_path / "p.npz")
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert "--samples 100000000 on 1 recordings needs at least" in line, line
+    assert "[predict]" not in err and not (tmp_path / "p.npz").exists()
+
+
+def test_predict_samples_past_max_minutes_are_refused_with_the_estimate(tmp_path):
+    code, _, err = quiet_main(*PREDICT, "--samples", "5000", "--max-minutes", "0.001",
+                              "--out", tmp_path / "p.npz")
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("residualsim: error: --samples 5000 would take about "), line
+    assert "(2 samples of the 1 recordings took" in line and "--max-minutes 0.001" in line
+    assert "raise --max-minutes" in line and not (tmp_path / "p.npz").exists()
+
+
+def test_predict_prints_its_estimate_and_writes_the_same_predictions(tmp_path):
+    import numpy as np
+
+    code, _, err = quiet_main(*PREDICT, "--samples", "3", "--out", tmp_path / "p.npz")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("[predict]")]
+    assert len(lines) == 1 and "--samples 3: about" in lines[0], err
+    code, _, err = quiet_main(*PREDICT, "--samples", "3", "--max-minutes", "0", "--out",
+                              tmp_path / "q.npz")
+    assert code == 0, err
+    with np.load(tmp_path / "p.npz") as p, np.load(tmp_path / "q.npz") as q:
+        assert all(np.array_equal(p[k], q[k]) for k in p.files if p[k].dtype != object)
+
+
+def test_predict_impact_samples_are_bounded_too(mcube_dir, tmp_path):
+    shipped = ROOT / "data" / "pretrained" / "planar-ellipse"
+    args = ["predict", "--model", shipped, "--data", mcube_dir, "--split", "validation",
+            "--out", tmp_path / "p.npz"]
+    code, _, err = quiet_main(*args, "--samples", "5000", "--max-minutes", "0.001")
+    assert code == 2 and "samples of the 210 impacts took" in err.strip().splitlines()[-1]
+    code, _, err = quiet_main(*args, "--samples", "3")
+    assert code == 0 and "[predict]" in err and (tmp_path / "p.npz").is_file()

@@ -424,6 +424,11 @@ CASES: list[Case] = [
          lambda d: ["uncertainty", "--data", str(ROOT / "data" / "samples" / "contactnets-cube"),
                     "--split", "all", "--limit", "1", "--samples", "5000", "--max-minutes",
                     "0.001"], "would take about"),
+    Case("predict --samples 5000 --max-minutes 0.001 (ran on, no estimate, no cap)",
+         lambda d: ["predict", "--model", str(ROOT / "data" / "pretrained" / "cube-contactnets"),
+                    "--data", str(ROOT / "data" / "samples" / "contactnets-cube"), "--split",
+                    "all", "--limit", "1", "--samples", "5000", "--max-minutes", "0.001",
+                    "--out", str(d / "p.npz")], "would take about"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from residualsim.atomic import check_output
-from residualsim.cli.options import (SPLITS, add_allow_implausible, add_seed,
-                                     add_split_options, add_workers, count, json_line,
-                                     nonnegative_float)
+from residualsim.cli.options import (SPLITS, add_allow_implausible, add_max_minutes,
+                                     add_seed, add_split_options, add_workers, count,
+                                     json_line, nonnegative_float)
 from residualsim.data.bundled import PRETRAINED
 from residualsim.data.datasets import resolve_data
 from residualsim.errors import DataError
@@ -73,11 +72,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def _progress_line(start: float):
     """``uncertainty``'s progress: a plain line per finished row, and the estimate of the
     sampled rows before they start (standard error; a terminal or a log file alike)."""
+    from residualsim.parallel.progress import stage_line
+
     def line(row: dict) -> None:
-        done = time.perf_counter() - start
-        text = (f"the sampled rows: about {row['estimate_s']:.0f} s" if "estimate_s" in row
-                else f"row {row['row']} done in {row['seconds']:.1f} s")
-        print(f"[uncertainty] {done:.0f} s: {text}", file=sys.stderr, flush=True)
+        stage_line("uncertainty", f"the sampled rows: about {row['estimate_s']:.0f} s"
+                   if "estimate_s" in row else
+                   f"row {row['row']} done in {row['seconds']:.1f} s", start)
     return line
 
 
@@ -161,8 +161,7 @@ def register(commands) -> None:
     un.add_argument("--samples", type=count(2), default=64, help="samples S (default 64; "
                     "refused when its estimate, from the deterministic row's time, exceeds "
                     "--max-minutes, or its predictions the memory left)")
-    un.add_argument("--max-minutes", type=nonnegative_float, default=60.0, help="longest time "
-                    "the sampled rows are estimated to take (default 60; 0: no limit)")
+    add_max_minutes(un, "the sampled rows")
     add_seed(un)
     un.add_argument("--plot", metavar="FILE.png", help="reliability plot of the sampled rows "
                     "(default: no plot)")

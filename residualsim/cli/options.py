@@ -21,7 +21,7 @@ __all__ = ["SPLITS", "HelpFormatter", "Parser", "add_scene", "add_seed", "count"
            "bounds_option", "add_workers", "json_line",
            "add_split_options", "add_selection", "split_options", "add_force",
            "add_allow_implausible", "add_recording_options", "missing_output_folders",
-           "remove_empty", "interrupted_note"]
+           "remove_empty", "interrupted_note", "add_max_minutes"]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -61,6 +61,14 @@ def add_seed(sub: argparse.ArgumentParser, what: str = "") -> None:
     sub.add_argument("--seed", type=seed, default=0,
                      help=(what or "random seed") + "; same seed, same result for any "
                      "worker count (default 0)")
+
+
+def add_max_minutes(sub: argparse.ArgumentParser, what: str) -> None:
+    """``--max-minutes``: the longest ``what`` is estimated to take (from a short first
+    measurement) before it is refused (issue 67; the rule: parallel.require_time)."""
+    sub.add_argument("--max-minutes", type=nonnegative_float, default=60.0, help="refuse when "
+                     f"{what} is estimated, from a short first measurement, to take longer "
+                     "than this many minutes (default 60; 0: no limit)")
 
 
 def json_line(record: dict) -> None:

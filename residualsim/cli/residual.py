@@ -10,9 +10,9 @@ from pathlib import Path
 
 from residualsim.atomic import check_output, make_parent
 from residualsim.cli.argtypes import batch_size
-from residualsim.cli.options import (add_allow_implausible, add_force, add_scene, add_seed,
-                                     add_selection, add_split_options, add_workers, count,
-                                     json_line, split_options)
+from residualsim.cli.options import (add_allow_implausible, add_force, add_max_minutes,
+                                     add_scene, add_seed, add_selection, add_split_options,
+                                     add_workers, count, json_line, split_options)
 from residualsim.data.datasets import resolve_data
 
 
@@ -72,13 +72,16 @@ def _split(args: argparse.Namespace) -> dict:
 def cmd_predict(args: argparse.Namespace) -> None:
     from residualsim.evaluation import save_predictions
     from residualsim.experiments.jobs import predict_dataset
+    from residualsim.parallel.progress import stage_line
 
     check_output(args.out, force=args.force)
     start = time.perf_counter()
     predictions, figures = predict_dataset(
         args.model, args.data, samples=args.samples, seed=args.seed, n_workers=args.workers,
         residual=not args.no_residual, split=args.split, limit=args.limit,
-        batch_size=args.batch_size, **split_options(args))
+        batch_size=args.batch_size, **split_options(args), max_minutes=args.max_minutes,
+        progress=lambda s: stage_line("predict", f"--samples {args.samples}: about "
+                                      f"{s:.0f} s", start))
     save_predictions(make_parent(args.out), predictions)
     count_, samples = figures.pop("count"), figures.pop("samples")
     json_line({"command": "predict", "model": str(args.model), "split": args.split,
@@ -161,7 +164,10 @@ def register(commands) -> None:
     pr.add_argument("--data", help="recordings (default $RESIDUALSIM_DATA/<scene's set>)")
     pr.add_argument("--out", required=True, help="prediction file to write (.npz)")
     pr.add_argument("--samples", type=count(0), default=0,
-                    help="stochastic samples per recording (default 0: the mean prediction)")
+                    help="stochastic samples per recording (default 0: the mean prediction; "
+                    "refused when their predictions exceed the memory left, or their time, "
+                    "estimated from 2 samples of each recording, --max-minutes)")
+    add_max_minutes(pr, "--samples")
     add_seed(pr, "seed of the sampled rollouts")
     pr.add_argument("--batch-size", type=batch_size, default=1,
                     help="copies of the body a worker steps in one PyBullet world for a "

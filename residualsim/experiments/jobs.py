@@ -136,7 +136,8 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
 def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
                     limit: int | None = None, fractions=None, lists=None, policy=None,
-                    batch_size: int | None = 1):
+                    batch_size: int | None = 1, max_minutes: float | None = None,
+                    progress: Callable[[float], None] | None = None):
     """A trained model (trajectories or single impacts) on ``data``: ``(predictions, figures)``.
 
     ``samples`` = 0 gives the mean prediction; ``residual=False`` the model's calibrated
@@ -144,8 +145,13 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
     :func:`~residualsim.sim.rollout.predict_trajectories` takes it, as its ``batch_size``:
     copies of the body per PyBullet world for the samples). ``data`` defaults to
     ``$RESIDUALSIM_DATA/<the model scene's set>``. DataError when the data and the model
-    are of different kinds.
+    are of different kinds. ``samples`` above two are bounded (issue 67): the predictions
+    against the memory left before any rollout, the time by a first measurement of two
+    samples of each recording (:func:`~residualsim.experiments.budget.bounded_run`; its
+    estimate goes to ``progress``), refused past ``max_minutes`` (None: no limit).
     """
+    from residualsim.experiments.budget import bounded_run
+    from residualsim.parallel import require_memory
     from residualsim.residual.policy import ResidualModel
 
     model = ResidualModel.load(model_dir)
@@ -161,8 +167,14 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
         from residualsim.residual.impact import predict_impacts
 
         impacts = select_impacts(load_impacts(data, convention="corrected"), split, limit)
-        predictions = predict_impacts(model, impacts, samples=samples, seed=seed,
-                                      n_workers=n_workers, residual=residual)
+        require_memory(max(samples, 1) * impacts.n_impacts * 3 * 8 * 2,  # velocities, twice
+                       lambda gib: f"--samples {samples} on {impacts.n_impacts} impacts needs "
+                                   f"at least {gib:.3g} GiB", "lower --samples or --limit")
+        predictions = bounded_run(
+            lambda s: predict_impacts(model, impacts, samples=s, seed=seed,
+                                      n_workers=n_workers, residual=residual), samples,
+            option="--samples", of=f"samples of the {impacts.n_impacts} impacts",
+            max_minutes=max_minutes, remedy="lower --samples or --limit", progress=progress)
         predictions.meta.update(meta)
         return predictions, {"count": impacts.n_impacts,
                              "samples": predictions.post_velocity.shape[0]}
@@ -171,9 +183,15 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
     trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params,
                                    select=recording_selector(split, limit, fractions=fractions,
                                                              lists=lists, source=str(data)))
-    predictions, stats = predict_trajectories(model, trajectories, samples=samples, seed=seed,
-                                              n_workers=n_workers, residual=residual,
-                                              policy=policy, batch_size=batch_size)
+    from residualsim.experiments.uncertainty import check_samples_memory
+
+    check_samples_memory(trajectories, int(samples))
+    predictions, stats = bounded_run(
+        lambda s: predict_trajectories(model, trajectories, samples=s, seed=seed,
+                                       n_workers=n_workers, residual=residual, policy=policy,
+                                       batch_size=batch_size), samples, option="--samples",
+        of=f"samples of the {len(trajectories)} recordings", max_minutes=max_minutes,
+        remedy="lower --samples or --limit", progress=progress)
     predictions.meta.update(meta)
     return predictions, {"count": len(trajectories), "samples": predictions.n_samples,
                          **stats}

@@ -43,7 +43,8 @@ from typing import Any
 
 from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import recording_selector
-from residualsim.errors import DataError, ParameterError
+from residualsim.errors import DataError
+from residualsim.parallel.backend import DEFAULT_MAX_MINUTES, PROBE_COUNT
 
 __all__ = ["MeanResidual", "uncertainty_decomposition", "format_decomposition",
            "decomposition_plot", "decomposition_row", "decomposition_ratios",
@@ -135,18 +136,17 @@ def decomposition_ratios(rows: list[dict]) -> dict[str, dict[str, float | None] 
     return ratios
 
 
-#: ``uncertainty --max-minutes``: the sampled rows' estimated time this is refused beyond.
-DEFAULT_MAX_MINUTES = 60.0
 #: Samples per recording of the timed first measurement the estimate rests on.
-PROBE_SAMPLES = 2
+PROBE_SAMPLES = PROBE_COUNT
 #: Bytes a sampled prediction holds per sample per recorded sample at least: a position and
 #: a quaternion (float64), twice (the predictions and their scores' copies).
 BYTES_PER_SAMPLE = 2 * 7 * 8
 
 
-def _check_memory(trajectories: dict, samples: int) -> None:
-    """ParameterError naming ``samples`` when one sampled row's predictions would not fit
-    in the memory left (``uncertainty --samples 100000000`` ran 300 s with no word)."""
+def check_samples_memory(trajectories: dict, samples: int) -> None:
+    """ParameterError naming ``samples`` when one sampled row's predictions (or
+    ``predict``'s) would not fit in the memory left (``uncertainty --samples 100000000`` ran
+    300 s with no word)."""
     from residualsim.parallel import require_memory
 
     need = samples * sum(t.n_samples for t in trajectories.values()) * BYTES_PER_SAMPLE
@@ -158,13 +158,13 @@ def _check_memory(trajectories: dict, samples: int) -> None:
 def _check_time(estimate_s: float, samples: int, count: int, probe_s: float,
                 max_minutes: float | None) -> None:
     """ParameterError naming the estimate, what it rests on and the options to change when
-    the sampled rows would take longer than ``max_minutes``."""
-    if max_minutes is not None and estimate_s > 60.0 * max_minutes:
-        raise ParameterError(
-            f"--samples {samples} would take about {estimate_s / 60:.3g} min ({PROBE_SAMPLES} "
-            f"samples of the {count} recordings took {probe_s:.3g} s), more than "
-            f"--max-minutes {max_minutes:g}: lower --samples or --limit, or raise "
-            "--max-minutes")
+    the sampled rows would take longer than ``max_minutes`` (the rule:
+    :func:`residualsim.parallel.require_time`)."""
+    from residualsim.parallel import require_time
+
+    require_time(estimate_s, max_minutes, f"--samples {samples}",
+                 f"{PROBE_SAMPLES} samples of the {count} recordings took {probe_s:.3g} s",
+                 "lower --samples or --limit")
 
 
 def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
@@ -214,6 +214,7 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     from residualsim.evaluation.metrics import score_trajectories
     from residualsim.residual.policy import ResidualModel
     from residualsim.sim.recordings import load_recordings
+    from residualsim.experiments.budget import probe_seconds
     from residualsim.sim.rollout import predict_trajectories
     from residualsim.sim.scenes import make_scene
 
@@ -237,14 +238,12 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
     if noise_only is not None:
         variants.append((ROWS[1][0], int(samples), noise_only))
     variants.append((ROWS[2][0], int(samples), None))
-    _check_memory(trajectories, int(samples))
+    check_samples_memory(trajectories, int(samples))
     rows = []
     for name, n_samples, policy in variants:
         if n_samples and len(rows) == 1:  # a short first measurement: 2 samples, timed
-            probe = time.perf_counter()
-            predict_trajectories(model, trajectories, samples=PROBE_SAMPLES, seed=seed,
-                                 n_workers=n_workers)
-            probe = time.perf_counter() - probe
+            probe = probe_seconds(lambda s: predict_trajectories(
+                model, trajectories, samples=s, seed=seed, n_workers=n_workers))
             estimate = probe / PROBE_SAMPLES * n_samples * (len(variants) - 1)
             _check_time(estimate, int(samples), len(trajectories), probe, max_minutes)
             if progress is not None:

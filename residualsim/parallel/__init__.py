@@ -10,9 +10,10 @@ from __future__ import annotations
 from residualsim.parallel.backend import (BACKENDS, Backend, WorkerError,
                                           available_memory_bytes, current_backend,
                                           default_workers, parallel_backend, paused_gc,
-                                          require_memory)
+                                          require_memory, require_time, DEFAULT_MAX_MINUTES,
+                                          PROBE_COUNT)
 from residualsim.parallel.workers import MAX_WORKERS, ShardedWorkers
 
 __all__ = ["ShardedWorkers", "MAX_WORKERS", "WorkerError", "Backend", "BACKENDS", "parallel_backend",
            "current_backend", "default_workers", "available_memory_bytes", "require_memory",
-           "paused_gc"]
+           "require_time", "DEFAULT_MAX_MINUTES", "PROBE_COUNT", "paused_gc"]

@@ -25,7 +25,7 @@ from typing import Any
 from residualsim.errors import ParameterError, ResidualSimError
 
 __all__ = ["WorkerError", "default_workers", "available_memory_bytes", "require_memory",
-           "paused_gc",
+           "require_time", "DEFAULT_MAX_MINUTES", "PROBE_COUNT", "paused_gc",
            "Backend", "BACKENDS", "current_backend", "parallel_backend", "run_items", "ItemFunction", "StateFactory"]
 
 #: ``function(state, item, payload)``: the work, run on each item of a worker's shard with the
@@ -75,6 +75,25 @@ def require_memory(need_bytes: int, what: Callable[[float], str], remedy: str) -
     if have is not None and need_bytes > have:
         raise ParameterError(f"{what(need_bytes / 2**30)}, more than the {have / 2**30:.3g} "
                              f"GiB available: {remedy}")
+
+
+#: ``--max-minutes`` of the sampling commands: the estimated time a count is refused beyond.
+DEFAULT_MAX_MINUTES = 60.0
+#: Items (samples, particles) of the timed first measurement a time estimate rests on.
+PROBE_COUNT = 2
+
+
+def require_time(estimate_s: float, max_minutes: float | None, what: str, measured: str,
+                 remedy: str) -> None:
+    """ParameterError when ``estimate_s`` (from a short first measurement, ``measured``)
+    exceeds ``max_minutes`` (None or 0: no limit): ``what`` would take about N min
+    (``measured``), more than --max-minutes M: ``remedy``, or raise --max-minutes. The one
+    rule of every sampling command's time bound (issue 67), as :func:`require_memory` is
+    of its memory bound."""
+    if max_minutes and estimate_s > 60.0 * max_minutes:
+        raise ParameterError(f"{what} would take about {estimate_s / 60:.3g} min ({measured}), "
+                             f"more than --max-minutes {max_minutes:g}: {remedy}, or raise "
+                             "--max-minutes")
 
 
 @contextlib.contextmanager

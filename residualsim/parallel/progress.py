@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["progress_bar", "PlainProgress", "EVERY_S"]
+__all__ = ["progress_bar", "PlainProgress", "EVERY_S", "stage_line"]
 
 #: Seconds between two plain progress lines, at least.
 EVERY_S = 10.0
@@ -66,6 +66,14 @@ class PlainProgress:
         postfix = f" ({self._postfix})" if self._postfix else ""
         print(f"[{self.desc or 'progress'}] {self.n}{of} {self.unit}, {elapsed:.0f} s"
               f"{left}{postfix}", file=sys.stderr, flush=True)
+
+
+def stage_line(stage: str, text: str, start: float | None = None) -> None:
+    """One plain progress line on standard error, ``[stage] N s: text`` (N: seconds since
+    ``start``, a :func:`time.perf_counter` reading; without it ``[stage] text``), for work
+    done in a few long steps (a sampled row, a data set, a time estimate)."""
+    since = "" if start is None else f" {time.perf_counter() - start:.0f} s:"
+    print(f"[{stage}]{since} {text}", file=sys.stderr, flush=True)
 
 
 def _terminal() -> bool:
