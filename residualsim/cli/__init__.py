@@ -18,7 +18,7 @@ import sys
 import threading
 
 from residualsim.cli import (bench, belief, calibrate, check_calibration, data, demo, evaluate,
-                             ground, report, residual, simulate, spread)
+                             ground, report, residual, simulate, spread, twin)
 from residualsim.atomic import check_outside_inputs
 from residualsim.cli.options import (Parser, interrupted_note, missing_output_folders,
                                      remove_empty)
@@ -28,8 +28,8 @@ from residualsim.parallel import parallel_backend
 __all__ = ["main", "build_parser"]
 
 #: The command groups, in the order ``residualsim --help`` lists them.
-GROUPS = (demo, simulate, data, calibrate, check_calibration, residual, spread, ground, belief,
-          evaluate, report, bench)
+GROUPS = (demo, twin, simulate, data, calibrate, check_calibration, residual, spread, ground,
+          belief, evaluate, report, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
