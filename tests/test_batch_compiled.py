@@ -106,6 +106,57 @@ def _case_cube_bit_identical() -> None:
           _first_events("1", engine, states, policy, seeds, every, 7))
 
 
+def _case_whole_rollouts() -> None:
+    """batched_rollouts (whole rollouts, events corrected on their copy as they happen)
+    through the kernel: every field of every rollout equal to the Python loop's and to the
+    lone residual_rollout's."""
+    import dataclasses
+
+    from test_batch_rollout import _particles
+
+    from residualsim.sim import batch, batch_compiled
+    from residualsim.sim.rollout import residual_rollout
+
+    model, engine = _cube()
+    states, policy = np.concatenate([_particles(0), _particles(1)]), model.sampling_policy()
+    calls = []
+    run_kernel = batch_compiled.run_kernel
+    batch_compiled.run_kernel = lambda *a: calls.append(1) or run_kernel(*a)
+
+    def runs(mode, size):
+        os.environ["RESIDUALSIM_COMPILED"] = mode
+        rngs = [np.random.default_rng([5, i]) for i in range(len(states))]
+        try:
+            return batch.batched_rollouts(engine, states, 300, policy, rngs, model.guard,
+                                          batch_size=size)
+        finally:
+            os.environ.pop("RESIDUALSIM_COMPILED")
+
+    def equal(a, b) -> None:
+        for field in dataclasses.fields(a):
+            x, y = getattr(a, field.name), getattr(b, field.name)
+            if dataclasses.is_dataclass(x):
+                equal(x, y)
+            elif isinstance(x, (list, tuple)) and x and dataclasses.is_dataclass(x[0]):
+                assert len(x) == len(y), field.name
+                for u, v in zip(x, y):
+                    equal(u, v)
+            elif x is None or y is None:
+                assert x is None and y is None, field.name
+            else:
+                assert np.array_equal(np.asarray(x, float), np.asarray(y, float),
+                                      equal_nan=True), field.name
+
+    lone = [residual_rollout(engine, state, 300, policy, np.random.default_rng([5, i]),
+                             model.guard) for i, state in enumerate(states)]
+    for size in (3, 16):
+        python, compiled = runs("0", size), runs("1", size)
+        for a, b, c in zip(python, compiled, lone):
+            equal(a, b)
+            equal(c, b)
+    assert calls and sum(r.n_events for r in lone) > 50
+
+
 def _case_belief_steps() -> None:
     """propagate_belief (particles, conjugate) gives the same beliefs both ways."""
     from residualsim.belief.mixture import GaussianMixtureBelief
@@ -283,6 +334,10 @@ def _case_kernel_errors() -> None:
 
 def test_cube_bit_identical():
     _in_subprocess("cube_bit_identical")
+
+
+def test_whole_rollouts_bit_identical():
+    _in_subprocess("whole_rollouts")
 
 
 def test_belief_steps_bit_identical():

@@ -54,7 +54,7 @@ Same physics per particle:
   :meth:`~residualsim.residual.policy.NumpyPolicy.sample` draws it (one uniform, then k
   normals).
 
-With ``RESIDUALSIM_COMPILED`` on, first events take ``_compiled_loop``: the same loop with its
+With ``RESIDUALSIM_COMPILED`` on, both take ``_compiled_loop``: the same loop with its
 per-step, per-copy work in a numba kernel over Bullet's C API (:mod:`.batch_compiled`).
 This module is over 600 lines because the Python loop and the compiled loop's driver share
 their admission, placement, check and event helpers and stay side by side, so that a change
@@ -294,15 +294,15 @@ def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
          correctors: list | None, claims: WorkClaims | None = None) -> list:
     """The particles (:class:`_Particle`) of ``states`` (those taken from ``claims``, when
     given) run to their first events (``correctors`` None) or, with an event corrector per
-    state, over the whole horizon. First events take the compiled loop
-    (:mod:`.batch_compiled`, the same particles bit for bit) where
-    :func:`~residualsim.sim.capi.compiled_reason` allows it."""
+    state, over the whole horizon, through the compiled loop (:mod:`.batch_compiled`, the
+    same particles bit for bit) where :func:`~residualsim.sim.capi.compiled_reason` allows
+    it."""
     from residualsim.sim.capi import compiled_reason
 
     scene, home = world.scene, world.scene.body
     try:
-        if correctors is None and compiled_reason() is None:
-            return _compiled_loop(world, states, n_steps, guard, size, claims)
+        if compiled_reason() is None:
+            return _compiled_loop(world, states, n_steps, guard, size, claims, correctors)
         return _loop(world, states, n_steps, guard, size, correctors, claims)
     finally:
         scene.use_body(home)  # a whole rollout's corrector pointed it at each copy
@@ -447,16 +447,20 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
 
 
 def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
-                   claims: WorkClaims | None = None) -> list:
-    """:func:`_loop` for first events (no whole rollouts) with the per-step, per-copy work
-    in the compiled kernel (:mod:`.batch_compiled`), which keeps the active copies and their
-    order; Python sees only the copies that go back to it. The same particles, bit for bit."""
-    from residualsim.sim.batch_compiled import CHECK, EVENT, GOING, Slots, run_kernel
+                   claims: WorkClaims | None = None, correctors: list | None = None) -> list:
+    """:func:`_loop` with the per-step, per-copy work in the compiled kernel
+    (:mod:`.batch_compiled`), which keeps the active copies and their order; Python sees
+    only the copies that go back to it (an event, to be corrected on its copy in a whole
+    rollout; rest, the horizon, a possible flight). The same particles, bit for bit."""
+    from residualsim.sim.batch_compiled import (CHECK, CORRECT, EVENT, GOING, REST, Slots,
+                                                run_kernel)
     from residualsim.sim.capi import client_handle
 
     scene, cid, flight = world.scene, world.engine.client, world.flight
+    whole = correctors is not None
     handle = client_handle(cid, world.copies[0])
-    slots = Slots(world, size, n_steps, guard)
+    slots = Slots(world, size, n_steps, guard, whole)
+    get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
     reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
     runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
     more, particles, queue = True, [], deque()
@@ -470,13 +474,13 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
                 if numbers is None:
                     more = False
                 else:
-                    admitted = _admit(world, states, numbers, n_steps, None)
+                    admitted = _admit(world, states, numbers, n_steps, correctors)
                     particles += admitted
                     queue.extend(admitted)
                 continue
             p = queue.popleft()
             index = p.index
-            if not _prepare(p, flight, n_steps, first=True):
+            if not _prepare(p, flight, n_steps, first=not whole, fill=whole):
                 continue
             if p.index != index:
                 p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
@@ -503,12 +507,35 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
         for s in left:
             p, code = owner[s], exits[s]
             exits[s] = GOING
-            slots.unload(p, finished=code != CHECK)
+            slots.unload(p, finished=code not in (CHECK, CORRECT))
             if code == EVENT:
                 fresh, mine, flip = slots.event_points(s)
                 p.events, p.event = 1, (_canonical(fresh or mine, flip), _canonical(mine, flip))
+            elif code == REST:  # the lone path fills the rest with the last sample
+                p.raws.extend([p.raws[-1]] * (n_steps - p.index))
+                p.index = n_steps
+            elif code == CORRECT:  # the lone loop's correction, on this copy
+                fresh, mine, flip = slots.event_points(s)
+                scene.use_body(p.body)
+                if p.correct(scene.raw_to_states([p.raws[-2]])[0],
+                             _canonical(fresh or mine, flip), _canonical(mine, flip)):
+                    p.events += 1
+                    if p.correct.policy is not None:
+                        p.raws[-1] = (get_pose(p.body, cid), get_velocity(p.body, cid))
+                if (p.index % CHECK_EVERY == 0 or p.index >= n_steps) and not _prepare(
+                        p, flight, n_steps, fill=True):
+                    slots.drop(s)
+                elif p.reset:
+                    slots.drop(s)
+                    world.park(p.body)
+                    waiting.append(p)
+                    p.reset = False
+                    continue
+                else:
+                    slots.load(p)  # it goes on, in its place
+                    continue
             elif code == CHECK:
-                if _prepare(p, flight, n_steps):
+                if _prepare(p, flight, n_steps, fill=whole):
                     if not p.reset:
                         slots.load(p)  # it goes on, in its place
                         continue

@@ -21,8 +21,12 @@ The kernel takes the C functions' addresses as an argument (``fns``) and calls t
 numba intrinsics, one per signature, so that it holds no address and numba caches it on
 disk (``cache=True``): compiling took ~4.4 s in every new process.
 
-The whole-rollout mode (:func:`~residualsim.sim.batch.batched_rollouts`: events corrected on
-their copy as they happen) keeps the Python loop.
+Whole rollouts (:func:`~residualsim.sim.batch.batched_rollouts`: ``predict --samples
+--batch-size``, ``StochasticSimulator.rollout(batch_size=)``) run through the same kernel:
+every sample is logged, and a copy whose step touches new points (or every contact step)
+goes back to Python, where the lone loop's :class:`~residualsim.sim.corrector.EventCorrector`
+corrects it on its copy (the approach test is the corrector's own) and the corrected state
+is read back; a body at rest is filled to the horizon there.
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ _HISTORY = CHECK_EVERY + 2  # samples kept per copy: the rest check looks 6 back
 _POINTS = 16  # touching points of one copy in one step (a box on a plane: 4)
 _CONTACTS = 4096  # contact points of one world step
 # per-copy integers (columns of the kernel's ``ints``)
-_BODY, _INDEX, _STEPPED, _CALM, _RECENT, _HELD, _EXIT, _FLIP, _TOUCH = range(9)
+_BODY, _INDEX, _STEPPED, _CALM, _RECENT, _HELD, _EXIT, _FLIP, _TOUCH, _LOGGED = range(10)
 # exit codes: the copy goes back to Python
-_GOING, _EVENT, _DONE, _CHECK = 0, 1, 2, 3
-GOING, EVENT, CHECK = _GOING, _EVENT, _CHECK
+# (a whole rollout: CORRECT an event to correct on its copy, REST at rest, to be filled)
+_GOING, _EVENT, _DONE, _CHECK, _CORRECT, _REST = 0, 1, 2, 3, 4, 5
+GOING, EVENT, DONE, CHECK, CORRECT, REST = _GOING, _EVENT, _DONE, _CHECK, _CORRECT, _REST
 _AT16, _AT24, _AT56 = np.uint64(16), np.uint64(24), np.uint64(56)  # byte offsets
 
 
@@ -115,7 +120,7 @@ def _close(h, now, then, samples, step_m, step_q):
 
 
 @njit(cache=True)
-def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n, touch,
+def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, log, recent, recent_n, touch,
                  order, counts, left, slot_of, contacts, scratch, max_steps):
     """Steps taken (>= 1), or < 0: -1 step, -2 contact listing, -3 state read failed,
     -4 too many contact points in the world, -5 too many touching points of a copy.
@@ -129,6 +134,7 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
     step_done, state_done, contacts_done = flags[5], flags[6], flags[7]
     memory, every_n, rest_checks = flags[8], flags[9], flags[10]
     history = hist.shape[1] - 1
+    whole = flags[11]
     spacing2, approach, step_m, step_q = cfg[0], cfg[1], cfg[2], cfg[3]
     c0, c1, c2, e0, e1, e2, level = cfg[4], cfg[5], cfg[6], cfg[7], cfg[8], cfg[9], cfg[10]
     words = scratch.view(np.int32)
@@ -221,7 +227,7 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
                         n_fresh += 1
                         if contacts[c, 13] > 0.0:
                             forced = True
-                if n_fresh > 0:  # the new points' approach before the step
+                if n_fresh > 0 and whole == 0:  # the new points' approach before the step
                     px = py = pz = nx = ny = nz = total = 0.0
                     for i in range(k):
                         if touch[s, _POINTS + i] == 0:
@@ -245,8 +251,8 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
                                                                         + nz * nz)
                     signed = -speed if on == 3 else speed
                     event = not signed > -approach
-                if every != 0:
-                    event = True
+                if every != 0 or (whole != 0 and n_fresh > 0):
+                    event = True  # a whole rollout's corrector makes its own event test
                 # the touched table points join the memory (the oldest step leaves)
                 if n_recent == memory:
                     for r in range(memory - 1):
@@ -270,9 +276,13 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
                 hist[s, history - 1, i] = latest[i]
             if ints[s, _HELD] < history:
                 ints[s, _HELD] += 1
+            if whole != 0:  # a whole rollout records every sample
+                for i in range(13):
+                    log[s, ints[s, _LOGGED], i] = latest[i]
+                ints[s, _LOGGED] += 1
             code = _GOING
             if event:
-                code = _EVENT
+                code = _CORRECT if whole != 0 else _EVENT
             elif index % every_n == 0 or index >= n_steps:
                 if index >= n_steps:
                     code = _DONE
@@ -290,8 +300,11 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
                             hist[s], now, now - every_n, every_n, step_m, step_q)
                         ints[s, _CALM] = ints[s, _CALM] + 1 if calm else 0
                         if ints[s, _CALM] >= rest_checks:
-                            ints[s, _INDEX] = n_steps
-                            code = _DONE
+                            if whole != 0:
+                                code = _REST  # Python fills its samples to the horizon
+                            else:
+                                ints[s, _INDEX] = n_steps
+                                code = _DONE
             ints[s, _EXIT] = code
             if code != _GOING:
                 leaving += 1
@@ -303,7 +316,7 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, recent, recent_n,
                 if code != _GOING:
                     left[counts[1]] = s
                     counts[1] += 1
-                if code == _GOING or code == _CHECK:
+                if code == _GOING or code == _CHECK or code == _CORRECT:
                     order[kept] = s
                     kept += 1
             counts[0] = kept
@@ -338,14 +351,16 @@ _ERRORS = {-1: "a world step failed", -2: "the contact listing failed",
 class Slots:
     """The kernel's arrays for ``size`` copies of the world (one slot per copy)."""
 
-    def __init__(self, world, size: int, n_steps: int, guard) -> None:
+    def __init__(self, world, size: int, n_steps: int, guard, whole: bool = False) -> None:
         flight, rest = world.flight, world.rest
         self.bodies = list(world.copies[:size])
         self.slot = {body: s for s, body in enumerate(self.bodies)}
         self.slot_of = np.full(max(self.bodies + [world.scene.static_body]) + 1, -1, np.int64)
         for body, s in self.slot.items():
             self.slot_of[body] = s
-        self.ints = np.zeros((size, 9), np.int64)
+        self.ints = np.zeros((size, 10), np.int64)
+        self.whole = whole
+        self.log = np.zeros((size, n_steps + 2 if whole else 1, 13))  # a whole run's samples
         self.ints[:, _BODY] = self.bodies
         self.deepest = np.zeros(size)
         self.hist = np.full((size, _HISTORY + 1, 13), np.nan)
@@ -367,7 +382,8 @@ class Slots:
                              REST_SPEED_MPS * dt, 0.5 * REST_SPIN_RADPS * dt, *floats])
         self.flags = np.array([world.scene.static_body, n_steps, flight is not None, rest,
                                guard.every_contact_step, STATUS["step"], STATUS["state"],
-                               STATUS["contacts"], MEMORY_STEPS, CHECK_EVERY, REST_CHECKS],
+                               STATUS["contacts"], MEMORY_STEPS, CHECK_EVERY, REST_CHECKS,
+                               whole],
                               np.int64)
 
     @property
@@ -398,7 +414,7 @@ class Slots:
         self.ints[s, _INDEX:_RECENT + 1] = (p.index, p.stepped,
                                             p.rest.calm if p.rest is not None else 0,
                                             len(p.recent))
-        self.ints[s, _HELD] = len(kept)
+        self.ints[s, _HELD], self.ints[s, _LOGGED] = len(kept), 0
         for r, points in enumerate(p.recent):
             self.recent_n[s, r] = len(points)
             self.recent[s, r, :len(points)] = points
@@ -411,9 +427,14 @@ class Slots:
         s = self.slot[p.body]
         row = self.ints[s].tolist()
         p.index, p.stepped, p.deepest = row[_INDEX], row[_STEPPED], float(self.deepest[s])
-        held = min(row[_HELD], 2) if finished else row[_HELD]
-        p.raws = [((tuple(r[0:3]), tuple(r[3:7])), (tuple(r[7:10]), tuple(r[10:13])))
-                  for r in self.hist[s, _HISTORY - held:_HISTORY].tolist()]
+        if self.whole:  # every sample since the copy was loaded
+            p.raws.extend([((tuple(r[0:3]), tuple(r[3:7])), (tuple(r[7:10]), tuple(r[10:13])))
+                           for r in self.log[s, :row[_LOGGED]].tolist()])
+            self.ints[s, _LOGGED] = 0
+        else:
+            held = min(row[_HELD], 2) if finished else row[_HELD]
+            p.raws = [((tuple(r[0:3]), tuple(r[3:7])), (tuple(r[7:10]), tuple(r[10:13])))
+                      for r in self.hist[s, _HISTORY - held:_HISTORY].tolist()]
         if finished:
             return
         if p.rest is not None:
@@ -446,7 +467,8 @@ def run_kernel(handle: int, slots: Slots, longest: int, client: int) -> list:
     ``longest`` steps; those slots in order (their exit codes in ``slots.exits``). Raises
     :class:`CompiledPathError` naming a failed C call."""
     taken = _kernel_impl(_addresses(), handle, slots.cfg, slots.flags, slots.ints,
-                         slots.deepest, slots.hist, slots.recent, slots.recent_n, slots.touch,
+                         slots.deepest, slots.hist, slots.log, slots.recent, slots.recent_n,
+                         slots.touch,
                          slots.order, slots.counts, slots.left, slots.slot_of, slots.contacts,
                          slots.scratch, longest)
     if taken < 0:
