@@ -94,3 +94,26 @@ def test_predict_impact_samples_are_bounded_too(mcube_dir, tmp_path):
     assert code == 2 and "samples of the 210 impacts took" in err.strip().splitlines()[-1]
     code, _, err = quiet_main(*args, "--samples", "3")
     assert code == 0 and "[predict]" in err and (tmp_path / "p.npz").is_file()
+
+
+# rollout --samples/--particles/--events: the same rule (memory checked before, as it was).
+ROLLOUT = ["rollout", "--toss", "20", "--data", REAL]
+
+
+def test_rollout_counts_past_max_minutes_are_refused_with_the_estimate(tmp_path):
+    code, _, err = quiet_main(*ROLLOUT, "--samples", "5000", "--particles", "100000",
+                              "--max-minutes", "0.001", "--out", tmp_path / "r.npz")
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("residualsim: error: --samples 5000 with --particles 100000 x "
+                           "--events 3 would take about "), line
+    assert "(2 rollouts took" in line and "one event of 50 particles" in line
+    assert "--max-minutes 0.001" in line and not (tmp_path / "r.npz").exists()
+
+
+def test_rollout_prints_its_estimate(tmp_path):
+    code, _, err = quiet_main(*ROLLOUT, "--samples", "3", "--particles", "60", "--events", "1",
+                              "--out", tmp_path / "r.npz")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("[rollout]")]
+    assert len(lines) == 1 and "about" in lines[0] and (tmp_path / "r.npz").is_file()

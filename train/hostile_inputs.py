@@ -429,6 +429,11 @@ CASES: list[Case] = [
                     "--data", str(ROOT / "data" / "samples" / "contactnets-cube"), "--split",
                     "all", "--limit", "1", "--samples", "5000", "--max-minutes", "0.001",
                     "--out", str(d / "p.npz")], "would take about"),
+    Case("rollout --samples 5000 --particles 100000 --max-minutes 0.001 (ran on, no estimate)",
+         lambda d: ["rollout", "--toss", "20", "--data",
+                    str(ROOT / "data" / "samples" / "contactnets-cube"), "--samples", "5000",
+                    "--particles", "100000", "--max-minutes", "0.001", "--out",
+                    str(d / "r.npz")], "would take about"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from residualsim.atomic import check_output, check_plot_path
-from residualsim.cli.options import (add_allow_implausible, add_force, add_seed, add_workers,
-                                     count, json_line, state_option)
+from residualsim.cli.options import (add_allow_implausible, add_force, add_max_minutes,
+                                     add_seed, add_workers, count, json_line, state_option)
 from residualsim.data.bundled import PRETRAINED_CUBE
 
 
 def cmd_rollout(args: argparse.Namespace) -> None:
     """Stochastic rollouts and per-contact beliefs from one initial state (or toss)."""
     from residualsim.experiments.jobs import rollout_job
+    from residualsim.parallel.progress import stage_line
 
     check_output(args.out, force=args.force)
     if args.plot:
         check_output(args.plot, flag="--plot", force=args.force)
         check_plot_path(args.plot, out=args.out)
+    start = time.perf_counter()
     figures = rollout_job(args.model, args.out, state=args.state, toss=args.toss,
                           data=args.data, horizon_s=args.horizon, samples=args.samples,
                           particles=args.particles, events=args.events, seed=args.seed,
                           belief_method=args.belief_method,
                           n_workers=args.workers, residual=not args.no_residual,
-                          plot=args.plot)
+                          plot=args.plot, max_minutes=args.max_minutes,
+                          progress=lambda s: stage_line("rollout", f"about {s:.0f} s", start))
     json_line({"command": "rollout", **figures})
 
 
@@ -49,6 +53,8 @@ def register(commands) -> None:
     ro.add_argument("--particles", type=count(0), default=1000,
                     help="belief particles per contact event (0: no beliefs)")
     ro.add_argument("--events", type=count(1), default=3, help="contact events to follow")
+    add_max_minutes(ro, "--samples with --particles x --events (2 rollouts and one event of "
+                    "50 particles timed)")
     ro.add_argument("--belief-method", choices=("particles", "conjugate"), default="particles",
                     help="belief step: particles (default; --particles per event) or "
                          "conjugate (250 draws per event, each carrying 32 guard-scaled "

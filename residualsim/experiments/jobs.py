@@ -312,7 +312,9 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
                 toss: str | None = None, data: str | None = None,
                 horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
                 events: int = 3, seed: int = 0, n_workers: int = 1, residual: bool = True,
-                plot: PathLike | None = None, belief_method: str = "particles") -> dict:
+                plot: PathLike | None = None, belief_method: str = "particles",
+                max_minutes: float | None = None,
+                progress: Callable[[float], None] | None = None) -> dict:
     """Stochastic rollouts and per-contact beliefs from one initial state or recorded toss.
 
     ``state``: 13 numbers (position m, quaternion w-x-y-z, velocity m/s, angular velocity
@@ -321,8 +323,12 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     sampled positions and quaternions, the particles and mixture of each event) and, with
     ``plot``, the belief picture (PNG). ``belief_method``: the belief step
     (:func:`~residualsim.belief.propagation.propagate_belief`'s ``method``; with "conjugate"
-    the event particles are its draws' outcomes). Returns the command's figures.
+    the event particles are its draws' outcomes). The counts are bounded (issue 67): their
+    memory before the workers start, their time, with ``max_minutes`` or ``progress``, by
+    :func:`~residualsim.experiments.budget.check_rollout_time` (its estimate to
+    ``progress``; refused past ``max_minutes``). Returns the command's figures.
     """
+    from residualsim.experiments.budget import check_rollout_time
     from residualsim.atomic import atomic_open
     from residualsim.belief.plot import belief_plot
     from residualsim.belief.simulator import (MAX_HORIZON_S, StochasticSimulator,
@@ -378,10 +384,20 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     with StochasticSimulator(model, n_workers=n_workers, residual=residual) as simulator:
         if state.shape == (13,):
             state = toss_state(state[:3], state[3:7], state[7:10], state[10:13])
-        runs = simulator.rollout(state, horizon, samples=samples, seed=seed,
-                                 state_noise=toss is not None)  # a recorded state
-        steps = simulator.beliefs(state, n_events=events, n_particles=particles,
-                                  seed=seed, method=belief_method) if particles else []
+        def rollouts(count: int):
+            return simulator.rollout(state, horizon, samples=count, seed=seed,
+                                     state_noise=toss is not None)  # a recorded state
+
+        def beliefs(count: int, n_events: int = events):
+            return simulator.beliefs(state, n_events=n_events, n_particles=count, seed=seed,
+                                     method=belief_method)
+
+        if max_minutes or progress is not None:
+            check_rollout_time(rollouts, (lambda n: beliefs(n, 1)) if particles and
+                               belief_method == "particles" else None, samples, particles,
+                               events, max_minutes=max_minutes, progress=progress)
+        runs = rollouts(samples)
+        steps = beliefs(particles) if particles else []
     arrays = {"positions_m": runs.positions_m, "quat_wxyz": runs.quat_wxyz,
               "times_s": runs.times_s, "initial_state": state, "n_events": runs.n_events,
               "max_penetration_m": runs.max_penetration_m,
