@@ -117,3 +117,40 @@ def test_rollout_prints_its_estimate(tmp_path):
     assert code == 0, err
     lines = [line for line in err.splitlines() if line.startswith("[rollout]")]
     assert len(lines) == 1 and "about" in lines[0] and (tmp_path / "r.npz").is_file()
+
+
+# check-calibration --datasets: timed on its first data set (or those --out holds), refused
+# before the next past --max-minutes, the finished ones kept; a line before and after each.
+SBC = ["check-calibration", "--scene", "cube", "--datasets", "2", "--tosses", "3", "--samples",
+       "20", "--substeps", "2", "--mh-samples", "30", "--burn-in", "10", "--draws", "9",
+       "--bins", "5", "--workers", "1"]
+
+
+def test_check_calibration_bounds_its_data_sets_and_says_each(tmp_path, monkeypatch):
+    import json
+
+    out = tmp_path / "sbc.jsonl"
+    code, _, err = quiet_main(*SBC, "--max-minutes", "0.001", "--out", out)
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("residualsim: error: the 1 data sets left of --datasets 2 would "
+                           "take about "), line
+    assert "(data set 0 took" in line and f"{out} keeps it, a rerun resumes" in line
+    assert "--max-minutes 0.001: lower --datasets, --tosses, --mh-samples or --burn-in" in line
+    lines = [x for x in err.splitlines() if x.startswith("[check-calibration]")]
+    assert len(lines) == 2 and "0/2 data set 0 starting" in lines[0] and "1/2 data set 0 done" \
+        in lines[1], lines
+    assert len(out.read_text().splitlines()) == 1  # the finished data set kept, whole
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibrated before the estimate was checked")
+
+    monkeypatch.setattr("residualsim.sysid.calibrate.calibrate", no_calibration)
+    code, _, err = quiet_main(*SBC, "--max-minutes", "0.001", "--out", out)
+    assert code == 2 and "(data set 0 took" in err.strip().splitlines()[-1]  # from the file
+    monkeypatch.undo()
+    code, stdout, err = quiet_main(*SBC, "--max-minutes", "0", "--out", out)
+    assert code == 0, err
+    assert json.loads(stdout.strip().splitlines()[-1])["ran"] == 1
+    lines = [x for x in err.splitlines() if x.startswith("[check-calibration]")]
+    assert "1/2 data set 1 starting, about" in lines[0] and "2/2 data set 1 done" in lines[1]

@@ -434,6 +434,11 @@ CASES: list[Case] = [
                     str(ROOT / "data" / "samples" / "contactnets-cube"), "--samples", "5000",
                     "--particles", "100000", "--max-minutes", "0.001", "--out",
                     str(d / "r.npz")], "would take about"),
+    Case("check-calibration --datasets 50 --max-minutes 0.001 (150 s with no word, no cap)",
+         lambda d: ["check-calibration", "--scene", "cube", "--datasets", "50", "--tosses", "3",
+                    "--samples", "20", "--substeps", "2", "--mh-samples", "30", "--burn-in",
+                    "10", "--draws", "9", "--bins", "5", "--max-minutes", "0.001", "--out",
+                    str(d / "sbc.jsonl")], "a rerun resumes"),
     Case("--out under a file", lambda d: [
         "simulate", "--scene", "cube", "--data", str(SYNTHETIC), "--out",
         str(_touch(d / "file.txt") / "p.npz")], "is a file"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
-from residualsim.cli.options import (SCENE_HELP, add_envelope_options, add_seed, add_workers,
-                                     bounds_option, count, json_line, nonnegative_float)
+from residualsim.cli.options import (SCENE_HELP, add_envelope_options, add_max_minutes,
+                                     add_seed, add_workers, bounds_option, count, json_line,
+                                     nonnegative_float)
 from residualsim.errors import ParameterError
 
 DEFAULT_PARAMS = "lateral_friction,restitution"
@@ -45,6 +47,7 @@ def _table(figures: dict, names: list[str], draws: int) -> str:
 
 
 def cmd_check_calibration(args: argparse.Namespace) -> None:
+    from residualsim.parallel.progress import stage_line
     from residualsim.sysid.calibrate_options import DEFAULT_WEIGHTING, check_applicable
     from residualsim.sysid.sbc import simulation_based_calibration
 
@@ -70,18 +73,26 @@ def cmd_check_calibration(args: argparse.Namespace) -> None:
     if args.bootstrap is not None:
         options["bootstrap_replicates"] = args.bootstrap
 
+    start = time.perf_counter()
+
+    def starting(index: int, done: int, left: float | None) -> None:
+        about = "" if left is None else f", about {left:.0f} s left"
+        stage_line("check-calibration", f"{done}/{args.datasets} data set {index} starting"
+                   f"{about}", start)
+
     def progress(result: dict, done: int) -> None:
         truth = " ".join(f"{k}={v:.3f}" for k, v in result["truth"].items())
-        print(f"[check-calibration] {done}/{args.datasets} data set {result['index']}: "
-              f"truth {truth} ranks {result['rank']} {result['seconds']:.1f} s",
-              file=sys.stderr, flush=True)
+        stage_line("check-calibration", f"{done}/{args.datasets} data set {result['index']} "
+                   f"done: truth {truth} ranks {result['rank']} {result['seconds']:.1f} s",
+                   start)
 
     figures = simulation_based_calibration(
         args.scene, names, args.out, datasets=args.datasets, tosses=args.tosses,
         samples=args.toss_samples, noise_m=args.noise_m, noise_rad=args.noise_rad,
         substeps=args.substeps, bounds=bounds_option(args.bounds),
         draws=args.draws, bins=args.bins, seed=args.seed, n_workers=args.workers,
-        calibrate_options=options, progress=progress)
+        calibrate_options=options, progress=progress, starting=starting,
+        max_minutes=args.max_minutes)
     print(_table(figures, [k for k, v in figures.items() if isinstance(v, dict)], args.draws),
           file=sys.stderr, flush=True)
     json_line({"command": "check-calibration", "scene": args.scene, "method": args.method,
@@ -108,6 +119,8 @@ def register(commands) -> None:
                      "default parameter; required for any other parameter)")
     sub.add_argument("--datasets", type=count(1), default=20,
                      help="synthetic data sets, each one calibrate run (default 20)")
+    add_max_minutes(sub, "the data sets left (timed on the first run, or on those --out "
+                    "holds; refused before the next, the finished ones kept)")
     sub.add_argument("--tosses", type=count(1), default=6,
                      help="synthetic tosses per data set (default 6)")
     sub.add_argument("--samples", dest="toss_samples", metavar="N", type=count(2), default=50,

@@ -189,13 +189,39 @@ def _envelope(summary: Mapping) -> dict | None:
                                        if k not in ("transform_unit", "magnitude_w")}
 
 
+def _seconds_left(results: Sequence[Mapping], datasets: int) -> float | None:
+    """The data sets left to run times the mean seconds of those run (None: none timed)."""
+    seconds = [r["seconds"] for r in results if r.get("seconds") is not None]
+    if not seconds:
+        return None
+    left = datasets - sum(1 for r in results if r["index"] < datasets)
+    return float(np.mean(seconds)) * left
+
+
+def _check_time(left_s: float, results: Sequence[Mapping], datasets: int, path: Path,
+                options: Mapping, max_minutes: float | None) -> None:
+    """ParameterError when the data sets left would take longer than ``max_minutes``."""
+    from residualsim.parallel import require_time
+
+    timed = [r["seconds"] for r in results if r.get("seconds") is not None]
+    count = datasets - sum(1 for r in results if r["index"] < datasets)
+    mh = options.get("method", "mh") == "mh"
+    require_time(left_s, max_minutes, f"the {count} data sets left of --datasets {datasets}",
+                 (f"data set {results[0]['index']} took {timed[0]:.3g} s" if len(timed) == 1
+                  else f"{len(timed)} took {np.mean(timed):.3g} s each on average") +
+                 f"; {path} keeps {'it' if len(results) == 1 else 'them'}, a rerun resumes",
+                 "lower --datasets, --tosses" + (", --mh-samples or --burn-in" if mh else ""))
+
+
 def simulation_based_calibration(
         scene: str, names: Sequence[str], out_jsonl: str | os.PathLike[str], *,
         datasets: int = 20, tosses: int = 6, samples: int = 50, noise_m: float = 0.002,
         noise_rad: float = 0.0, substeps: int | None = None,
         bounds: Mapping[str, Sequence[float]] | None = None, draws: int = 19, bins: int = 5,
         seed: int = 0, n_workers: int = 1, calibrate_options: Mapping[str, Any] | None = None,
-        progress: Callable[[dict, int], None] | None = None) -> dict[str, Any]:
+        progress: Callable[[dict, int], None] | None = None,
+        starting: Callable[[int, int, float | None], None] | None = None,
+        max_minutes: float | None = None) -> dict[str, Any]:
     """Run SBC of :func:`~residualsim.sysid.calibrate.calibrate` on ``scene`` and return
     :func:`report`'s figures (with ``out`` and ``ran``, the data sets run now).
 
@@ -227,6 +253,15 @@ def simulation_based_calibration(
         ``samples``, ``burn_in``, ``chains``, ``weighting``, ``rugged_weight``...
     progress : callable (result line, data sets done), optional
         Called after each data set.
+    starting : callable (index, data sets done, estimated seconds left or None), optional
+        Called before each data set.
+    max_minutes : float, optional
+        The data sets' count bounded (issue 67): once a data set's time is known (the first
+        run now, or those in ``out_jsonl``: the short first measurement), the data sets left
+        are estimated at their mean time each and a ParameterError (naming the estimate,
+        ``--datasets``, the file that keeps the finished ones and the options to change) is
+        raised before the next one when they exceed this (None or 0: no limit; the rule:
+        :func:`residualsim.parallel.require_time`).
     """
     from residualsim.atomic import atomic_write_text
 
@@ -245,10 +280,16 @@ def simulation_based_calibration(
     path = Path(out_jsonl)
     results = read_results(path, config)
     done = {r["index"] for r in results}
-    ran = 0
+    ran, checked = 0, False
     for index in range(datasets):
         if index in done:
             continue
+        left = _seconds_left(results, datasets)
+        if left is not None and not checked:
+            checked = True
+            _check_time(left, results, datasets, path, options, max_minutes)
+        if starting is not None:
+            starting(index, len(results), left)
         result = one_dataset(scene, names, index, config, n_workers=n_workers)
         results.append(result)
         ran += 1
