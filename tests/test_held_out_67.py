@@ -48,3 +48,43 @@ def test_the_validation_split_fitted_with_split_all_is_not_counted_as_held_out()
     assert data.validation  # the validation split's ids: fitted with split "all"
     assert data.held_out_counts() == {"validation": 0, "unused_training": 5}
     assert set(data.held_out) == set(data.unused) and not set(data.held_out) & set(data.train)
+
+
+def _guard(monkeypatch, names):
+    """held_out_guard with its rollouts replaced: each candidate's figure as given."""
+    from residualsim.sim.scenes import EngineParams
+    from residualsim.sysid import held_out
+
+    figures = {"calibrated": 0.0826, "contact": 0.0779, "default": 0.1}
+    monkeypatch.setattr(held_out, "held_out_figures", lambda scene, kind, validation, params,
+                        *args: {k: {"position_rmse_m": figures[k]} for k in params})
+    monkeypatch.setattr(held_out, "body_of",  # a body of its own, but PyBullet's defaults
+                        lambda params: None if params == EngineParams() else object())
+    monkeypatch.setattr(held_out.ObjectParams, "of",
+                        staticmethod(lambda params, body: EngineParams(restitution=0.5)))
+    return held_out.held_out_guard("cube", "trajectories", None, EngineParams(restitution=0.4),
+                                   names, None, 1, method="lsq")
+
+
+def test_the_guard_says_which_candidates_it_compared_and_which_it_did_not(monkeypatch):
+    """Issue 67: "compares against the best contact-only fit, not only the run's own". The
+    'contact' candidate is the URDF's body with the contact fitted beside the body, not a
+    contact-only fit: the summary and standard error say what was compared and what not."""
+    from residualsim.sysid.held_out import held_out_note
+
+    _, entry, _ = _guard(monkeypatch, ["lateral_friction", "restitution", "body.ixx"])
+    assert list(entry["held_out_compared"]) == ["calibrated", "contact", "default"]
+    assert "URDF body with the calibrated contact" in entry["held_out_compared"]["contact"]
+    assert entry["held_out_not_compared"].startswith("a contact-only fit with the URDF's body")
+    assert "calibrate --params lateral_friction,restitution fits one" in \
+        entry["held_out_not_compared"]
+    note = held_out_note({**entry, "validation": {k: {"position_rmse_m": 0.1} for k in
+                                                  entry["held_out_compared"]}})
+    assert "held-out guard compared calibrated: " in note and "not compared: a contact-only" \
+        in note
+
+
+def test_without_body_names_nothing_is_said_not_compared(monkeypatch):
+    _, entry, _ = _guard(monkeypatch, ["lateral_friction", "restitution"])
+    assert list(entry["held_out_compared"]) == ["calibrated", "default"]
+    assert "held_out_not_compared" not in entry

@@ -504,6 +504,9 @@ CASES: list[Case] = [
                 lambda c: c["feature_std"].__setitem__(0, 0.0), "feature_std"),
     _model_case("model: substeps 2.5 (read as 2, exit 0)", "model.json",
                 lambda c: c["settings"].update(substeps=2.5), "substeps 2.5"),
+    Case("calibrate contact+body: the guard's 'contact' candidate passed off as the best "
+         "contact-only fit", lambda d: lambda: _contact_and_body(d),
+         "not compared: a contact-only fit", expect=0),
     # the library's belief API (a call, not a command)
     Case("API: GaussianMixtureBelief.gaussian(state, [0.0] * 12) propagated (LinAlgError)",
          lambda d: lambda: _propagate([0.0] * 12), "1 belief step", expect=0),
@@ -536,6 +539,22 @@ def _propagate(std: list[float], n_workers: int = 1) -> str:
     model = ResidualModel.load(ROOT / "data" / "pretrained" / "cube-contactnets")
     steps = propagate_belief(model, belief, n_events=1, n_particles=10, n_workers=n_workers)
     return f"{len(steps)} belief step, {steps[0].summary()['accepted']} particles accepted"
+
+
+def _contact_and_body(folder: Path) -> str:
+    """calibrate --params contact,body on the synthetic cube (a scene file): which
+    candidates the held-out guard compared, and what it did not (summary.json)."""
+    from residualsim.sysid.calibrate import calibrate
+
+    logging.disable(logging.WARNING)  # its warnings (a short budget) are not the case
+    try:
+        summary = calibrate(str(_cube_scene(folder)), SYNTHETIC,
+                            ["lateral_friction", "restitution", "body"], folder / "cal",
+                            method="lsq", budget=12, split="train", plots=False, ground=False)
+    finally:
+        logging.disable(logging.NOTSET)
+    return (f"compared {', '.join(summary['held_out_compared'])}; not compared: "
+            f"{summary['held_out_not_compared']}")
 
 
 def _continuous_in_degrees(folder: Path) -> Path:

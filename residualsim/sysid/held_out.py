@@ -18,6 +18,15 @@ candidate rolls the recordings with recorded velocities out from first poses fit
 their free flight with its own parameters, not from the noisy recorded ones
 (train/README.md §22).
 
+What the guard does *not* compare (issue 67 asked for "the best contact-only fit"): a
+contact fitted alone with the URDF's body. The ``contact`` candidate keeps the contact
+fitted beside the body, which may have absorbed the body's error; a contact-only fit of its
+own is a second calibration (with lsq at least its contact stage, up to 12 (k + 1) sets of
+short rollouts of the training split; with MH a second chain), not run here. Where the
+``contact`` candidate is compared, the summary says so (``held_out_compared``, each
+candidate described, and ``held_out_not_compared``, the contact-only fit and how to run
+it), and so does :func:`held_out_note` on standard error.
+
 The score is the validation position RMSE (m) for trajectories and the RMSE of the planar
 post-impact velocities (dx, dy, k dtheta; m/s) for impacts; a tie (within
 :data:`TIE_RELATIVE` or :data:`TIE_ABSOLUTE`) keeps the calibrated set.
@@ -35,7 +44,7 @@ from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.sysid.bodyspace import is_body_name
 
 __all__ = ["held_out_figures", "held_out_guard", "guard_candidates", "choose_candidate",
-           "held_out_note", "GUARD_KEYS", "TIE_RELATIVE", "TIE_ABSOLUTE"]
+           "held_out_note", "GUARD_KEYS", "TIE_RELATIVE", "TIE_ABSOLUTE", "NOT_COMPARED"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,11 @@ TIE_RELATIVE, TIE_ABSOLUTE = 1e-6, 1e-9
 _DESCRIBED = {"calibrated": "the calibrated parameters",
               "contact": "the object's own URDF body with the calibrated contact",
               "default": "the engine's defaults"}
+#: ``held_out_not_compared`` where the ``contact`` candidate is compared (module doc);
+#: ``{names}``: the calibrated contact names.
+NOT_COMPARED = ("a contact-only fit with the URDF's body (the 'contact' candidate keeps the "
+                "contact fitted beside the body, not fitted alone): calibrate --params "
+                "{names} fits one, to compare its held-out figures with these")
 
 
 def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str, EngineParams],
@@ -163,6 +177,10 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
     reference = figures["default"].get(key, math.nan)
     entry: dict[str, Any] = {
         "validation": figures,
+        "held_out_compared": {label: _DESCRIBED[label] for label in figures},
+        **({"held_out_not_compared": NOT_COMPARED.format(names=",".join(
+            n for n in names if not is_body_name(n)) or "<contact names>")}
+           if "contact" in figures else {}),
         "held_out_ratio_to_default": {
             label: (f.get(key, math.nan) / reference if reference > 0 else
                     (1.0 if f.get(key) == reference else math.inf))
@@ -215,6 +233,10 @@ def held_out_note(summary: Mapping[str, Any], export: str | None = None) -> str 
                        for label, f in figures.items() if key in f)
     choice = summary.get("held_out_choice")
     line = f"{what}: {scores}" + (f"; kept: {choice}" if choice else "")
+    if summary.get("held_out_not_compared"):  # what "contact" is, and what it is not
+        line += ("\nheld-out guard compared " + "; ".join(
+            f"{label}: {text}" for label, text in summary["held_out_compared"].items()) +
+            f"; not compared: {summary['held_out_not_compared']}")
     if export and choice and choice != "calibrated":
         line += (f"\n--export-urdf {export}: wrote the {choice} set, not the calibrated one "
                  "(worse on validation; --keep-calibrated writes it)")
