@@ -231,9 +231,10 @@ def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
         _say(body_note)
     number += 1
     trained = run.stage("train", number, total, {"budget": budgets["train"],
+                                                 "recordings": budgets["fit_recordings"],
                                                  "calibration": chosen.name},
                         lambda: _train(scene, data, out, chosen, budgets["train"], n_workers,
-                                       seed))
+                                       seed, budgets["fit_recordings"]))
     number += 1
     samples = budgets["samples"]
     judged = run.stage("judge", number, total, {"split": "test", "samples": samples},
@@ -293,12 +294,13 @@ def _brief(summary: dict) -> dict:
 
 
 def _train(scene, data, out: Path, calibration: Path, budget: int, n_workers: int,
-           seed: int) -> dict:
+           seed: int, recordings: int) -> dict:
     from residualsim.residual.train import TrainingConfig, run_training
 
     config = TrainingConfig(budget=budget, hidden=(6,), seed=seed)
     figures = run_training(scene, data, out, calibration=calibration, config=config,
-                           n_workers=n_workers, resume=True, command="twin")
+                           n_workers=n_workers, resume=True, command="twin",
+                           max_trajectories=recordings, uncertainty_recordings=recordings)
     return {k: v for k, v in figures.items() if isinstance(v, (int, float, str, bool))
             or v is None}
 

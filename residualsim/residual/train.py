@@ -434,7 +434,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
                  fractions: tuple[float, float, float] | None = None,
                  split_lists: dict | None = None,
                  fit_uncertainty: bool = True, observation_noise: bool = False,
-                 init: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                 init: str | os.PathLike[str] | None = None,
+                 uncertainty_recordings: int | None = None) -> dict[str, Any]:
     """The training job: recordings → splits → (calibrated) engine → :func:`train_residual`
     → (``fit_uncertainty``, default) the state noise and the spread
     (:func:`residualsim.residual.uncertainty_fit.fit_uncertainty`: state noise from the
@@ -455,6 +456,8 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     whose network (weights, feature scaling, impulse unit; its spread folded into the
     scales) is the start instead of a fresh one, and whose contact guard replaces
     ``config.guard``; the engine, state noise and pose noise are still those above.
+    ``uncertainty_recordings``: the state noise is estimated from the first N training
+    recordings only (default all; each costs an engine refit of its initial state).
     Returns the figures.
     """
     from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
@@ -542,7 +545,9 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
         from residualsim.residual.uncertainty_fit import fit_uncertainty as fit
 
         checkpoint = Path(out) / "uncertainty-fit.checkpoint.json"
-        model, record = fit(model, {k: trajectories[k] for k in parts["train"]}, validation
+        noise_ids = parts["train"][:uncertainty_recordings] if uncertainty_recordings \
+            else parts["train"]
+        model, record = fit(model, {k: trajectories[k] for k in noise_ids}, validation
                             or train, fit_spread, seed=config.seed, n_workers=n_workers,
                             checkpoint=checkpoint)
         figures.update(spread=record["spread"], state_noise_factor=record["state_noise_factor"],
