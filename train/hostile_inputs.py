@@ -507,6 +507,8 @@ CASES: list[Case] = [
     Case("calibrate contact+body: the guard's 'contact' candidate passed off as the best "
          "contact-only fit", lambda d: lambda: _contact_and_body(d),
          "not compared: a contact-only fit", expect=0),
+    Case("calibrate --export-urdf: weak and determined parameters look alike in the file",
+         lambda d: lambda: _exported_note(d), "weak, not determined", expect=0),
     # the library's belief API (a call, not a command)
     Case("API: GaussianMixtureBelief.gaussian(state, [0.0] * 12) propagated (LinAlgError)",
          lambda d: lambda: _propagate([0.0] * 12), "1 belief step", expect=0),
@@ -555,6 +557,28 @@ def _contact_and_body(folder: Path) -> str:
         logging.disable(logging.NOTSET)
     return (f"compared {', '.join(summary['held_out_compared'])}; not compared: "
             f"{summary['held_out_not_compared']}")
+
+
+def _exported_note(folder: Path) -> str:
+    """calibrate --params contact,body --keep-calibrated --export-urdf on the synthetic
+    cube: the exported URDF's note on what the data determined, its lines joined."""
+    from residualsim.cli import main
+
+    logging.disable(logging.WARNING)  # its warnings (a short budget) are not the case
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+                io.StringIO()):
+            main(["calibrate", "--scene", str(_cube_scene(folder)), "--data", str(SYNTHETIC),
+                  "--params", "lateral_friction,body", "--method", "lsq", "--budget", "12",
+                  "--no-ground", "--quiet", "--keep-calibrated", "--out",
+                  str(folder / "cal"), "--export-urdf", str(folder / "out.urdf")])
+    finally:
+        logging.disable(logging.NOTSET)
+    text = (folder / "out.urdf").read_text()
+    if "<!-- residualsim calibrate:" not in text:
+        return "the exported URDF says nothing of what was determined"
+    note = text.split("<!--", 1)[1].split("-->", 1)[0]
+    return " | ".join(line.strip() for line in note.splitlines()[1:3])
 
 
 def _continuous_in_degrees(folder: Path) -> Path:

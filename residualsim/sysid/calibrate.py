@@ -38,6 +38,7 @@ from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
                                          default_covariance)
 from residualsim.sysid.calibrate_options import check_applicable, check_options
 from residualsim.sysid.calibration_data import load_calibration_data
+from residualsim.sysid.determined import urdf_note
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.lsq import lsq_pilot
 from residualsim.sysid.likelihood import (ImpactLikelihood, StagedLikelihood,
@@ -522,7 +523,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     }
     atomic_write_text(out / "summary.json", json.dumps(_json_safe(summary), indent=2))
     if export_urdf is not None:
-        export_calibrated_urdf(scene, params, export_urdf)
+        export_calibrated_urdf(scene, params, export_urdf, note=urdf_note(summary))
         if guard.get("held_out_choice", "calibrated") != "calibrated":
             log.warning("%s: --export-urdf %s holds the %s set, not the calibrated one "
                         "(worse on validation; --keep-calibrated writes it)", out, export_urdf,
@@ -530,17 +531,18 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     return summary
 
 
-def export_calibrated_urdf(scene: str, params: EngineParams,
-                           out: str | os.PathLike[str]) -> Path:
+def export_calibrated_urdf(scene: str, params: EngineParams, out: str | os.PathLike[str],
+                           note: str | None = None) -> Path:
     """Write the scene's URDF with ``params``' body (if any) and contact coefficients in
-    each link's ``<contact>`` element (:func:`residualsim.sim.scenes.body.write_urdf`)."""
+    each link's ``<contact>`` element (:func:`residualsim.sim.scenes.body.write_urdf`);
+    ``note`` its first comment (calibrate: :func:`~residualsim.sysid.determined.urdf_note`)."""
     from residualsim.sim.scenes.body import write_urdf
 
     spec = getattr(make_scene(scene), "spec", None)
     if spec is None:
         raise ParameterError(f"scene {scene!r} is built in: --export-urdf needs an object "
                              "from a scene file or URDF")
-    return write_urdf(spec.urdf, out, body=body_of(params), contact=params)
+    return write_urdf(spec.urdf, out, body=body_of(params), contact=params, note=note)
 
 
 def _json_safe(value: Any) -> Any:

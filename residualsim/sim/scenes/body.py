@@ -254,13 +254,16 @@ def check_body_matches(source: str | os.PathLike[str], body: BodyParams) -> None
 
 def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
               contact: "EngineParams | None" = None,
-              written: str | os.PathLike[str] | None = None) -> str:
+              written: str | os.PathLike[str] | None = None, note: str | None = None) -> str:
     """The URDF ``source`` with ``body``'s inertials and joint dynamics and, with
     ``contact``, each link's ``<contact>`` coefficients (the effective pair values against a
     rigid table of friction 1, restitution 1). Links, joints, collision and visual shapes are
     unchanged; mesh names are rewritten to resolve from the file ``written`` (None: absolute
     paths; :func:`~residualsim.sim.scenes.meshes.point_meshes`), SceneError naming
-    ``source`` and a mesh that cannot be found."""
+    ``source`` and a mesh that cannot be found. ``note``: an XML comment put first in
+    ``<robot>`` (any ``--`` written ``- -``), replacing a first comment that begins as it
+    does (up to its first colon), so a re-export keeps one (calibrate: what the data
+    determined)."""
     source = Path(source).resolve()
     tree = _parse(source)
     root = tree.getroot()
@@ -304,17 +307,25 @@ def urdf_text(source: str | os.PathLike[str], body: BodyParams | None = None,
                            ("damping", contact.contact_damping)]
             for tag, value in values:
                 ElementTree.SubElement(element, tag, value=_fmt(value))
+    if note is not None:
+        first = next(iter(root), None)
+        mark = note.split(":")[0].strip()
+        if first is not None and first.tag is ElementTree.Comment and mark and \
+                (first.text or "").strip().startswith(mark):
+            root.remove(first)
+        root.insert(0, ElementTree.Comment(note.replace("--", "- -")))
     ElementTree.indent(tree)
     return '<?xml version="1.0"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
 
 
 def write_urdf(source: str | os.PathLike[str], out: str | os.PathLike[str],
-               body: BodyParams | None = None, contact: "EngineParams | None" = None) -> Path:
+               body: BodyParams | None = None, contact: "EngineParams | None" = None,
+               note: str | None = None) -> Path:
     """Write :func:`urdf_text` to ``out`` (mesh names resolving from there), kept only once
     PyBullet has loaded it from there: SceneError naming ``out`` and PyBullet's reason
     otherwise, and nothing written (not even a missing parent folder)."""
     out = Path(out)
-    text = urdf_text(source, body, contact, written=out)
+    text = urdf_text(source, body, contact, written=out, note=note)
     made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]
     try:
         with atomic_open(out, check=functools.partial(_check_loads, out)) as handle:
