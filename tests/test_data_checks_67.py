@@ -86,7 +86,7 @@ def test_the_rest_height_is_measured_against_the_table_and_reported(tmp_path):
     assert high["rest_gap_m"]["median"] == pytest.approx(real["rest_gap_m"]["median"] + 0.006,
                                                          abs=2e-4)
     assert "sits 3.9 mm above the table at z = 0" in high["rest_note"]
-    assert "count as free flight" in high["rest_note"]
+    assert "rest and slides are not taken for free flight" in high["rest_note"]
     assert all(f["rest_gap_mm"] is not None for f in high["files"])
 
 

@@ -98,8 +98,9 @@ def describe_for_scene(path: PathLike, scene: str, body: bool = False,
                 f"{'above' if gap > 0 else 'into'} the table at z = 0 (median of the "
                 f"recordings ending at rest): their table or frame is offset (calibrate sets "
                 f"table_height_m from the rest phases)" + (
-                    f"; rests over {1e3 * CONTACT_TOLERANCE_M:g} mm above it count as free "
-                    "flight in these checks" if gap > CONTACT_TOLERANCE_M else ""))
+                    "; these checks measure contact from each recording's own rest, so its "
+                    "rest and slides are not taken for free flight" if gap >
+                    CONTACT_TOLERANCE_M else ""))
             log.warning("%s: %s", path, description["rest_note"])
     if fits:
         description["initial_state_fit_rms_m"] = {"fitted": len(fits),

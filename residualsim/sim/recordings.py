@@ -12,8 +12,9 @@ where recordings meet a scene:
    fitted by the engine itself: the first samples in free flight (before the first sample
    where the object comes within ``CONTACT_TOLERANCE_M`` of the table, or where its
    distance to the table has a minimum below ``BOUNCE_DISTANCE_M``: a fast bounce can fall
-   between two samples; a geometric test on the URDF's collision shapes at the recorded
-   poses) are matched by a rollout from
+   between two samples; or where it is level within that of the table: a rest or a slide
+   above an offset table, :func:`~residualsim.sim.plausibility.level_at`; a geometric test
+   on the URDF's collision shapes at the recorded poses) are matched by a rollout from
    the fitted initial pose and velocities (``scipy.optimize.least_squares``, Levenberg-
    Marquardt, over windows of 8, 16 and then all free samples, each warm-started from the
    last, so a fast-spinning object does not settle in a local minimum; residuals:
@@ -57,7 +58,8 @@ from residualsim.errors import DataError, ParameterError
 from residualsim.sim.engine import Engine
 from residualsim.sim.implausible import allow_implausible, implausible_allowed, refuse_implausible
 from residualsim.sim.plausibility import (check_gravity, check_joint_units,
-                                          check_quaternion_order, check_velocity_point)
+                                          check_quaternion_order, check_velocity_point,
+                                          level_at)
 from residualsim.sim.rotations import quat_relative_rotvec, rotate_by_rotvec
 from residualsim.sim.rollout import recording_settings
 from residualsim.sim.scenes import make_scene
@@ -375,14 +377,14 @@ def free_flight_samples(engine: Engine, trajectory: Trajectory,
     """Number of leading samples before the first contact (see the module docstring), at
     most ``max_samples`` (the initial-state fit's :data:`MAX_FREE_SAMPLES`; ``data info``
     looks over a window in seconds)."""
-    scene = engine.scene
-    distances = []
+    scene, distances = engine.scene, []
     for index in range(min(trajectory.n_samples, max_samples + 1)):
         engine.reset(scene.state_from_trajectory(trajectory, index))
         near = pb.getClosestPoints(scene.body, scene.static_body, BOUNCE_DISTANCE_M,
                                    scene.link, -1, physicsClientId=engine.client)
         distance = min((p[8] for p in near), default=np.inf)
-        if distance <= tolerance_m:
+        if distance <= tolerance_m or (distance < BOUNCE_DISTANCE_M  # or level above it
+                                       and level_at(trajectory, index, 2 - scene.planar)):
             return index
         if len(distances) >= 2 and distances[-2] > distances[-1] < distance \
                 and distances[-1] < BOUNCE_DISTANCE_M:

@@ -23,7 +23,12 @@ before the next contact, as for the first flight, and a run shorter than
 :data:`MIN_SEGMENT_SAMPLES` is dropped. The test needs no dynamics, so it does not depend
 on the parameters being fitted (the engine's rollout would: a wrong body bounces
 elsewhere), and it holds on real recordings as on synthetic ones. Rest and sliding are
-contact (every sample within 2 mm), so neither is ever taken for flight.
+contact (every sample within 2 mm), so neither is ever taken for flight; nor is a rest
+or a slide or tumble above the table (an offset table or frame), which was: distances
+are measured from the recording's rest when it ends at rest above the table
+(:func:`~residualsim.sim.plausibility.rest_offset_m`), and a sample whose height is level
+within :data:`~residualsim.sim.recordings.BOUNCE_DISTANCE_M` of the table is contact
+(:func:`~residualsim.sim.plausibility.level_at`).
 
 **Initial states.** A later flight's first state is unknown as a recording's first one is:
 for a recording of poses only, its velocities were estimated from the poses (finite
@@ -48,8 +53,9 @@ import numpy as np
 from residualsim.data.trajectory import Trajectory
 from residualsim.sim.bullet import pb
 from residualsim.sim.engine import Engine
+from residualsim.sim.plausibility import level_at, rest_offset_m
 from residualsim.sim.recordings import (BOUNCE_DISTANCE_M, CONTACT_TOLERANCE_M,
-                                        MAX_FREE_SAMPLES, fit_starts)
+                                        MAX_FREE_SAMPLES, fit_starts, table_distance_m)
 from residualsim.sim.scenes import EngineParams, EngineSettings
 
 __all__ = ["flight_segments", "later_flights", "segment_of", "LEAD_SAMPLES",
@@ -81,10 +87,14 @@ def later_flights(engine: Engine, trajectory: Trajectory) -> list[tuple[int, int
     """The module doc's later flights of ``trajectory`` as (first, end) sample indices
     (end exclusive: the next contact's sample or the recording's end), in time order; at
     most :data:`~residualsim.sim.recordings.MAX_FREE_SAMPLES` each."""
-    distance = _distances(engine, trajectory)
+    distance = _distances(engine, trajectory) - rest_offset_m(  # from a rest above the table
+        engine, trajectory, table_distance_m, CONTACT_TOLERANCE_M, BOUNCE_DISTANCE_M)
     contact = distance <= CONTACT_TOLERANCE_M
     inner = distance[1:-1]
     contact[1:-1] |= (inner < BOUNCE_DISTANCE_M) & (distance[:-2] > inner) & (inner < distance[2:])
+    contact |= (distance < BOUNCE_DISTANCE_M) & np.array(  # resting or sliding above it
+        [level_at(trajectory, i, 2 - engine.scene.planar) for i in range(len(distance))],
+        dtype=bool)
     touched = np.flatnonzero(contact)
     if not len(touched):
         return []
