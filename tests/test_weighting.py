@@ -124,7 +124,8 @@ def test_calibrate_sandwich_gives_intervals_around_the_truth(tmp_path):
     summary = calibrate("cube", tmp_path / "data", names, tmp_path / "cal",
                         method="sandwich", split="all", substeps=5, chains=1, plots=False)
     covariance = np.array(summary["sandwich"]["covariance_unit"])
-    assert np.all(np.linalg.eigvalsh(covariance) > 0) and summary["warnings"] == []
+    assert np.all(np.linalg.eigvalsh(covariance) > 0)  # and no warning but the guard's own:
+    assert all(w.startswith("the held-out guard did not run") for w in summary["warnings"])
     for name in names:
         assert summary["q05"][name] < summary["median"][name] < summary["q95"][name]
         half = (summary["q95"][name] - summary["q05"][name]) / 2
@@ -174,7 +175,7 @@ def test_an_interrupted_sandwich_calibration_resumes_from_its_finished_stages(tm
                         **options)
     assert pilots == []
     assert resumed["median"] == whole["median"] and resumed["q95"] == whole["q95"]
-    with pytest.raises(ParameterError, match="other settings"):
+    with pytest.raises(ParameterError, match="not this run"):
         calibrate("cube", tmp_path / "data", ["lateral_friction"], tmp_path / "cut",
                   resume=True, **options)
 

@@ -189,7 +189,7 @@ def register(commands) -> None:
     bbel.add_argument("--repeats", type=count(1), default=1, help="time each method's belief "
                       "steps and their bare loop N times in turn: medians, ranges (default 1)")
     bbel.add_argument("--loops", type=loop_names, help="with --methods: each method once per "
-                      "rollout loop in the same run: compiled and/or python")
+                      "rollout loop, compiled and/or python (default: the switch's one)")
     bbel.set_defaults(run=cmd_bench_beliefs)
 
     bid = bench_commands.add_parser(

@@ -59,6 +59,8 @@ SUMMARY_FILE = "summary.json"
 #: 2 workers on this 2-core machine, shared, ran an lsq evaluation of 42 hinge recordings
 #: (110 samples, 10 substeps) in 3.3 s, a training evaluation with its validation in 8 s.
 _STEP_S = 3.0e-5
+#: Fewest training recordings the residual sees (its contact events are what it learns from).
+_MIN_TRAIN = 12
 #: A training evaluation's cost over a least-squares evaluation's (validation, the fit of
 #: the state noise and spread at the end).
 _TRAIN_COST = 2.5
@@ -129,6 +131,7 @@ def _budgets(trajectories: dict, train_ids: list[str], substeps: int, links: int
         shares = {k: v + spare * v / sum(shares.values()) for k, v in shares.items()}
     seconds = {k: v * minutes * 60.0 for k, v in shares.items()}
     budget = {"contact": int(np.clip(seconds["contact"] / evaluation_s, 20, 200)),
+              "train_recordings": max(fit, min(len(train_ids), _MIN_TRAIN)),
               "train": int(np.clip(seconds["train"] / (evaluation_s * _TRAIN_COST), 16, 600)),
               "fit_recordings": fit}
     if body:
@@ -231,10 +234,10 @@ def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
         _say(body_note)
     number += 1
     trained = run.stage("train", number, total, {"budget": budgets["train"],
-                                                 "recordings": budgets["fit_recordings"],
+                                                 "recordings": budgets["train_recordings"],
                                                  "calibration": chosen.name},
                         lambda: _train(scene, data, out, chosen, budgets["train"], n_workers,
-                                       seed, budgets["fit_recordings"]))
+                                       seed, budgets["train_recordings"]))
     number += 1
     samples = budgets["samples"]
     judged = run.stage("judge", number, total, {"split": "test", "samples": samples},
