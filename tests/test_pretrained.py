@@ -53,10 +53,12 @@ def test_shipped_model_card_figures_reproduce_on_held_out_real_tosses(contactnet
                                                   residual=residual)
         scores[residual] = score_trajectories(predictions, held_out).aggregate()
     card = json.loads((MODEL / "card.json").read_text())["held_out"]["validation"]
-    # The figures in the card are what this code computes (same data, deterministic).
+    # The figures in the card are what this code computes (same data, deterministic) up to
+    # the last bits the CPU's numpy/torch kernels give, which contacts amplify: on another
+    # machine (AMD EPYC) the landed code was 1.1e-6 relative off the card, so 1e-5, not 1e-9.
     for residual, key in ((True, "residual"), (False, "engine")):
         for figure in ("position_rmse_m", "rotation_error_deg"):
-            assert scores[residual][figure] == pytest.approx(card[key][figure], rel=1e-9)
+            assert scores[residual][figure] == pytest.approx(card[key][figure], rel=1e-5)
     # validation chose the residual: never worse than its engine (equal when no candidate
     # beat the engine and the mean correction stayed zero, as for the shipped model)
     assert scores[True]["position_rmse_m"] <= scores[False]["position_rmse_m"] + 1e-12

@@ -56,4 +56,5 @@ def test_five_substep_card_figures_reproduce_on_validation(contactnets_dir):
     for residual, key in ((True, "residual"), (False, "engine")):
         predictions, _ = predict_trajectories(model, held_out, n_workers=2, residual=residual)
         rmse = score_trajectories(predictions, held_out).aggregate()["position_rmse_m"]
-        assert rmse == pytest.approx(card[key]["position_rmse_m"], rel=1e-9)
+        # 1e-5 relative: the last bits follow the CPU's kernels (tests/test_pretrained.py)
+        assert rmse == pytest.approx(card[key]["position_rmse_m"], rel=1e-5)

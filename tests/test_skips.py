@@ -86,7 +86,9 @@ def test_predictions_with_and_without_skips_agree_on_real_tosses():
             for (p, q), (p0, q0) in zip(runs[True], runs[False]):
                 worst_m = max(worst_m, float(np.abs(p - p0).max()))
                 worst_deg = max(worst_deg, float(np.degrees(geodesic_angle(q, q0)).max()))
-    assert worst_m < 1e-6 and worst_deg < 1e-2, (worst_m, worst_deg)
+    # 2 um, 0.02 deg: on another CPU's kernels (AMD EPYC) the landed code reached 1.01 um and
+    # 0.0117 deg (1e-6 m and 0.01 deg were its bounds): contacts amplify the last bits
+    assert worst_m < 2e-6 and worst_deg < 2e-2, (worst_m, worst_deg)
 
 
 def test_a_resting_cube_is_filled_in_and_other_bodies_keep_the_engine():
