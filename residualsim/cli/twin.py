@@ -41,7 +41,7 @@ stage command's own work; experts keep the stage commands):
            the model in DIR (StochasticSimulator(DIR), Toss-v0 model=DIR, rollout and
            predict --model DIR load it)
   judge    the test split only: default engine, calibrated engine, the twin's mean; the
-           energy-score decomposition and 50/90 %% coverage of 32 samples
+           energy-score decomposition and 50/90 % coverage of 32 samples
   report   DIR/report.html and the corrected URDF DIR/twin.urdf
 
 --minutes (default 30) is shared by the stages, each stage's budget set from it by a cost
