@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from residualsim.data import quaternions
+
 __all__ = ["quat_mul", "quat_conj", "quat_exp", "quat_log", "quat_rotate", "sign_continuous",
            "random_quat", "yaw_quat", "minimum_jerk", "HandMove", "HandWindup", "path_at",
            "WINDUP_F1"]
@@ -27,18 +29,9 @@ __all__ = ["quat_mul", "quat_conj", "quat_exp", "quat_log", "quat_rotate", "sign
 WINDUP_F1 = 5.0 / 12.0
 
 
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a ⊗ b, broadcast over (..., 4)."""
-    w1, x1, y1, z1 = np.moveaxis(np.asarray(a, dtype=np.float64), -1, 0)
-    w2, x2, y2, z2 = np.moveaxis(np.asarray(b, dtype=np.float64), -1, 0)
-    return np.stack([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-                     w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2], axis=-1)
-
-
-def quat_conj(q: np.ndarray) -> np.ndarray:
-    return np.asarray(q, dtype=np.float64) * np.array([1.0, -1.0, -1.0, -1.0])
+# One home for quaternion arithmetic (w-x-y-z): the data wing's, which reads recordings too.
+quat_mul = quaternions.multiply
+quat_conj = quaternions.conjugate
 
 
 def quat_exp(rotvec: np.ndarray) -> np.ndarray:
@@ -60,12 +53,7 @@ def quat_log(q: np.ndarray) -> np.ndarray:
     return vector * np.where(norm > 1e-12, angle / np.where(norm > 1e-12, norm, 1.0), 2.0)
 
 
-def quat_rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Vectors (..., 3) rotated by unit quaternions (..., 4)."""
-    q = np.asarray(q, dtype=np.float64)
-    u, w = q[..., 1:], q[..., :1]
-    t = 2.0 * np.cross(u, v)
-    return v + w * t + np.cross(u, t)
+quat_rotate = quaternions.rotate
 
 
 def sign_continuous(quat: np.ndarray) -> np.ndarray:
