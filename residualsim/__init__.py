@@ -51,7 +51,7 @@ _EXPORTS = {
     "identify_stiffness": "residualsim.sysid.loop_stiffness",
     # residual
     "ResidualPolicy": "residualsim.residual.policy",
-    "ResidualModel": "residualsim.residual.policy",
+    "ResidualModel": "residualsim.residual.model",
     "run_training": "residualsim.residual.train",
     # belief
     "StochasticSimulator": "residualsim.belief.simulator",

@@ -72,7 +72,7 @@ def _same(a, b) -> None:
 
 
 def _cube():
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.engine import Engine
 
     model = ResidualModel.load(MODEL_DIR)
@@ -162,7 +162,7 @@ def _case_belief_steps() -> None:
     from residualsim.belief.mixture import GaussianMixtureBelief
     from residualsim.belief.propagation import propagate_belief
     from residualsim.belief.simulator import INITIAL_STD
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     model = ResidualModel.load(MODEL_DIR)
     start = np.array([0.0, 0.0, 0.25, 0.9, 0.1, 0.3, 0.2, 0.3, -0.2, -0.5, 1.0, 2.0, 3.0])

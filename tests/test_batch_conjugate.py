@@ -24,7 +24,7 @@ from residualsim.belief.conjugate_rollouts import (EventProbe, SigmaRequest, sig
 from residualsim.belief.mixture import GaussianMixtureBelief
 from residualsim.belief.propagation import propagate_belief
 from residualsim.belief.simulator import INITIAL_STD, toss_state
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.engine import Engine
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / \

@@ -25,7 +25,7 @@ from residualsim.belief.mixture import (PENETRATION_TOLERANCE_M, GaussianMixture
 from residualsim.belief.propagation import propagate_belief
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim import batch
 from residualsim.sim.engine import Engine
 from residualsim.sim.rollout import ContactGuard, residual_rollout

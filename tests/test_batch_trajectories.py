@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim import batch
 from residualsim.sim.engine import Engine
 from residualsim.sim.recordings import load_recordings

@@ -18,7 +18,7 @@ from residualsim.belief.propagation import (GaussianMixtureBelief, StateTangent,
                                             propagate_belief)
 from residualsim.sim.engine import Engine
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import ContactGuard, residual_rollout
 from residualsim.sim.scenes import make_scene
 from residualsim.belief.simulator import INITIAL_STD, toss_state

@@ -13,7 +13,7 @@ import pytest
 from residualsim.belief.propagation import METHODS, GaussianMixtureBelief, propagate_belief
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.implausible import allow_implausible
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"

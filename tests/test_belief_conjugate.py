@@ -22,7 +22,7 @@ from residualsim.belief.reduction import (em_refine, kmeans_start, merge_compone
                                           runnalls_reduce, systematic_resample)
 from residualsim.belief.simulator import INITIAL_STD, toss_state
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
 

@@ -17,7 +17,7 @@ from residualsim.belief.mixture import COVARIANCE_FLOOR
 from residualsim.belief.propagation import METHODS, GaussianMixtureBelief, propagate_belief
 from residualsim.belief.simulator import INITIAL_STD, StochasticSimulator, toss_state
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
 STATE = toss_state([0.0, 0.0, 0.3], [1, 0, 0, 0], [0.5, 0.0, -0.5], [0.0, 5.0, 0.0])

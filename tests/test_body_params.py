@@ -297,7 +297,8 @@ def test_lsq_recovers_a_known_body_from_synthetic_tosses(tmp_path):
 
 
 def test_body_travels_with_a_model(tmp_path):
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.rollout import ContactGuard
 
     body = dataclasses.replace(read_body(HINGE_URDF),

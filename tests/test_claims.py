@@ -18,7 +18,7 @@ import pytest
 from residualsim.belief.propagation import _particle_tasks, _StepRequest
 from residualsim.belief.sharing import map_shared
 from residualsim.parallel.claims import WorkClaims
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim import batch
 from residualsim.sim.engine import Engine
 

@@ -98,11 +98,11 @@ def _no_computation(*args, **kwargs):
 
 
 def test_out_dir_that_is_a_file_fails_before_any_work(tmp_path, monkeypatch):
-    import residualsim.residual.policy as policy
+    import residualsim.residual.model as model_module
     import residualsim.sim.rollout as rollout
 
     monkeypatch.setattr(rollout, "predict_trajectories", _no_computation)
-    monkeypatch.setattr(policy.ResidualModel, "load", _no_computation)
+    monkeypatch.setattr(model_module.ResidualModel, "load", _no_computation)
     target = tmp_path / "out.txt"
     target.write_text("keep me")
     with pytest.raises(ParameterError, match="out.txt.*existing file"):

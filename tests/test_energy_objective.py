@@ -16,7 +16,8 @@ from residualsim.data import load_trajectories
 from residualsim.errors import ParameterError
 from residualsim.evaluation.sample_scores import antithetic_energy_score, energy_score
 from residualsim.residual.energy_loss import Antithetic, sample_stream
-from residualsim.residual.policy import ResidualModel, params_sha256
+from residualsim.residual.policy import params_sha256
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.state_noise import StateNoise
 from residualsim.residual.train import TrainingConfig, train_residual
 from residualsim.sim.scenes import EngineParams

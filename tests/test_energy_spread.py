@@ -157,7 +157,7 @@ def test_spread_training_from_a_start_keeps_its_means_and_hidden_layer(tmp_path)
 
 def test_a_start_model_gives_its_network_with_the_spread_folded_and_its_guard(tmp_path):
     from residualsim.errors import DataError
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.residual.train import _start_network
     from residualsim.sim.rollout import ContactGuard
 

@@ -24,7 +24,7 @@ ALLOWED_WARNING = "recommend using a symmetric and normalized space"
 @pytest.fixture(scope="module")
 def cube_model():
     """The shipped model, loaded once and shared by the cube environments."""
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     return ResidualModel.load(DEFAULT_CUBE_MODEL)
 
@@ -353,7 +353,8 @@ def test_arm_rejects_non_finite_actions_without_stepping(arm, bad):
 @pytest.fixture(scope="module")
 def hinge_model(tmp_path_factory):
     """An untrained model of the two-box hinge (the worked example of a linked object)."""
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.rollout import ContactGuard
     from residualsim.sim.scenes import EngineParams
 

@@ -502,7 +502,7 @@ def test_cli_unknown_backend_is_a_usage_error(tmp_path, capsys):
 # --- the benchmark ----------------------------------------------------------------------------
 def test_bench_executors_reports_each_backend_with_identical_errors(tosses, local_ray):
     from residualsim.experiments.bench import bench_executors
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     model = ResidualModel.load(Path(__file__).resolve().parents[1] / "data" / "pretrained"
                                / "cube-contactnets")

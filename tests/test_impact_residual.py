@@ -242,7 +242,7 @@ def test_shipped_planar_model_beats_the_engine_on_validation(mcube_dir, tmp_path
     from residualsim.data import load_impacts
     from residualsim.data.splits import split_ids
     from residualsim.residual.impact import predict_impacts
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     shipped = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "planar-ellipse"
     model = ResidualModel.load(shipped)

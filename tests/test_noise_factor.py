@@ -17,7 +17,8 @@ import pytest
 
 from residualsim.data import Trajectory
 from residualsim.errors import DataError
-from residualsim.residual.policy import ResidualModel, ResidualPolicy
+from residualsim.residual.policy import ResidualPolicy
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.state_noise import StateNoise, estimate_state_noise
 from residualsim.residual.spread import fit_spread
 from residualsim.residual.uncertainty_fit import NOISE_FACTORS, fit_uncertainty

@@ -11,7 +11,8 @@ import pytest
 
 from residualsim.errors import DataError
 from residualsim.residual.observation_noise import ObservationNoise, fit_ground
-from residualsim.residual.policy import ResidualModel, ResidualPolicy
+from residualsim.residual.policy import ResidualPolicy
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import ContactGuard, predict_trajectories
 from residualsim.sim.scenes import EngineParams, make_scene
 from residualsim.sim.synthesize import synthesize_tosses

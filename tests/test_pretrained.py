@@ -14,7 +14,7 @@ from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
 from residualsim.evaluation.metrics import score_trajectories
 from residualsim.evaluation.predictions import load_predictions
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 
 ROOT = Path(__file__).resolve().parents[1]

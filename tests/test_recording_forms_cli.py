@@ -30,7 +30,8 @@ def _ok(*argv) -> dict:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, train_script):
     """Clean hinge recordings (poses only, 100 Hz), a model at 100 Hz, its predictions."""
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.rollout import ContactGuard
     from residualsim.sim.scenes import parse_params
 

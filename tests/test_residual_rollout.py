@@ -15,7 +15,8 @@ from residualsim.data import load_trajectories
 from residualsim.sim.contact import CONTACT_DISTANCE_M
 from residualsim.sim.engine import Engine
 from residualsim.errors import DataError
-from residualsim.residual.policy import ResidualModel, ResidualPolicy
+from residualsim.residual.policy import ResidualPolicy
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
                                  predict_trajectories, recording_settings, residual_errors,
                                  residual_rollout, simulate_trajectories, trajectory_items)

@@ -10,7 +10,7 @@ import pytest
 
 from residualsim.belief.propagation import GaussianMixtureBelief
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.belief.simulator import INITIAL_STD, StochasticSimulator, toss_state
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from residualsim.data import load_trajectories
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.engine import Engine
 from residualsim.sim.rollout import residual_rollout
 from residualsim.sim.rotations import geodesic_angle

@@ -100,8 +100,10 @@ def test_bad_noise_is_refused_and_json_round_trips():
 def test_a_model_s_state_noise_sets_the_default_initial_belief_velocities():
     from residualsim.belief.simulator import INITIAL_STD, default_initial_std
 
+    from residualsim.sim.scenes import make_scene
+
     class _Model:  # what default_initial_std reads of a ResidualModel
-        scene, state_noise = "cube", None
+        scene, layout, state_noise = "cube", make_scene("cube"), None
 
     model = _Model()
     np.testing.assert_array_equal(default_initial_std(model), INITIAL_STD)

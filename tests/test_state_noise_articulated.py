@@ -151,7 +151,8 @@ def test_json_round_trips_with_joints_and_old_files_still_load():
 
 
 def test_fit_uncertainty_uses_the_engine_fit_for_an_articulated_object(exact, tmp_path):
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.residual.spread import fit_spread
     from residualsim.residual.uncertainty_fit import ENGINE_ESTIMATE, fit_uncertainty
     from residualsim.sim.rollout import ContactGuard
@@ -181,7 +182,8 @@ def test_fit_spread_state_noise_falls_back_to_the_engine_fit(exact, tmp_path):
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.data.splits import split_ids
     from residualsim.experiments.jobs import _training_state_noise
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import prepare_recordings
     from residualsim.sim.rollout import ContactGuard
 
@@ -200,8 +202,10 @@ def test_fit_spread_state_noise_falls_back_to_the_engine_fit(exact, tmp_path):
 def test_a_belief_starts_from_the_joint_velocity_noise():
     from residualsim.belief.simulator import INITIAL_STD, default_initial_std
 
+    from residualsim.sim.scenes import make_scene
+
     class _Model:  # what default_initial_std reads of a ResidualModel
-        scene = HINGE
+        scene, layout = HINGE, make_scene(HINGE)
         state_noise = StateNoise((0.01, 0.02, 0.03), (0.1, 0.2, 0.3),
                                  joint_velocity_std=(0.7,), joint_velocity_bias=(0.0,))
 

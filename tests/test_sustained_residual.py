@@ -117,7 +117,7 @@ def test_beliefs_roll_out_the_sustained_part(method):
 
     from residualsim.belief.propagation import GaussianMixtureBelief, propagate_belief
     from residualsim.belief.simulator import INITIAL_STD, toss_state
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     model = ResidualModel.load(Path(__file__).resolve().parents[1] / "data" / "pretrained" /
                                "cube-contactnets")
@@ -149,7 +149,7 @@ def test_a_model_with_a_malformed_sustained_part_is_refused(tmp_path):
     from pathlib import Path
 
     from residualsim.errors import DataError
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     source = Path(__file__).resolve().parents[1] / "data" / "pretrained" / "cube-contactnets"
     model = dataclasses.replace(ResidualModel.load(source), sustained=constant(2.0))

@@ -64,7 +64,7 @@ def test_json_round_trip_and_older_params_unchanged(tmp_path):
 
 
 def test_shipped_model_params_hash_is_unchanged():
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     model = ResidualModel.load(ROOT / "data" / "pretrained" / "cube-contactnets")
     stored = json.loads((ROOT / "data/pretrained/cube-contactnets/model.json").read_text())

@@ -19,7 +19,7 @@ from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
 from residualsim.evaluation.predictions import load_predictions
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.scenes import EngineParams
 from residualsim.residual.policy import params_sha256

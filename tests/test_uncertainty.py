@@ -80,7 +80,7 @@ def test_mean_residual_samples_the_state_noise_only():
     """Row (b)'s policy: with common random numbers its samples leave from the same
     initial states as the model's own samples (identical before the first contact), and
     without state noise and pose noise they are all the deterministic prediction."""
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import predict_trajectories
 

@@ -15,7 +15,7 @@ import pytest
 from residualsim.cli import main
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.state_noise import estimate_state_noise
 from residualsim.residual.spread import fit_spread
 from residualsim.residual.uncertainty_fit import (NOISE_FACTORS, UNCERTAINTY_GRID,

@@ -72,7 +72,7 @@ from residualsim.data.bundled import PRETRAINED_CUBE
 from residualsim.errors import ParameterError
 
 if TYPE_CHECKING:
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.scenes.loop_urdf import LoopParameters
 
 __all__ = ["CubeTossEnv", "TossEnv", "ArmLoopEnv", "DEFAULT_CUBE_MODEL"]
@@ -211,7 +211,7 @@ class CubeTossEnv(gym.Env[np.ndarray, np.ndarray]):
         from residualsim.sim.recordings import check_start_state
 
         try:
-            check_start_state(self.simulator.model.scene, self.toss(np.zeros(6)),
+            check_start_state(self.simulator.model.layout, self.toss(np.zeros(6)),
                               what="release_position_m")
         except DataError as exc:  # refused as implausible: an argument error here
             raise ParameterError(getattr(exc, "reason", str(exc))) from None
@@ -295,14 +295,14 @@ class TossEnv(CubeTossEnv):
 
     def _check_object(self) -> None:
         """The model's scene against ``scene``, the joints, then the release pose."""
-        from residualsim.sim.scenes import make_scene, same_scene
+        from residualsim.sim.scenes import same_scene
 
         scene, joints = self._scene_argument, self._joints_argument
         model_scene = self.simulator.model.scene
         if scene is not None and not same_scene(str(scene), model_scene):
             raise ParameterError(f"scene: the model was trained on scene {model_scene!r}, "
                                  f"not {scene!r}")
-        layout = make_scene(model_scene)
+        layout = self.simulator.model.layout
         if layout.planar:
             raise ParameterError(f"scene: Toss-v0 tosses free objects; {model_scene!r} is "
                                  "planar")

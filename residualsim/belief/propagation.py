@@ -171,7 +171,7 @@ def stochastic_step(workers, model, belief: GaussianMixtureBelief, n_particles: 
 
     ``workers`` a :class:`~residualsim.parallel.ShardedWorkers` whose items are the slot
     indices ``0..n_workers-1`` at the ``model``'s settings (see :func:`propagate_belief`);
-    ``model`` a :class:`~residualsim.residual.policy.ResidualModel` (engine parameters, policy,
+    ``model`` a :class:`~residualsim.residual.model.ResidualModel` (engine parameters, policy,
     contact guard; ``residual=False``: the engine alone). The residual of particle i is
     drawn from ``default_rng([seed, i])``, ``seed`` drawn from ``rng``
     (``deterministic_residual``: the policy mean). ``max_steps`` recording periods bound
@@ -228,7 +228,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
                      n_workers: int = 1, workers=None, method: str = METHODS[0],
                      **step_options: Any) -> list[BeliefStep]:
     """Chain belief steps over ``n_events`` contact events with a
-    :class:`~residualsim.residual.policy.ResidualModel`, starting from ``initial``.
+    :class:`~residualsim.residual.model.ResidualModel`, starting from ``initial``.
 
     ``method``: "particles" (:func:`stochastic_step`, ``n_particles`` per step) or
     "conjugate" (:func:`residualsim.belief.conjugate.conjugate_step`: sigma points and the
@@ -273,7 +273,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     if initial.tangent.planar != planar:
         raise ParameterError(f"a {'planar' if initial.tangent.planar else '3D'} belief cannot "
                              f"run the {'planar' if planar else '3D'} model {model.scene!r}")
-    _check_initial(model.scene, initial)
+    _check_initial(model.layout, initial)
     if method == "particles":
         _check_particle_memory(n_particles, initial.means.shape[-1])
     if method == "conjugate":
@@ -292,7 +292,7 @@ def propagate_belief(model, initial: GaussianMixtureBelief, n_events: int = 3,
     belief = initial
     slots = list(range(n_workers if workers is None else 1))
     with contextlib.nullcontext(workers) if workers is not None else \
-            engine_workers(model.scene, slots, len(slots), settings) as workers:
+            engine_workers(model.layout, slots, len(slots), settings) as workers:
         for _ in range(int(n_events)):
             step = step_once(belief)
             steps.append(step)

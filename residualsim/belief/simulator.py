@@ -53,11 +53,9 @@ def default_initial_std(model) -> np.ndarray:
     std = INITIAL_STD.copy()
     noise = getattr(model, "state_noise", None)
     sample_std = None if noise is None else noise.sample_std()
-    if noise is not None and not _planar(model.scene):
+    if noise is not None and not _planar(model.layout):
         std[6:12] = sample_std[:6]
-    from residualsim.sim.scenes import make_scene
-
-    n_joints = getattr(make_scene(model.scene), "n_joints", 0)
+    n_joints = getattr(model.layout, "n_joints", 0)
     if n_joints:  # joints: 0.01 rad (or m) and 0.1 rad/s (or m/s), or the estimated noise
         joint_std = [] if sample_std is None else sample_std[6:]
         velocity = joint_std if len(joint_std) == n_joints else [0.1] * n_joints
@@ -71,9 +69,8 @@ def recorded_start_beliefs(model, trajectories) -> list:
     world frame, quaternion w-x-y-z body to world) with :func:`default_initial_std` (3-D
     scenes): what the belief benchmarks and studies start from."""
     from residualsim.belief.mixture import GaussianMixtureBelief
-    from residualsim.sim.scenes import make_scene
 
-    scene, std = make_scene(model.scene), default_initial_std(model)
+    scene, std = model.layout, default_initial_std(model)
     return [GaussianMixtureBelief.gaussian(scene.state_from_trajectory(toss, 0), std,
                                            planar=False)
             for toss in trajectories.values()]
@@ -154,7 +151,7 @@ def _rollout_tasks(engine, slot: int, request: _RolloutRequest) -> list:
 
 
 class StochasticSimulator:
-    """Batched rollouts and beliefs of a :class:`~residualsim.residual.policy.ResidualModel`.
+    """Batched rollouts and beliefs of a :class:`~residualsim.residual.model.ResidualModel`.
 
     Parameters
     ----------
@@ -168,7 +165,7 @@ class StochasticSimulator:
     """
 
     def __init__(self, model, n_workers: int = 1, residual: bool = True) -> None:
-        from residualsim.residual.policy import ResidualModel
+        from residualsim.residual.model import ResidualModel
         from residualsim.sim.pool import engine_workers
 
         self.model = model if isinstance(model, ResidualModel) else \
@@ -177,7 +174,7 @@ class StochasticSimulator:
         self.settings = self.model.settings()
         self._policy = self.model.sampling_policy() if self.residual else None
         self._slots = list(range(check_workers(n_workers)))
-        self._workers = engine_workers(self.model.scene, self._slots, len(self._slots),
+        self._workers = engine_workers(self.model.layout, self._slots, len(self._slots),
                                        self.settings)
 
     def _check_start(self, initial, what: str = "initial state") -> None:
@@ -191,9 +188,9 @@ class StochasticSimulator:
         from residualsim.sim.recordings import check_start_state
 
         if isinstance(initial, GaussianMixtureBelief):
-            _check_initial(self.model.scene, initial, name="initial belief")
+            _check_initial(self.model.layout, initial, name="initial belief")
         else:
-            check_start_state(self.model.scene, np.asarray(initial, dtype=float), what)
+            check_start_state(self.model.layout, np.asarray(initial, dtype=float), what)
 
     @property
     def dt_s(self) -> float:
@@ -211,7 +208,7 @@ class StochasticSimulator:
         residual (deterministic given the initial state) instead of samples.
         ``state_noise=True`` with a state that comes from a recording: each sample's
         initial velocities are drawn from the model's
-        :attr:`~residualsim.residual.policy.ResidualModel.state_noise` (the tracker's noise, as
+        :attr:`~residualsim.residual.model.ResidualModel.state_noise` (the tracker's noise, as
         ``predict --samples`` does; same stream as a belief's draws); ignored when the
         model has none. ``batch_size``: copies of the body a worker steps in one PyBullet
         world (None automatic; cube scenes, else one at a time): the same rollouts bit for
@@ -225,7 +222,7 @@ class StochasticSimulator:
                                  f"{horizon_s!r}")
         _check_seed(seed)
         batch_size = check_batch_size(batch_size)
-        _check_rollout_memory(self.model.scene, int(samples),
+        _check_rollout_memory(self.model.layout, int(samples),
                               max(1, int(round(horizon_s / self.dt_s))))
         states = self._initial_states(initial, int(samples), seed)
         noise = self.model.state_noise if state_noise else None
@@ -242,7 +239,7 @@ class StochasticSimulator:
                        for row in chunk), key=lambda row: row[0])
         trajectories = np.stack([row[1] for row in rows])
         stats = np.array([row[2] for row in rows], dtype=float)
-        positions, quat, _, _ = _rigid_motion(self.model.scene, trajectories)
+        positions, quat, _, _ = _rigid_motion(self.model.layout, trajectories)
         return SampledRollouts(
             states=trajectories, positions_m=positions, quat_wxyz=quat,
             times_s=np.arange(n_steps + 1) * self.dt_s, initial_states=states,
@@ -260,7 +257,7 @@ class StochasticSimulator:
             self._check_start(initial)
             std = default_initial_std(self.model) if initial_std is None else initial_std
             initial = GaussianMixtureBelief.gaussian(np.asarray(initial, float), std,
-                                                     planar=_planar(self.model.scene))
+                                                     planar=_planar(self.model.layout))
         return propagate_belief(self.model, initial, n_events=n_events,
                                 n_particles=n_particles, seed=seed,
                                 workers=self._workers, residual=self.residual, **options)

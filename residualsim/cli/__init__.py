@@ -22,6 +22,7 @@ from residualsim.cli import (bench, belief, calibrate, check_calibration, data, 
 from residualsim.atomic import check_outside_inputs
 from residualsim.cli.options import (Parser, interrupted_note, missing_output_folders,
                                      remove_empty)
+from residualsim.cli.scene_option import resolve_scene, scene_argument
 from residualsim.errors import ParameterError, ResidualSimError
 from residualsim.parallel import parallel_backend
 
@@ -149,10 +150,9 @@ def _check_outputs_outside_inputs(args: argparse.Namespace) -> None:
     if isinstance(scene, str) and scene.endswith((".toml", ".urdf")) and os.path.isfile(scene):
         inputs["scene file"] = (scene, False)
         inputs["scene file's folder"] = (os.path.dirname(os.path.abspath(scene)), False)
-    if isinstance(scene, str) and scene.endswith(".toml") and os.path.isfile(scene):
-        from residualsim.sim.scenes.scene_file import read_scene_file
-        with contextlib.suppress(ResidualSimError):  # its URDF too; a bad one is refused later
-            inputs["scene's own URDF"] = (read_scene_file(scene).urdf, False)
+    spec = getattr(scene_argument(args), "spec", None)
+    if isinstance(scene, str) and scene.endswith(".toml") and spec is not None:
+        inputs["scene's own URDF"] = (spec.urdf, False)
     for flag in ("out", "plot", "export_urdf"):
         target = getattr(args, flag, None)
         if isinstance(target, (str, os.PathLike)) and inputs:
@@ -168,6 +168,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "address", None) and args.backend != "ray":
             raise ParameterError("--address needs --backend ray")
+        resolve_scene(args)
         _check_outputs_outside_inputs(args)
         implausible = contextlib.nullcontext()
         if getattr(args, "allow_implausible", False):

@@ -30,13 +30,14 @@ def _identify_loop(args: argparse.Namespace) -> None:
                **{k: v for k, v in summary.items() if k != "history"}})
 
 
-def _note(args: argparse.Namespace, text: str) -> None:
-    """A line for the person watching: standard error, silenced by --quiet."""
-    if not args.quiet:
+def _note(args: argparse.Namespace, text: str | None) -> None:
+    """A line for the person watching (none for None): standard error, silenced by --quiet."""
+    if text and not args.quiet:
         print(text, file=sys.stderr)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
+    from residualsim.cli.scene_option import scene_argument
     from residualsim.sysid.bodyspace import default_budget, resolve_method
     from residualsim.sysid.calibrate import calibrate
     from residualsim.sysid.calibrate_options import APPLICABLE, check_command
@@ -78,7 +79,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                     f"{summary['complementarity_violation']:.2g}")
     if args.method != "mpec":
         summary = calibrate(
-            args.scene, data, args.params.split(","), args.out, method=args.method,
+            scene_argument(args), data, args.params.split(","), args.out, method=args.method,
             samples=args.samples, burn_in=args.burn_in, chains=args.chains,
             proposal_scale=args.proposal_scale, adapt=not args.no_adapt,
             bounds=bounds_option(args.bounds), priors=mapping_option(args.prior, "--prior"),
@@ -98,8 +99,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             from residualsim.sysid.ground import ground_note
 
             _note(args, ground_note(summary["ground"]))
-    if note := held_out_note(summary, args.export_urdf):
-        _note(args, note)
+    _note(args, held_out_note(summary, args.export_urdf))
     keys = ("method", "scene", "median", "q05", "q95", "rhat", "ess", "acceptance", "best",
             "loss", "params", "held_out_choice", "settings", "evaluations", "validation",
             "worker_restarts", "validation_count", "backend", "complementarity_violation",

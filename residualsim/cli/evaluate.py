@@ -19,7 +19,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from residualsim.experiments.evaluate import (evaluate_curve, evaluate_impact_scores,
                                                   impact_markdown, score_markdown)
     from residualsim.experiments.learning_curve import DEFAULT_METHODS, CurveConfig, curve_table
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     from residualsim.sim.scenes import same_scene
 

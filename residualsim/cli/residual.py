@@ -13,6 +13,7 @@ from residualsim.cli.argtypes import batch_size
 from residualsim.cli.options import (add_allow_implausible, add_force, add_max_minutes,
                                      add_scene, add_seed, add_selection, add_split_options,
                                      add_workers, count, json_line, split_options)
+from residualsim.cli.scene_option import scene_argument
 from residualsim.data.datasets import resolve_data
 
 
@@ -28,7 +29,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         validate_every=args.validate_every, patience=args.patience, seed=args.seed,
         guard=ContactGuard(), contact_mode=args.contact_mode, sustained=args.sustained,
         objective=args.objective, energy_params=args.energy_params)
-    figures = run_training(args.scene, resolve_data(args.data, args.scene), args.out,
+    figures = run_training(scene_argument(args), resolve_data(args.data, args.scene), args.out,
                            calibration=args.calibration, substeps=args.substeps,
                            max_trajectories=args.max_tosses, config=config,
                            n_workers=args.workers, resume=args.resume,

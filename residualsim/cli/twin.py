@@ -6,6 +6,7 @@ import argparse
 import os
 
 from residualsim.cli.options import add_seed, add_workers, json_line
+from residualsim.cli.scene_option import scene_argument
 
 
 #: Budgets of a smoke run (``RESIDUALSIM_TINY``: the README test).
@@ -17,7 +18,7 @@ def cmd_twin(args: argparse.Namespace) -> None:
     from residualsim.experiments.twin import run_twin
 
     tiny = os.environ.get("RESIDUALSIM_TINY", "") not in ("", "0")
-    summary = run_twin(args.data, args.scene, args.out, body=args.body, n_workers=args.workers,
+    summary = run_twin(args.data, scene_argument(args), args.out, body=args.body, n_workers=args.workers,
                        minutes=args.minutes, resume=args.resume, seed=args.seed,
                        links=link_map(args.link), caps=TINY_CAPS if tiny else None)
     test = summary["test"]

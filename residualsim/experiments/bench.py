@@ -250,8 +250,8 @@ def bench_residual(model, trajectories: Mapping[str, Trajectory], repeats: int =
     """
     from residualsim.sim.rollout import residual_rollout
 
-    settings = recording_settings(model.scene, trajectories, model.substeps)
-    engine = Engine(model.scene, params=model.params, settings=settings)
+    settings = recording_settings(model.layout, trajectories, model.substeps)
+    engine = Engine(model.layout, params=model.params, settings=settings)
     policy = model.policy.numpy()
     cases = [(engine.scene.state_from_trajectory(t, 0), t.n_samples - 1)
              for t in trajectories.values()]
@@ -314,8 +314,8 @@ def bench_executors(model, trajectories: Mapping[str, Trajectory], candidates: i
     from residualsim.sim.rollout import RolloutRequest, residual_errors, trajectory_items
     from residualsim.parallel import Backend
 
-    settings = recording_settings(model.scene, trajectories, model.substeps)
-    items = trajectory_items(model.scene, trajectories, "train")
+    settings = recording_settings(model.layout, trajectories, model.substeps)
+    items = trajectory_items(model.layout, trajectories, "train")
     theta = model.policy.get_flat()
     noise = np.random.default_rng(0).normal(0.0, 0.05, (candidates, theta.size))
     policies = tuple(model.policy.set_flat(theta + row).numpy() for row in noise)
@@ -334,7 +334,7 @@ def bench_executors(model, trajectories: Mapping[str, Trajectory], candidates: i
             ensure_ray(None, count)
             row["ray_init_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        with engine_workers(model.scene, items, count, settings, backend=Backend(name)) as pool:
+        with engine_workers(model.layout, items, count, settings, backend=Backend(name)) as pool:
             pool.map(_noop)  # the first call waits for every worker to be up
             row["startup_s"] = time.perf_counter() - start
             table = np.array(pool.map(residual_errors, request))

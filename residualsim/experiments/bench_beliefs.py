@@ -160,7 +160,7 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     batch_sizes, draws, loops = batch_sizes or (None,), draws or (None,), loops or (None,)
     reference_particles = reference_particles or 20000
 
-    scene = make_scene(model.scene)
+    scene = model.layout
     rows, totals = [], {"propagated": 0, "accepted": 0, "no_event": 0,
                         "rejected_penetration": 0, "rejected_energy": 0}
     slots = list(range(max(1, int(n_workers))))

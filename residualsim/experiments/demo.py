@@ -184,7 +184,7 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
     from residualsim.belief.simulator import StochasticSimulator
     from residualsim.data import load_trajectories
     from residualsim.evaluation.metrics import score_trajectories
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.rollout import predict_trajectories
     from residualsim.sim.scenes import EngineParams, make_scene
 
@@ -197,7 +197,7 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
     model = ResidualModel.load(model_dir)
     data_dir = Path(data_dir)
     tosses = load_trajectories(data_dir)
-    scene = make_scene(model.scene)
+    scene = model.layout
     if scene.planar or any(t.planar for t in tosses.values()):
         raise DataError(f"{data_dir}: the demo needs 3D cube tosses")
     side_m = getattr(scene, "side_m", None)

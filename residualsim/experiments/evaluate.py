@@ -82,7 +82,7 @@ def evaluate_impact_scores(model, data: str | Path, out: str | Path, n_workers: 
     out.mkdir(parents=True, exist_ok=True)
     impacts = load_impacts(data, convention="corrected")
     split = split_ids(impacts.rows.tolist())
-    engine = simulate_impacts(model.scene, impacts, model.params, n_workers, model.substeps)
+    engine = simulate_impacts(model.layout, impacts, model.params, n_workers, model.substeps)
     gps = fit_gp_baselines(impacts, engine, split_index(impacts, split)["train"],
                            model.params.lateral_friction, seed)
     table = impact_table(model, impacts, split, n_workers=n_workers, seed=seed,

@@ -25,6 +25,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from residualsim.data.splits import (DEFAULT_FRACTIONS, recording_selector, sele
 from residualsim.errors import DataError, ParameterError
 from residualsim.experiments.data_info import describe_for_scene  # noqa: F401 (data info)
 from residualsim.sim.recordings import load_recordings, prepare_recordings
+from residualsim.sim.scenes import Scene
 
 __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_dataset", "synthesize_set",
            "identify_loop", "rollout_job", "rollout_memory_bytes", "model_and_tosses",
@@ -42,10 +44,13 @@ __all__ = ["describe_for_scene", "simulate_dataset", "score_file", "predict_data
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    from residualsim.residual.model import ResidualModel
+
 PathLike = str | os.PathLike[str]
 
 
-def simulate_dataset(scene: str, data: Path, params: str | None = None, n_workers: int = 1,
+def simulate_dataset(scene: str | Scene, data: Path, params: str | None = None, n_workers: int = 1,
                      substeps: int | None = None, split: str = "all",
                      limit: int | None = None, fractions=None, lists=None):
     """The engine from each recording's first sample (or each impact's pre-contact state).
@@ -58,17 +63,17 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
     """
     from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
     from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
-    from residualsim.sim.scenes import make_scene
+    from residualsim.sim.scenes import make_scene, scene_reference
     from residualsim.sysid.calibrate import calibration_rate_hz, engine_from_option
 
-    make_scene(scene)
+    scene = layout = make_scene(scene)  # resolved once; the stages below take the object
     engine_params, substeps, provenance = engine_from_option(params, substeps, scene)
-    meta = {"scene": scene, **provenance, "data": str(data), "split": split,
+    meta = {"scene": scene_reference(scene), **provenance, "data": str(data), "split": split,
             "command": "simulate"}
     if detect_format(data) == "mcube":
-        if not make_scene(scene).planar:
+        if not layout.planar:
             raise DataError(f"{data}: planar impacts need a planar scene (planar-ellipse, or "
-                            f"a scene file with kind = \"planar\"), not {scene!r}")
+                            f"a scene file with kind = \"planar\"), not {meta['scene']!r}")
         impacts = select_impacts(load_impacts(data, convention="corrected"), split, limit)
         velocity = simulate_impacts(scene, impacts, engine_params, n_workers, substeps)
         velocity[:, 0] *= -1.0  # back to the upstream files' x-axis convention
@@ -80,7 +85,6 @@ def simulate_dataset(scene: str, data: Path, params: str | None = None, n_worker
                                                              lists=lists, source=str(data)))
     results = simulate_trajectories(scene, trajectories, engine_params, n_workers, substeps)
     meta["dt_s"] = float(np.diff(next(iter(trajectories.values())).times_s).mean())
-    layout = make_scene(scene)
     joints = getattr(layout, "n_joints", 0)
     predictions = TrajectoryPredictions(
         {k: (r.positions_m[None], r.quat_wxyz[None]) + (
@@ -133,7 +137,7 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     return (score, predictions.meta) if with_meta else score
 
 
-def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, seed: int = 0,
+def predict_dataset(model_dir: PathLike | ResidualModel, data: str | None, *, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
                     limit: int | None = None, fractions=None, lists=None, policy=None,
                     batch_size: int | None = 1, max_minutes: float | None = None,
@@ -152,9 +156,9 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
     """
     from residualsim.experiments.budget import bounded_run
     from residualsim.parallel import require_memory
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
-    model = ResidualModel.load(model_dir)
+    model = ResidualModel.of(model_dir)
     data = resolve_data(data, model.scene)
     impact_data, impact_model = detect_format(data) == "mcube", \
         model.info.get("kind") == "impacts"
@@ -180,7 +184,7 @@ def predict_dataset(model_dir: PathLike, data: str | None, *, samples: int = 0, 
                              "samples": predictions.post_velocity.shape[0]}
     from residualsim.sim.rollout import predict_trajectories
 
-    trajectories = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params,
+    trajectories = load_recordings(data, model.layout, 1.0 / model.dt_s, model.params,
                                    select=recording_selector(split, limit, fractions=fractions,
                                                              lists=lists, source=str(data)))
     from residualsim.experiments.uncertainty import check_samples_memory
@@ -308,7 +312,7 @@ def _check_rollout_size(samples: int, n_steps: int, state_size: int, particles: 
                                "--particles")
 
 
-def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None = None,
+def rollout_job(model_dir: PathLike | ResidualModel, out: PathLike, *, state: np.ndarray | None = None,
                 toss: str | None = None, data: str | None = None,
                 horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
                 events: int = 3, seed: int = 0, n_workers: int = 1, residual: bool = True,
@@ -333,7 +337,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     from residualsim.belief.plot import belief_plot
     from residualsim.belief.simulator import (MAX_HORIZON_S, StochasticSimulator,
                                              default_initial_std, toss_state)
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.scenes import make_scene
 
     from residualsim.data.trajectory import QUATERNION_NORM_TOLERANCE
@@ -344,8 +348,8 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
     if horizon_s is not None and not (np.isfinite(horizon_s) and horizon_s > 0):
         raise ParameterError(f"--horizon must be a finite number of seconds > 0, got "
                              f"{horizon_s}")
-    model = ResidualModel.load(model_dir)
-    layout = make_scene(model.scene)
+    model = ResidualModel.of(model_dir)
+    layout = model.layout
     recorded = None
     if toss is not None:
         path = resolve_data(data, model.scene)
@@ -354,9 +358,9 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
             from residualsim.data.ids import unknown_id
 
             raise DataError(unknown_id("toss", toss, trajectories, str(path)))
-        recording = prepare_recordings(model.scene, {toss: trajectories[toss]},
+        recording = prepare_recordings(model.layout, {toss: trajectories[toss]},
                                        model.params)[toss]
-        state = make_scene(model.scene).state_from_trajectory(recording, 0)
+        state = model.layout.state_from_trajectory(recording, 0)
         recorded = recording.positions_m
         horizon = horizon_s if horizon_s is not None else \
             recording.times_s[-1] - recording.times_s[0]
@@ -373,7 +377,7 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
                 raise ParameterError(
                     f"--state: the quaternion w,x,y,z has norm {norm:.4g}, expected 1 "
                     f"(within {QUATERNION_NORM_TOLERANCE:g}, as for recordings)")
-        check_start_state(model.scene, state if state.shape != (13,) else toss_state(
+        check_start_state(model.layout, state if state.shape != (13,) else toss_state(
             state[:3], state[3:7], state[7:10], state[10:13]))
     if not 0 < horizon <= MAX_HORIZON_S:
         raise ParameterError(f"--horizon must be more than 0 and at most {MAX_HORIZON_S:g} s, "
@@ -423,16 +427,16 @@ def rollout_job(model_dir: PathLike, out: PathLike, *, state: np.ndarray | None 
             "seconds": time.perf_counter() - start}
 
 
-def model_and_tosses(model_dir: PathLike, data: str | None, split: str, n_tosses: int | None,
+def model_and_tosses(model_dir: PathLike | ResidualModel, data: str | None, split: str, n_tosses: int | None,
                      unseen: bool = False):
     """The model in ``model_dir`` and the first ``n_tosses`` (None: all) recordings of
     ``split``; with ``unseen``, only those the model was not trained on
     (``info["train_ids"]``)."""
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
-    model = ResidualModel.load(model_dir)
+    model = ResidualModel.of(model_dir)
     path = resolve_data(data, model.scene)
-    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s, model.params)
+    trajectories = load_recordings(path, model.layout, 1.0 / model.dt_s, model.params)
     keep = split_ids(list(trajectories))[split]
     if not keep:
         raise DataError(f"{path}: none of its {len(trajectories)} recordings falls in the "
@@ -498,7 +502,7 @@ def _training_state_noise(model, data: str | None, n_workers: int = 1):
         noise = estimate_state_noise(train)
     except DataError:  # not cube recordings: the engine's fit (pose-only starts fitted first)
         noise, _, reason = training_state_noise(
-            model, prepare_recordings(model.scene, train, model.params), n_workers)
+            model, prepare_recordings(model.layout, train, model.params), n_workers)
         if noise is None:
             raise DataError(reason) from None
     log.info("initial-state noise from %d training tosses: velocity %s m/s, angular velocity "

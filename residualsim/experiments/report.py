@@ -380,14 +380,16 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     started = time.perf_counter()
     loaded_model = loaded_cal = None
     if model is not None:
-        from residualsim.residual.policy import ResidualModel
+        from residualsim.residual.model import ResidualModel
 
-        loaded_model = ResidualModel.load(model)
+        loaded_model = ResidualModel.of(model)
         if loaded_model.info.get("kind") == "impacts":
             raise DataError(f"{model}: a model of single impacts; the report draws trajectories")
     if calibration is not None:
         loaded_cal = load_calibration(calibration)
     scene = loaded_model.scene if loaded_model is not None else loaded_cal.scene
+    # resolved once (the model holds its own): the stages below take this object
+    layout = loaded_model.layout if loaded_model is not None else make_scene(scene)
     if loaded_model is not None and loaded_cal is not None and not same_scene(
             loaded_model.scene, loaded_cal.scene):
         raise DataError(f"{calibration}: calibrated for {loaded_cal.scene!r}, but {model} "
@@ -401,7 +403,7 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     # pose-only starts fitted with the body that rolls them out (the model's, else the
     # calibration's)
     body_params = (loaded_model or loaded_cal).params
-    recordings = load_recordings(path, scene, params=body_params, select=recording_selector(
+    recordings = load_recordings(path, layout, params=body_params, select=recording_selector(
         split, fractions=fractions, lists=lists, source=str(path)))
     select = dict(split=split, fractions=fractions, lists=lists)
     where = ["--data", path, *_split_args(split, fractions, lists_file)]
@@ -413,40 +415,39 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     bar = progress_bar(total=stages, disable=not progress, unit="step", desc="report")
     means: dict[str, Any] = {}
     commands: dict[str, list[str]] = {}
-    means["default"], _ = simulate_dataset(scene, path, None, n_workers, substeps, **select)
+    means["default"], _ = simulate_dataset(layout, path, None, n_workers, substeps, **select)
     commands["default"] = [_cmd("simulate", "--scene", scene, "--substeps", substeps, *where,
                                 "--out", "default.npz")]
     bar.update()
     if loaded_cal is not None:
-        means["calibrated"], _ = simulate_dataset(scene, path, str(calibration), n_workers,
+        means["calibrated"], _ = simulate_dataset(layout, path, str(calibration), n_workers,
                                                   None, **select)
         commands["calibrated"] = [_cmd("simulate", "--scene", scene, "--params", calibration,
                                        *where, "--out", "calibrated.npz")]
     else:
-        means["calibrated"], _ = predict_dataset(model, str(path), n_workers=n_workers,
+        means["calibrated"], _ = predict_dataset(loaded_model, str(path), n_workers=n_workers,
                                                  residual=False, **select)
         commands["calibrated"] = [_cmd("predict", "--model", model, "--no-residual", *where,
                                        "--out", "calibrated.npz")]
     bar.update()
     sampled = None
     if loaded_model is not None:
-        means["residual"], _ = predict_dataset(model, str(path), n_workers=n_workers, **select)
+        means["residual"], _ = predict_dataset(loaded_model, str(path), n_workers=n_workers, **select)
         commands["residual"] = [_cmd("predict", "--model", model, *where, "--out",
                                      "residual.npz")]
         bar.update()
         if samples >= 2:
-            sampled, _ = predict_dataset(model, str(path), samples=samples, seed=seed,
+            sampled, _ = predict_dataset(loaded_model, str(path), samples=samples, seed=seed,
                                          n_workers=n_workers, **select)
             commands["sampled"] = [_cmd("predict", "--model", model, *where, "--samples",
                                         samples, "--seed", seed, "--out", "sampled.npz")]
         bar.update()
     noise_only = None
     if noise_only_policy is not None:
-        noise_only, _ = predict_dataset(model, str(path), samples=samples, seed=seed,
+        noise_only, _ = predict_dataset(loaded_model, str(path), samples=samples, seed=seed,
                                         n_workers=n_workers, policy=noise_only_policy,
                                         **select)
         bar.update()
-    layout = make_scene(scene)
     scale = dict(side_m=getattr(layout, "side_m", None),
                  radius_of_gyration_m=layout.radius_of_gyration_m)
     mean_scores = {k: score_trajectories(p, recordings, **scale) for k, p in means.items()}

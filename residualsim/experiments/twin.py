@@ -37,12 +37,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from residualsim.atomic import atomic_write_text, read_json
 from residualsim.errors import DataError, ParameterError
+
+if TYPE_CHECKING:
+    from residualsim.sim.scenes import Scene
 
 __all__ = ["run_twin", "DEFAULT_MINUTES", "SHARES", "MIN_VALIDATION", "MIN_TEST"]
 
@@ -150,7 +153,7 @@ def _validation_rmse(summary: dict, which: str) -> float | None:
     return None if value is None else float(value)
 
 
-def run_twin(data: str | Path, scene: str, out: str | Path, *, body: bool = False,
+def run_twin(data: str | Path, scene: str | Scene, out: str | Path, *, body: bool = False,
              n_workers: int = 1, minutes: float | None = None, resume: bool = False,
              seed: int = 0, links: dict[str, str] | None = None,
              caps: dict[str, int] | None = None) -> dict[str, Any]:
@@ -158,23 +161,23 @@ def run_twin(data: str | Path, scene: str, out: str | Path, *, body: bool = Fals
     ``out/summary.json``. ``data``: a recordings folder or a capture session (a bag or a
     session CSV; ``links`` maps URDF links to its topics, as ``data import --link``).
     ``caps``: upper bounds of the stages' budgets (``contact``, ``body``, ``train``,
-    ``fit_recordings``, ``samples``), for smoke runs."""
-    from residualsim.sim.scenes import make_scene
+    ``fit_recordings``, ``samples``), for smoke runs. ``scene``: a scene file, a ``.urdf``,
+    or the Scene object (resolved once, here or by the caller, and handed to every stage)."""
+    from residualsim.sim.scenes import make_scene, scene_reference
 
     out = Path(out)
     minutes = float(minutes or DEFAULT_MINUTES)
     if not (math.isfinite(minutes) and minutes > 0):
         raise ParameterError(f"--minutes must be a number > 0, got {minutes}")
-    layout = make_scene(scene)  # the twin's own use (stage functions still take the name)
+    layout = make_scene(scene)  # the one resolution: every stage below takes this object
     data = Path(data)
-    identity = {"data": str(data.resolve()), "scene": str(scene), "body": body,
+    identity = {"data": str(data.resolve()), "scene": scene_reference(layout), "body": body,
                 "workers": n_workers, "minutes": minutes, "seed": seed, "links": links,
                 "caps": caps}
     fresh = not (out / STATE_FILE).exists()
     run = _Run(out, identity, resume)
     try:
-        return _stages(run, out, data, scene, layout, body, n_workers, minutes, seed, links,
-                       caps)
+        return _stages(run, out, data, layout, body, n_workers, minutes, seed, links, caps)
     except BaseException:
         if fresh and not run.state["stages"]:  # nothing finished: leave no folder behind
             (out / STATE_FILE).unlink(missing_ok=True)
@@ -183,7 +186,7 @@ def run_twin(data: str | Path, scene: str, out: str | Path, *, body: bool = Fals
         raise
 
 
-def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
+def _stages(run: "_Run", out: Path, data: Path, layout: Scene, body: bool,
             n_workers: int, minutes: float, seed: int, links, caps) -> dict[str, Any]:
     from residualsim.data import load_trajectories
     from residualsim.data.bags import is_bag
@@ -212,7 +215,7 @@ def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
     number += 1
     contact = run.stage("contact", number, total, {"method": "lsq", "params": ["contact"],
                                                     "budget": budgets["contact"]},
-                        lambda: _calibrate(scene, data, ["contact"], stages / "contact",
+                        lambda: _calibrate(layout, data, ["contact"], stages / "contact",
                                            budgets["contact"], common))
     chosen, body_note = stages / "contact", "no --body: the URDF's body"
     if body:
@@ -220,7 +223,7 @@ def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
         fitted = run.stage("body", number, total,
                            {"method": "lsq", "params": ["contact", "body", "joints"],
                             "budget": budgets["body"]},
-                           lambda: _calibrate(scene, data, ["contact", "body", "joints"],
+                           lambda: _calibrate(layout, data, ["contact", "body", "joints"],
                                               stages / "body", budgets["body"], common))
         with_body = _validation_rmse(fitted, fitted.get("held_out_choice") or "calibrated")
         without = _validation_rmse(contact, contact.get("held_out_choice") or "calibrated")
@@ -236,16 +239,17 @@ def _stages(run: "_Run", out: Path, data: Path, scene: str, layout, body: bool,
     trained = run.stage("train", number, total, {"budget": budgets["train"],
                                                  "recordings": budgets["train_recordings"],
                                                  "calibration": chosen.name},
-                        lambda: _train(scene, data, out, chosen, budgets["train"], n_workers,
+                        lambda: _train(layout, data, out, chosen, budgets["train"], n_workers,
                                        seed, budgets["train_recordings"]))
     number += 1
     samples = budgets["samples"]
     judged = run.stage("judge", number, total, {"split": "test", "samples": samples},
-                       lambda: _judge(scene, data, out, n_workers, seed, samples))
+                       lambda: _judge(layout, data, out, n_workers, seed, samples))
     number += 1
     reported = run.stage("report", number, total, {"split": "test", "samples": samples},
-                         lambda: _report(scene, data, out, chosen, n_workers, seed, samples))
-    summary = {"command": "twin", "data": str(data), "scene": str(scene), "seed": seed,
+                         lambda: _report(layout, data, out, chosen, n_workers, seed, samples))
+    summary = {"command": "twin", "data": str(data), "scene": run.state["identity"]["scene"],
+               "seed": seed,
                "workers": n_workers, "minutes": minutes, "check": check,
                "budgets": budgets, "calibration": {"contact": _brief(contact)},
                "kept_calibration": chosen.name, "body": body_note, "train": trained,
@@ -319,27 +323,25 @@ def _score(predictions, recordings, layout) -> dict:
                                           "rotation_error_deg", "n_trajectories")}
 
 
-def _judge(scene, data, out: Path, n_workers: int, seed: int, samples: int) -> dict:
+def _judge(layout: Scene, data, out: Path, n_workers: int, seed: int, samples: int) -> dict:
     from residualsim.experiments.jobs import predict_dataset, simulate_dataset
     from residualsim.experiments.uncertainty import uncertainty_decomposition
     from residualsim.sim.recordings import load_recordings
-    from residualsim.sim.scenes import make_scene
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.data.splits import recording_selector
 
-    model = ResidualModel.load(out)
-    layout = make_scene(scene)
-    test = load_recordings(data, model.scene, 1.0 / model.dt_s, model.params,
+    model = ResidualModel.load(out)  # loaded once: the stages below take the object
+    test = load_recordings(data, model.layout, 1.0 / model.dt_s, model.params,
                            select=recording_selector("test", None, source=str(data)))
-    engine, _ = predict_dataset(out, str(data), split="test", residual=False,
+    engine, _ = predict_dataset(model, str(data), split="test", residual=False,
                                 n_workers=n_workers)
-    twin, _ = predict_dataset(out, str(data), split="test", n_workers=n_workers)
-    default, _ = simulate_dataset(scene, Path(data), None, n_workers=n_workers, split="test",
+    twin, _ = predict_dataset(model, str(data), split="test", n_workers=n_workers)
+    default, _ = simulate_dataset(layout, Path(data), None, n_workers=n_workers, split="test",
                                   substeps=model.substeps)
     errors = {"default_engine": _score(default, test, layout),
               "calibrated_engine": _score(engine, test, layout),
               "twin_mean": _score(twin, test, layout)}
-    decomposition = uncertainty_decomposition(out, str(data), split="test", samples=samples,
+    decomposition = uncertainty_decomposition(model, str(data), split="test", samples=samples,
                                               seed=seed, n_workers=n_workers)
     rows = {row["row"]: {k: row.get(k) for k in (
         "energy_score_m", "trajectory_energy_score_m", "coverage_xy_50", "coverage_xy_90",
@@ -348,7 +350,7 @@ def _judge(scene, data, out: Path, n_workers: int, seed: int, samples: int) -> d
             "samples": samples, "ratios": decomposition["ratios"]}
 
 
-def _report(scene, data, out: Path, calibration: Path, n_workers: int, seed: int,
+def _report(layout: Scene, data, out: Path, calibration: Path, n_workers: int, seed: int,
             samples: int) -> dict:
     from residualsim.experiments.report import build_report
     from residualsim.sysid.calibrate import export_calibrated_urdf, load_calibration
@@ -358,7 +360,7 @@ def _report(scene, data, out: Path, calibration: Path, n_workers: int, seed: int
     artefacts = {"report": "report.html", "model": "model.json"}
     params = load_calibration(calibration).params
     try:
-        urdf = export_calibrated_urdf(scene, params, out / "twin.urdf")
+        urdf = export_calibrated_urdf(layout, params, out / "twin.urdf")
         artefacts["urdf"] = Path(urdf).name if urdf else None
     except (DataError, ParameterError, ValueError) as exc:  # a built-in scene has no file
         artefacts["urdf"] = None

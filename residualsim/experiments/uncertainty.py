@@ -39,7 +39,7 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from residualsim.data.datasets import resolve_data
 from residualsim.data.splits import recording_selector
@@ -68,6 +68,9 @@ CURVES = (("reliability_final_xy", "final x-y"), ("reliability_final", "final 3-
           ("reliability_trajectory", "along the trajectory, 3-D"))
 
 PathLike = str | os.PathLike[str]
+
+if TYPE_CHECKING:
+    from residualsim.residual.model import ResidualModel
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ def _check_time(estimate_s: float, samples: int, count: int, probe_s: float,
                  "lower --samples or --limit")
 
 
-def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
+def uncertainty_decomposition(model_dir: PathLike | ResidualModel, data: str | None = None, *,
                               split: str = "validation", samples: int = 64, seed: int = 0,
                               n_workers: int = 1, limit: int | None = None,
                               fractions=None, lists=None, progress=None,
@@ -212,7 +215,7 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
         :meth:`TrajectoryScore.aggregate`; and ``ratios`` (:func:`decomposition_ratios`).
     """
     from residualsim.evaluation.metrics import score_trajectories
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.experiments.budget import probe_seconds
     from residualsim.sim.rollout import predict_trajectories
@@ -220,17 +223,17 @@ def uncertainty_decomposition(model_dir: PathLike, data: str | None = None, *,
 
     if int(samples) != samples or samples < 2:
         raise DataError(f"the decomposition needs samples >= 2, got {samples!r}")
-    model = ResidualModel.load(model_dir)
+    model = ResidualModel.of(model_dir)
     if model.info.get("kind") == "impacts":
         raise DataError(f"{model_dir}: a model of single impacts; the decomposition is for "
                         "trajectory models (their initial-state noise)")
     path = resolve_data(data, model.scene)
-    trajectories = load_recordings(path, model.scene, 1.0 / model.dt_s, model.params,
+    trajectories = load_recordings(path, model.layout, 1.0 / model.dt_s, model.params,
                                    select=recording_selector(split, limit, fractions=fractions,
                                                              lists=lists, source=str(path)))
     if not trajectories:
         raise DataError(f"{path}: no recordings in the {split} split")
-    layout = make_scene(model.scene)
+    layout = model.layout
     side = getattr(layout, "side_m", None)
     radius = layout.radius_of_gyration_m
     variants = [(ROWS[0][0], 0, None)]

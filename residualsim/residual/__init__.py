@@ -33,7 +33,7 @@ _EXPORTS = {
     'impact_distribution_table': 'residualsim.residual.impact_scores',
     'fit_impact_spread': 'residualsim.residual.impact_scores',
     'ResidualPolicy': 'residualsim.residual.policy',
-    'ResidualModel': 'residualsim.residual.policy',
+    'ResidualModel': 'residualsim.residual.model',
     'NumpyPolicy': 'residualsim.residual.policy',
     'MixtureDensityNetwork': 'residualsim.residual.policy',
     'LOG_SCALE_BOUNDS': 'residualsim.residual.policy',

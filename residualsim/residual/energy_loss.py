@@ -254,7 +254,8 @@ def energy_start(scene: str, params: EngineParams, substeps: int, train: dict, g
     (:func:`~residualsim.residual.observation_noise.estimate_observation_noise`), both
     with the engine alone (a fresh policy, which corrects nothing)."""
     from residualsim.residual.observation_noise import estimate_observation_noise
-    from residualsim.residual.policy import ResidualModel, ResidualPolicy
+    from residualsim.residual.policy import ResidualPolicy
+    from residualsim.residual.model import ResidualModel
     from residualsim.residual.uncertainty_fit import training_state_noise
     from residualsim.sim.rollout import recording_settings
     from residualsim.sim.scenes import make_scene

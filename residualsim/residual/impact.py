@@ -368,7 +368,7 @@ def fit_impact_residual_supervised(contacts: ImpactContacts, engine_post: np.nda
 
 def predict_impacts(model, impacts: PlanarImpacts, samples: int = 0, seed: int = 0,
                     n_workers: int = 1, residual: bool = True):
-    """Predictions of an impact :class:`~residualsim.residual.policy.ResidualModel` for ``impacts``
+    """Predictions of an impact :class:`~residualsim.residual.model.ResidualModel` for ``impacts``
     (read in the corrected convention): the model's engine resolves each impact, its policy
     adds the guarded residual (mean with ``samples=0``; ``residual=False``: the engine
     alone). Returns :class:`~residualsim.evaluation.predictions.ImpactPredictions` with
@@ -378,7 +378,7 @@ def predict_impacts(model, impacts: PlanarImpacts, samples: int = 0, seed: int =
 
     if impacts.convention != "corrected":
         raise ParameterError("predict_impacts needs impacts read with convention='corrected'")
-    engine_post = simulate_impacts(model.scene, impacts, model.params, n_workers,
+    engine_post = simulate_impacts(model.layout, impacts, model.params, n_workers,
                                    model.substeps)
     if residual:
         post = policy_post_velocity(model.sampling_policy(),
@@ -449,7 +449,7 @@ def impact_table(model, impacts: PlanarImpacts, split: dict[str, list[str]],
     k = impacts.radius_of_gyration_m
     recorded = impacts.post_state[:, 3:6]
     contacts = impact_contacts(impacts)
-    engine = simulate_impacts(model.scene, impacts, model.params, n_workers, model.substeps) \
+    engine = simulate_impacts(model.layout, impacts, model.params, n_workers, model.substeps) \
         if engine_post is None else engine_post
     friction = model.params.lateral_friction
     predictions: dict[str, np.ndarray] = {"calibrated engine": engine}

@@ -22,7 +22,7 @@ import numpy as np
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.train import (TrainingConfig, TrajectoryLoss, keep_if_better,
                                         scaled_policy, split_items)
 from residualsim.sim.pool import engine_workers

@@ -99,7 +99,7 @@ def estimate_observation_noise(model, trajectories: Mapping, n_workers: int = 1)
     :data:`~residualsim.sysid.ground.MIN_REST_RECORDINGS` recordings qualify."""
     from residualsim.sysid.ground import MIN_REST_RECORDINGS, estimate_table_height
 
-    found = estimate_table_height(model.scene, trajectories, model.params, model.substeps,
+    found = estimate_table_height(model.layout, trajectories, model.params, model.substeps,
                                   n_workers)
     if found.n_used < MIN_REST_RECORDINGS:
         raise DataError(f"only {found.n_used} of {found.n_recordings} recordings end at rest "

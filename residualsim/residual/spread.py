@@ -23,7 +23,8 @@ import numpy as np
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import ParameterError
-from residualsim.residual.policy import ResidualModel, params_sha256
+from residualsim.residual.policy import params_sha256
+from residualsim.residual.model import ResidualModel
 
 __all__ = ["SPREAD_GRID", "SPREAD_CRITERIA", "fit_spread", "rank_key"]
 

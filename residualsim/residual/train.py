@@ -38,12 +38,13 @@ import numpy as np
 from residualsim.sim.contact import unpack_features
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
-from residualsim.residual.policy import ResidualModel, ResidualPolicy, params_sha256
+from residualsim.residual.policy import ResidualPolicy, params_sha256
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.spread import fit_spread
 from residualsim.residual.trajectory_loss import TrajectoryLoss, keep_if_better
 from residualsim.sim.rollout import (ContactGuard, RolloutRequest, interleave, item_rollouts,
                                      recording_settings, trajectory_items)
-from residualsim.sim.scenes import EngineParams, make_scene
+from residualsim.sim.scenes import EngineParams, Scene, make_scene, scene_reference
 from residualsim.parallel import ShardedWorkers, current_backend
 from residualsim.sim.pool import engine_workers
 
@@ -154,7 +155,7 @@ def _network_size(hidden: tuple[int, ...], n_components: int) -> int:
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
 
 
-def split_items(scene: str, train: Mapping[str, Trajectory],
+def split_items(scene: str | Scene, train: Mapping[str, Trajectory],
                 validation: Mapping[str, Trajectory]) -> list[tuple]:
     """Work items of the training and validation recordings, tagged with their split and
     interleaved so that every worker's shard holds both in proportion."""
@@ -162,7 +163,7 @@ def split_items(scene: str, train: Mapping[str, Trajectory],
                       trajectory_items(scene, validation, "validation", start=len(train)))
 
 
-def scaled_policy(workers: ShardedWorkers, scene: str, params: EngineParams,
+def scaled_policy(workers: ShardedWorkers, scene: str | Scene, params: EngineParams,
                   config: TrainingConfig) -> ResidualPolicy:
     """A new policy (``config``'s size and seed, 'no correction') whose feature scaling and
     impulse unit come from the engine's own events on the training items (impulses M_c v_c,
@@ -203,7 +204,7 @@ def _event_features_one(engine, item: tuple, request: RolloutRequest
     return None if runs is None else (runs[0][0].features, runs[0][0].touching_counts)
 
 
-def train_residual(scene: str, train: Mapping[str, Trajectory],
+def train_residual(scene: str | Scene, train: Mapping[str, Trajectory],
                    validation: Mapping[str, Trajectory], out: str | os.PathLike[str], *,
                    params: EngineParams, substeps: int, config: TrainingConfig = TrainingConfig(),
                    n_workers: int = 1, resume: bool = False,
@@ -215,8 +216,8 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
 
     Parameters
     ----------
-    scene : str
-        Scene name (``"cube"``).
+    scene : str or Scene
+        The scene (``"cube"``, a scene file, or the resolved object, handed on as is).
     train, validation : mapping of id -> Trajectory
         Training and validation recordings (one rate).
     out : path
@@ -251,9 +252,10 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
         validation = dict(train)
         config = dataclasses.replace(config, patience=10 ** 9)
         info = {**dict(info or {}), "validation_on": "train"}
-    layout = make_scene(scene)
+    scene = layout = make_scene(scene)
     if config.sustained and layout.planar:
-        raise ParameterError(f"--sustained needs a 3D scene: {scene!r} is planar (its "
+        raise ParameterError(f"--sustained needs a 3D scene: {scene_reference(scene)!r} is "
+                             "planar (its "
                              "recordings are single impacts)")
     start_hash = None if start_policy is None else _check_start(start_policy, config,
                                                                 layout.planar)
@@ -309,7 +311,7 @@ def train_residual(scene: str, train: Mapping[str, Trajectory],
             checks.append(figures)
             return keep_if_better(state, figures, config.patience)
 
-        fingerprint = {"scene": scene, "train": sorted(train), "validation": sorted(validation),
+        fingerprint = {"scene": scene_reference(scene), "train": sorted(train), "validation": sorted(validation),
                        "params": params.as_json(), "substeps": substeps,
                        **({"body": params.body.as_json()}
                           if getattr(params, "body", None) is not None else {}),
@@ -425,7 +427,7 @@ def _json_config(config: TrainingConfig) -> dict[str, Any]:
     return content
 
 
-def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def run_training(scene: str | Scene, data: str | os.PathLike[str], out: str | os.PathLike[str], *,
                  calibration: str | os.PathLike[str] | None = None, substeps: int | None = None,
                  max_trajectories: int | None = None, config: TrainingConfig = TrainingConfig(),
                  n_workers: int = 1, resume: bool = False,
@@ -465,21 +467,22 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     from residualsim.data.splits import DEFAULT_FRACTIONS, check_split, split_recordings, split_rule
     from residualsim.sim.recordings import prepare_recordings
 
+    scene = layout = make_scene(scene)  # resolved once; every stage below takes the object
     data = Path(data)
     trajectories = load_trajectories(data, rate_hz=calibration_rate_hz(calibration))
     if not trajectories:
         raise DataError(f"{data}: no recordings found")
-    layout = make_scene(scene)
     if {t.planar for t in trajectories.values()} != {layout.planar}:
         raise DataError(f"{data}: recordings do not match the "
-                        f"{'planar' if layout.planar else '3D'} scene {scene!r}")
+                        f"{'planar' if layout.planar else '3D'} scene "
+                        f"{scene_reference(scene)!r}")
     calibrated = load_calibration(calibration) if calibration is not None else None
     if calibrated is not None:
-        from residualsim.sim.scenes.scene_file import same_scene
+        from residualsim.sim.scenes import same_scene
 
         if not same_scene(calibrated.scene, scene):
             raise DataError(f"{calibration}: calibrated for scene {calibrated.scene!r}, not "
-                            f"{scene!r}")
+                            f"{scene_reference(scene)!r}")
     # pose-only starts fitted with the calibrated body, which rolls them out
     trajectories = prepare_recordings(scene, trajectories,
                                       calibrated.params if calibrated else None)
@@ -559,18 +562,19 @@ def run_training(scene: str, data: str | os.PathLike[str], out: str | os.PathLik
     return figures
 
 
-def _start_network(init: str | os.PathLike[str], scene: str, substeps: int
+def _start_network(init: str | os.PathLike[str], scene: str | Scene, substeps: int
                    ) -> tuple[ResidualPolicy, ContactGuard]:
     """The network of the model directory ``init`` with its spread folded into the scales,
     and its contact guard, for a run on ``scene`` at ``substeps`` (a DataError if the model
     is for another scene, substep count or has a sustained-contact part, which a start does
     not carry)."""
-    from residualsim.sim.scenes.scene_file import same_scene
+    from residualsim.sim.scenes import same_scene
 
     model = ResidualModel.load(init)
     if not same_scene(model.scene, scene) or model.substeps != substeps:
         raise DataError(f"{init}: a model of scene {model.scene!r} at {model.substeps} "
-                        f"substeps cannot start training on {scene!r} at {substeps}")
+                        f"substeps cannot start training on {scene_reference(scene)!r} at "
+                        f"{substeps}")
     if model.sustained is not None:
         raise DataError(f"{init}: its sustained-contact part cannot be a start (only the "
                         f"event network is)")

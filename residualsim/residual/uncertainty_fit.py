@@ -49,7 +49,7 @@ from typing import Any
 
 from residualsim.data.trajectory import Trajectory
 from residualsim.errors import DataError, ParameterError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 
 __all__ = ["UNCERTAINTY_GRID", "UNCERTAINTY_SAMPLES", "NOISE_FACTORS", "fit_uncertainty",
            "rank_key", "training_state_noise", "CUBE_ESTIMATE", "ENGINE_ESTIMATE"]
@@ -179,7 +179,7 @@ def training_state_noise(model: ResidualModel, train: Mapping[str, Trajectory],
     except DataError as exc:  # planar recordings, or no known half-width or free flight
         cube_reason = str(exc)
     try:
-        noise = estimate_rollout_state_noise(model.scene, model.params, train,
+        noise = estimate_rollout_state_noise(model.layout, model.params, train,
                                              substeps=model.substeps, n_workers=n_workers)
     except DataError as exc:
         return None, None, f"{cube_reason}; {exc}"

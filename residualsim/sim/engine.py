@@ -108,7 +108,7 @@ class Engine:
 
     def __init__(self, scene: str | Scene = "cube", params=None,
                  settings: EngineSettings | None = None) -> None:
-        self.scene = self._nominal_scene = make_scene(scene, settings)
+        self.scene = self._nominal_scene = make_scene(scene).unbuilt(settings)
         self._params = parse_params(params)
         self.scene.check_params(self._params)  # before connecting: nothing to leak
         self.client = pb.connect(pb.DIRECT)

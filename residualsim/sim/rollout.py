@@ -538,7 +538,7 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
                          seed: int = 0, n_workers: int = 1, residual: bool = True,
                          guard: ContactGuard | None = None, policy: Any = None,
                          batch_size: int | None = 1):
-    """Predictions of a :class:`~residualsim.residual.policy.ResidualModel` for recordings.
+    """Predictions of a :class:`~residualsim.residual.model.ResidualModel` for recordings.
 
     Rolls out each recording from its first sample over its recorded length with the
     model's engine and policy: ``samples=0`` the deterministic mean prediction (S = 1), S >= 1
@@ -563,7 +563,7 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
         raise ParameterError(f"batch_size must be None or an integer >= 1, got {batch_size!r}")
     if not trajectories:
         raise DataError("no recordings to predict")
-    settings = recording_settings(model.scene, trajectories, model.substeps)
+    settings = recording_settings(model.layout, trajectories, model.substeps)
     if abs(settings.dt_s - model.dt_s) > 1e-6 * model.dt_s:
         raise DataError(f"recordings at {1 / settings.dt_s:.3f} Hz, but the model was trained "
                         f"at {1 / model.dt_s:.3f} Hz")
@@ -575,15 +575,15 @@ def predict_trajectories(model, trajectories: Mapping[str, Trajectory], samples:
                              seed=int(seed), guard=guard or model.guard,
                              state_noise=model.state_noise if residual else None,
                              batch_size=None if batch_size is None else int(batch_size))
-    items = trajectory_items(model.scene, trajectories)
-    with engine_workers(model.scene, items, n_workers, settings) as workers:
+    items = trajectory_items(model.layout, trajectories)
+    with engine_workers(model.layout, items, n_workers, settings) as workers:
         results = workers.map(residual_trajectories, request)
     stats = np.concatenate([r[2] for r in results])
     observed = getattr(model, "observation_noise", None)
     if observed is not None and residual and samples >= 1:
         # the recordings' pose noise, from its own stream per (recording k, sample s): in
         # the parent, so the result is the same for any number of workers
-        planar = make_scene(model.scene).planar
+        planar = model.layout.planar
         results = [(np.stack([observed.apply(r[0][s], np.random.default_rng(
                         [int(seed), k, s, 1]), planar) for s in range(len(r[0]))]), *r[1:])
                    for k, r in enumerate(results)]

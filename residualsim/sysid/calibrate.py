@@ -50,8 +50,9 @@ from residualsim.sysid.posterior import convergence_warnings
 from residualsim.sysid.calibrated import (DEFAULT_RUGGED,
                                           calibrated_weights)
 from residualsim.sysid.weighting import effective_weights, sandwich_calibration
-from residualsim.sim.scenes import EngineParams, is_scene_path, make_scene, parse_params
-from residualsim.sim.scenes.scene_file import same_scene
+from residualsim.sim.scenes import (EngineParams, Scene, is_scene_path, make_scene, parse_params,
+                                   scene_reference)
+from residualsim.sim.scenes import same_scene
 from residualsim.sim.scenes.body import BodyParams, check_body_matches
 from residualsim.sim.scenes.params import ObjectParams, body_of
 from residualsim.parallel import current_backend
@@ -142,7 +143,7 @@ def _data_fingerprint(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
 
-def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
+def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[str],
               out: str | os.PathLike[str], *, method: str = "mh", samples: int = 3000,
               burn_in: int = 1000, chains: int = 2, proposal_scale: float = 0.05,
               adapt: bool = True, bounds: Mapping[str, Sequence[float]] | None = None,
@@ -247,15 +248,17 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     budget = budget or default_budget(method, names)  # 600 for lsq on the body, else 200
     started = time.perf_counter()
     data, out = Path(data), Path(out)
+    scene = make_scene(scene)  # resolved once here; every stage below takes the object
+    name = scene_reference(scene)  # what the files say
     base = None if base is None else parse_params(base)
     if base is not None and body_of(base) is not None:  # made for this object?
-        spec = getattr(make_scene(scene), "spec", None)
+        spec = getattr(scene, "spec", None)
         if spec is not None:
             check_body_matches(spec.urdf, body_of(base))
-    space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=scene)
-    run = calibration_run(scene, space.names, method, base)
+    space = ParamSpace(names, bounds=bounds, priors=priors, base=base, scene=name)
+    run = calibration_run(name, space.names, method, base)
     check_output(out, kind="dir", command="calibrate", run=run, resume=resume, flag="out")
-    make_scene(scene).check_params(space.engine_params(space.from_unit(space.start())))
+    scene.check_params(space.engine_params(space.from_unit(space.start())))
     recordings = load_calibration_data(scene, data, split, max_items,
                                        fractions=split_fractions, lists=split_lists)
     kind, train, validation = recordings.kind, recordings.train, recordings.validation
@@ -289,7 +292,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
                                               fit_recorded=fit_recorded)
     settings = likelihood.settings
     claim_output(out, run, resume=resume, flag="out")
-    fingerprint = {"scene": scene, "data": _data_fingerprint(likelihood.ids),
+    fingerprint = {"scene": name, "data": _data_fingerprint(likelihood.ids),
                    "n_items": likelihood.n_items, "dt_s": settings.dt_s,
                    "substeps": settings.substeps, "noise": noise, "seed": seed,
                    "method": method}
@@ -497,7 +500,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     body = body_of(params)
     summary = {
         "format": SUMMARY_FORMAT, "method": method,
-        "scene": path_for_file(scene, out) if is_scene_path(scene) else scene,
+        "scene": path_for_file(name, out) if is_scene_path(name) else name,
         "params": params.as_json(), "calibrated": space.names,
         **({"body": body.as_json(),
             "total_mass_kg": {"value": body.mass_kg, "note": "kept from the URDF: poses "
@@ -531,7 +534,7 @@ def calibrate(scene: str, data: str | os.PathLike[str], names: Sequence[str],
     return summary
 
 
-def export_calibrated_urdf(scene: str, params: EngineParams, out: str | os.PathLike[str],
+def export_calibrated_urdf(scene: str | Scene, params: EngineParams, out: str | os.PathLike[str],
                            note: str | None = None) -> Path:
     """Write the scene's URDF with ``params``' body (if any) and contact coefficients in
     each link's ``<contact>`` element (:func:`residualsim.sim.scenes.body.write_urdf`);
@@ -540,7 +543,7 @@ def export_calibrated_urdf(scene: str, params: EngineParams, out: str | os.PathL
 
     spec = getattr(make_scene(scene), "spec", None)
     if spec is None:
-        raise ParameterError(f"scene {scene!r} is built in: --export-urdf needs an object "
+        raise ParameterError(f"scene {scene_reference(scene)!r} is built in: --export-urdf needs an object "
                              "from a scene file or URDF")
     return write_urdf(spec.urdf, out, body=body_of(params), contact=params, note=note)
 
@@ -566,7 +569,7 @@ def calibration_rate_hz(path: str | os.PathLike[str] | None) -> float | None:
     return 1.0 / float(dt_s) if isinstance(dt_s, (int, float)) and dt_s > 0 else None
 
 
-def engine_from_option(params: str | None, substeps: int | None, scene: str
+def engine_from_option(params: str | None, substeps: int | None, scene: str | Scene
                        ) -> tuple[object, int | None, dict]:
     """(EngineParams, substeps, provenance) from ``--params`` and ``--substeps``.
 
@@ -584,7 +587,7 @@ def engine_from_option(params: str | None, substeps: int | None, scene: str
             summary = calibration.path / "summary.json"
             if not same_scene(calibration.scene, scene):
                 raise DataError(f"{summary}: calibrated for scene {calibration.scene!r}, "
-                                f"not {scene!r}")
+                                f"not {scene_reference(scene)!r}")
             if substeps is not None and substeps != calibration.substeps:
                 logging.getLogger(__name__).warning(
                     "%s was calibrated at %d substeps; running at %d", summary,

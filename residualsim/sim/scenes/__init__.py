@@ -29,7 +29,7 @@ __all__ = [
     "PlanarScene", "PlanarEllipseScene", "PlanarDiceScene", "EngineParams", "ObjectParams",
     "ParamSpec", "ENGINE_PARAMS", "SOLVER_PARAMS", "parse_params", "SceneSpec",
     "read_scene_file", "is_scene_path",
-    "scene_from_spec", "same_scene",
+    "scene_from_spec", "same_scene", "scene_reference",
 ]
 
 SCENES: dict[str, type[Scene]] = {
@@ -52,9 +52,11 @@ def scene_from_spec(spec: SceneSpec, settings: EngineSettings | None = None) -> 
 
 def make_scene(name: str | Scene, settings: EngineSettings | None = None) -> Scene:
     """A new (unbuilt) scene: a registry name, or the path of a scene file (``.toml``) or a
-    ``.urdf``. SceneError naming the known scenes, or the file and its problem, otherwise."""
+    ``.urdf``. SceneError naming the known scenes, or the file and its problem, otherwise.
+    A Scene is handed back as is (with ``settings``: an unbuilt copy with them): resolve a
+    ``--scene`` once, at the top of a command, and pass the object down."""
     if isinstance(name, Scene):
-        return name
+        return name if settings is None else name.unbuilt(settings)
     if name in SCENES:
         return SCENES[name](settings)
     if is_scene_path(name):
@@ -63,14 +65,22 @@ def make_scene(name: str | Scene, settings: EngineSettings | None = None) -> Sce
                      "of a scene file (.toml) or a .urdf")
 
 
+def scene_reference(scene: str | Scene) -> str:
+    """The string that names a scene in files and summaries: a registry name, or the path
+    of the scene file (or ``.urdf``) it was read from."""
+    if isinstance(scene, Scene):
+        source = getattr(getattr(scene, "spec", None), "source", None)
+        return str(source) if source is not None else scene.name
+    return str(scene)
+
+
 def same_scene(a: str | Scene, b: str | Scene) -> bool:
     """Whether two ``--scene`` values name the same scene (a name, or the same file however
     its path is spelled)."""
     from pathlib import Path
 
     def key(scene: str | Scene) -> str:
-        if isinstance(scene, Scene):
-            scene = getattr(getattr(scene, "spec", None), "source", None) or scene.name
+        scene = scene_reference(scene)
         return str(Path(scene).resolve()) if is_scene_path(scene) else str(scene)
 
     return key(a) == key(b)

@@ -8,6 +8,8 @@ Jacobian J of a body point, both in generalised velocity coordinates).
 
 from __future__ import annotations
 
+import copy as _copy
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 import sys
@@ -188,6 +190,19 @@ class Scene(ABC):
         self.static_body: int = -1
 
     # --- construction -------------------------------------------------------------------
+    def unbuilt(self, settings: EngineSettings | None = None) -> "Scene":
+        """A copy of this scene before :meth:`build`, sharing its description (URDF, mass,
+        inertia, joints: nothing is read again), with ``settings`` when given. Every
+        :class:`~residualsim.sim.engine.Engine` builds its own copy, so one resolved scene
+        serves any number of engines (and pickles to workers as a description)."""
+        copy = _copy.copy(self)
+        for name in ("_read", "_read_pose"):  # build's readers of its own world
+            copy.__dict__.pop(name, None)
+        if "_kinematics_cache" in copy.__dict__:
+            copy._kinematics_cache = None
+        Scene.__init__(copy, settings if settings is not None else self.settings)
+        return copy
+
     @abstractmethod
     def build(self, client: int) -> None:
         """Load the bodies into ``client`` and zero PyBullet's default damping and motors."""

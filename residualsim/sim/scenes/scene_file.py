@@ -73,14 +73,6 @@ def is_scene_path(name: str | os.PathLike[str]) -> bool:
     return text.endswith((".toml", ".urdf")) or os.sep in text
 
 
-def same_scene(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
-    """Whether two ``--scene`` values name the same scene: the same built-in name, or
-    scene files that resolve to the same file (however each path was written)."""
-    if is_scene_path(first) and is_scene_path(second):
-        return Path(first).resolve() == Path(second).resolve()
-    return str(first) == str(second)
-
-
 def read_scene_file(path: str | os.PathLike[str]) -> SceneSpec:
     """The :class:`SceneSpec` of a ``.toml`` scene file or a bare ``.urdf``.
 
