@@ -32,7 +32,7 @@ from residualsim.baselines.recorded_events import contact_runs
 from residualsim.data import load_tosses, split_ids
 from residualsim.data.bundled import PRETRAINED_CUBE, REAL_SAMPLES
 from residualsim.errors import DataError
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 
 #: Rule parameters (see the module docstring).
 MIN_CONTACT_RUNS = 3

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.data.splits import select_recordings
     from residualsim.evaluation import score_trajectories
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import predict_trajectories
 

@@ -40,7 +40,7 @@ from residualsim.sysid.calibrate import calibrate
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
 from residualsim.evaluation.metrics import score_trajectories
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import ContactGuard, predict_trajectories
 from residualsim.residual.train import TrainingConfig, run_training
 from residualsim.errors import run_script

@@ -25,7 +25,7 @@ import numpy as np
 
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, geodesic_angle
 from residualsim.sysid.calibrate import load_calibration

@@ -537,7 +537,7 @@ def _belief(covariances: np.ndarray) -> str:
 def _propagate(std: list[float], n_workers: int = 1) -> str:
     from residualsim.belief.propagation import GaussianMixtureBelief, propagate_belief
     from residualsim.belief.simulator import toss_state
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
 
     state = toss_state([0, 0, 0.3], [1, 0, 0, 0], [0.5, 0, -0.5], [0, 5, 0])
     belief = GaussianMixtureBelief.gaussian(state, std, planar=False)

@@ -93,7 +93,7 @@ def synthesize(data: Path, args: argparse.Namespace) -> None:
 def scores(model_dir: Path, data: Path, split: str, residual: bool, workers: int) -> dict:
     """Mean base position error (m) and rotation error (deg) of mean predictions."""
     from residualsim.data.splits import split_ids
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import predict_trajectories
     from residualsim.sim.rotations import geodesic_angle

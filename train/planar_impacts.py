@@ -26,7 +26,7 @@ from residualsim.sysid.calibrate import load_calibration
 from residualsim.data import load_impacts
 from residualsim.data.splits import split_ids
 from residualsim.residual.impact import impact_contacts, impact_table, train_impact_residual
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import ContactGuard, simulate_impacts
 from residualsim.errors import run_script
 

@@ -48,7 +48,7 @@ from residualsim.atomic import atomic_write_text, check_output
 from residualsim.data import load_impacts
 from residualsim.data.splits import split_ids
 from residualsim.errors import run_script
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 
 
 def pre_impact_inputs(pre_state: np.ndarray, radius_of_gyration_m: float) -> np.ndarray:

@@ -43,7 +43,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.impact import (best_impulses, fit_impact_residual_supervised,
                                          guarded_correction, impact_contacts, impact_rmse,
                                          policy_post_velocity, train_impact_residual)
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import simulate_impacts
 from residualsim.errors import run_script
 

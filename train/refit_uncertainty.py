@@ -27,7 +27,7 @@ from residualsim.errors import run_script
 def main() -> None:
     from residualsim.data import load_trajectories
     from residualsim.data.splits import split_recordings
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.residual.spread import fit_spread
     from residualsim.residual.uncertainty_fit import fit_uncertainty
     from residualsim.sim.recordings import prepare_recordings

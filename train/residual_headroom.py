@@ -38,7 +38,7 @@ import numpy as np
 from residualsim.atomic import atomic_write_text
 from residualsim.data import load_trajectories
 from residualsim.data.splits import split_ids
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import recording_settings, residual_rollout
 from residualsim.sim.scenes import make_scene
 from residualsim.residual.state_noise import free_flight_velocities

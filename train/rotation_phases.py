@@ -36,7 +36,7 @@ from residualsim.atomic import atomic_write_text, check_output
 from residualsim.data import load_trajectories
 from residualsim.data.datasets import first_contact_index, rest_index
 from residualsim.data.splits import split_ids
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import run_script

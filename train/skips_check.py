@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     from residualsim.data import load_trajectories
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.engine import Engine
     from residualsim.sim.rollout import residual_rollout
     from residualsim.sim.rotations import geodesic_angle

@@ -93,7 +93,7 @@ def measure(model_dir: str, split: str, samples: int, seed: int, workers: int) -
     from residualsim.data.datasets import resolve_data
     from residualsim.data.splits import recording_selector
     from residualsim.experiments.uncertainty import state_noise_policy
-    from residualsim.residual.policy import ResidualModel
+    from residualsim.residual.model import ResidualModel
     from residualsim.sim.recordings import load_recordings
     from residualsim.sim.rollout import predict_trajectories
 

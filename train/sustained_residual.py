@@ -34,7 +34,7 @@ from residualsim.sim.recordings import load_recordings
 from residualsim.data.splits import split_ids
 from residualsim.errors import DataError, run_script
 from residualsim.residual.coefficients import SustainedPolicy, sustained_start
-from residualsim.residual.policy import ResidualModel
+from residualsim.residual.model import ResidualModel
 from residualsim.residual.train import keep_if_better
 from residualsim.sysid.optimize import minimize
 from residualsim.sim.pool import engine_workers
