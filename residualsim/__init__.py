@@ -47,7 +47,7 @@ _EXPORTS = {
     "synthesize_tosses": "residualsim.sim.synthesize",
     # sysid
     "calibrate": "residualsim.sysid.calibrate",
-    "load_calibration": "residualsim.sysid.calibrate",
+    "load_calibration": "residualsim.sysid.calibration_file",
     "identify_stiffness": "residualsim.sysid.loop_stiffness",
     # residual
     "ResidualPolicy": "residualsim.residual.policy",

@@ -266,7 +266,8 @@ def test_lsq_recovers_a_known_body_from_synthetic_tosses(tmp_path):
     user's) and calibrated from the user's (no damping): least squares recovers both."""
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.sim.synthesize import synthesize_tosses
-    from residualsim.sysid.calibrate import calibrate, load_calibration
+    from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.calibration_file import load_calibration
 
     nominal = read_body(HINGE_URDF)
     user = dataclasses.replace(nominal, joints=(JointDynamics("elbow", 0.0, 0.0),))

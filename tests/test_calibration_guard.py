@@ -114,7 +114,7 @@ def test_a_worse_body_is_replaced_by_the_urdfs_own_in_summary_and_export(monkeyp
     assert "body" not in summary
     assert summary["calibrated_body"]["joints"][0]["damping"] == pytest.approx(0.05)
     assert summary["calibrated_params"]["restitution"] == pytest.approx(0.4)
-    from residualsim.sysid.calibrate import load_calibration
+    from residualsim.sysid.calibration_file import load_calibration
 
     assert getattr(load_calibration(tmp_path / "cal").params, "body", None) is None
     # the export holds the kept set: the URDF's own elbow, the calibrated contact

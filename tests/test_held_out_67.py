@@ -88,3 +88,48 @@ def test_without_body_names_nothing_is_said_not_compared(monkeypatch):
     _, entry, _ = _guard(monkeypatch, ["lateral_friction", "restitution"])
     assert list(entry["held_out_compared"]) == ["calibrated", "default"]
     assert "held_out_not_compared" not in entry
+
+
+def test_a_contact_only_fit_given_is_scored_and_can_win(monkeypatch):
+    """Issue 67: "It compares against the best contact-only fit". With ``contact_fit`` (a
+    contact-only calibration: ``--guard-against DIR``) the guard scores it beside the others,
+    keeps it when it predicts validation best, and no longer says it was not compared."""
+    from residualsim.sim.scenes import EngineParams
+    from residualsim.sysid import held_out
+
+    figures = {"calibrated": 0.0826, "contact": 0.0800, "contact_fit": 0.0779, "default": 0.1}
+    monkeypatch.setattr(held_out, "held_out_figures", lambda scene, kind, validation, params,
+                        *args: {k: {"position_rmse_m": figures[k]} for k in params})
+    monkeypatch.setattr(held_out, "body_of",
+                        lambda params: None if params in (EngineParams(), alone) else object())
+    monkeypatch.setattr(held_out.ObjectParams, "of",
+                        staticmethod(lambda params, body: EngineParams(restitution=0.5)))
+    alone = EngineParams(restitution=0.3)
+    kept, entry, warnings = held_out.held_out_guard(
+        "cube", "trajectories", None, EngineParams(restitution=0.4),
+        ["lateral_friction", "restitution", "body.ixx"], None, 1, method="lsq",
+        contact_fit=alone, contact_fit_source="stages/contact")
+    assert list(entry["held_out_compared"]) == ["calibrated", "contact", "contact_fit", "default"]
+    assert "(stages/contact)" in entry["held_out_compared"]["contact_fit"]
+    assert "held_out_not_compared" not in entry
+    assert entry["held_out_choice"] == "contact_fit" and kept is alone
+    assert "the contact fitted alone with the URDF's body" in warnings[0]
+
+
+def test_guard_against_refuses_what_is_not_a_contact_only_fit_of_this_scene(tmp_path):
+    contact = tmp_path / "contact"
+    code, _, err = quiet_main("calibrate", *QUICK, "--max-trajectories", "4",
+                              "--out", contact)
+    assert code == 0, err
+    code, _, err = quiet_main("calibrate", *QUICK, "--max-trajectories", "4", "--out",
+                              tmp_path / "again", "--guard-against", contact)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert set(summary["validation"]) == {"calibrated", "contact_fit", "default"}
+    code, _, err = quiet_main("calibrate", *QUICK, "--max-trajectories", "4", "--substeps",
+                              "5", "--out", tmp_path / "five", "--guard-against", contact)
+    assert code == 2 and "contact values do not transfer across substep counts" in err
+    assert not (tmp_path / "five").exists()
+    code, _, err = quiet_main("calibrate", *QUICK, "--out", tmp_path / "x",
+                              "--guard-against", tmp_path / "missing")
+    assert code == 2 and "missing" in err and "Traceback" not in err

@@ -76,7 +76,7 @@ def test_real_planar_impacts(mcube_dir):
 
 
 def test_calibrate_cli_writes_a_calibration(mcube_dir, tmp_path):
-    from residualsim.sysid.calibrate import load_calibration
+    from residualsim.sysid.calibration_file import load_calibration
 
     out = tmp_path / "cal"
     result = subprocess.run(

@@ -18,7 +18,8 @@ import pytest
 from residualsim.atomic import RUN_FILE, check_output, held_run
 from residualsim.cli import main
 from residualsim.errors import ParameterError
-from residualsim.sysid.calibrate import calibrate, load_calibration
+from residualsim.sysid.calibrate import calibrate
+from residualsim.sysid.calibration_file import load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = ROOT / "data" / "samples" / "cube-synthetic"

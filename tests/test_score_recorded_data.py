@@ -83,7 +83,8 @@ def test_a_calibration_summary_stores_its_scene_file_relative_to_itself(tmp_path
     from residualsim.data.csv import save_csv_trajectories
     from residualsim.residual.train import TrainingConfig, run_training
     from residualsim.sim.synthesize import synthesize_tosses
-    from residualsim.sysid.calibrate import calibrate, load_calibration
+    from residualsim.sysid.calibrate import calibrate
+    from residualsim.sysid.calibration_file import load_calibration
 
     project = tmp_path / "project"
     shutil.copytree(Path(__file__).resolve().parents[1] / "assets" / "examples",

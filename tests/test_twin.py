@@ -103,3 +103,20 @@ def test_too_few_recordings_are_refused_in_one_line(recordings, tmp_path, capsys
     assert code == 2 and "a twin needs at least 3 validation recordings" in err
     assert "record more" in err and len(err.strip().splitlines()) <= 2
     assert not (tmp_path / "t").exists()
+
+
+def test_the_body_is_kept_only_where_the_guard_chose_it(tmp_path):
+    """--body: the body stage's held-out guard scores the contact stage's fit too; the twin
+    keeps whichever it chose and says why (issue 66: a body kept only where it beats, on
+    validation, the contact fitted alone with the URDF's body)."""
+    from residualsim.experiments.twin import _kept
+
+    figures = {"calibrated": {"position_rmse_m": 0.0826}, "contact": {"position_rmse_m": 0.08},
+               "contact_fit": {"position_rmse_m": 0.0779}, "default": {"position_rmse_m": 0.1}}
+    path, words = _kept({"held_out_choice": "contact_fit", "validation": figures}, tmp_path)
+    assert path == tmp_path / "contact" and "contact fitted alone" in words
+    assert "contact_fit 0.0779 m" in words
+    path, words = _kept({"held_out_choice": "calibrated", "validation": figures}, tmp_path)
+    assert path == tmp_path / "body" and words.startswith("the identified body is kept")
+    path, words = _kept({"held_out_choice": "contact", "validation": figures}, tmp_path)
+    assert path == tmp_path / "body" and words.startswith("the URDF's body is kept")

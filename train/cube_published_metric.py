@@ -28,7 +28,7 @@ from residualsim.data.splits import split_ids
 from residualsim.residual.model import ResidualModel
 from residualsim.sim.rollout import predict_trajectories
 from residualsim.sim.rotations import as_quat_wxyz, as_rotation, geodesic_angle
-from residualsim.sysid.calibrate import load_calibration
+from residualsim.sysid.calibration_file import load_calibration
 from residualsim.errors import run_script
 
 WIDTH_M = 0.1048

@@ -201,7 +201,7 @@ def _finished_run(method: str, params: str, run_file: bool = True
     """A folder holding a finished calibrate run of ``method`` on ``params`` (cube): its
     summary, a posterior and, unless an earlier version wrote it, its run.json."""
     def build(folder: Path) -> Path:
-        from residualsim.sysid.calibrate import SUMMARY_FORMAT
+        from residualsim.sysid.calibration_file import SUMMARY_FORMAT
 
         out = _mkdir(folder / "cal")
         names = params.split(",")

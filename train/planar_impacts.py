@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from residualsim.atomic import atomic_write_text
-from residualsim.sysid.calibrate import load_calibration
+from residualsim.sysid.calibration_file import load_calibration
 from residualsim.data import load_impacts
 from residualsim.data.splits import split_ids
 from residualsim.residual.impact import impact_contacts, impact_table, train_impact_residual

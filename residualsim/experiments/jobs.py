@@ -64,7 +64,7 @@ def simulate_dataset(scene: str | Scene, data: Path, params: str | None = None, 
     from residualsim.evaluation.predictions import ImpactPredictions, TrajectoryPredictions
     from residualsim.sim.rollout import simulate_impacts, simulate_trajectories
     from residualsim.sim.scenes import make_scene, scene_reference
-    from residualsim.sysid.calibrate import calibration_rate_hz, engine_from_option
+    from residualsim.sysid.calibration_file import calibration_rate_hz, engine_from_option
 
     scene = layout = make_scene(scene)  # resolved once; the stages below take the object
     engine_params, substeps, provenance = engine_from_option(params, substeps, scene)

@@ -373,7 +373,7 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     from residualsim.experiments.uncertainty import (ROWS, decomposition_ratios,
                                                      decomposition_row, state_noise_policy)
     from residualsim.sim.scenes import make_scene, same_scene
-    from residualsim.sysid.calibrate import load_calibration
+    from residualsim.sysid.calibration_file import load_calibration
 
     if model is None and calibration is None:
         raise ParameterError("report needs --model DIR and/or --calibration DIR")

@@ -10,10 +10,14 @@ The stages, each the stage command's own library function (nothing here redoes a
 3. ``contact``: :func:`~residualsim.sysid.calibrate.calibrate`, least squares (``lsq``, the
    method that wins held out, train/README §22) of the contact group, the ground from the
    rest phases, the held-out guard on validation (``DIR/stages/contact``);
-4. ``body`` (``--body``): the same with ``contact,body,joints`` (``DIR/stages/body``); its
-   body is kept only where it beats the contact-only fit on validation (position RMSE);
+4. ``body`` (``--body``): the same with ``contact,body,joints`` (``DIR/stages/body``), its
+   held-out guard also scoring the contact stage's fit (``guard_against``): the identified
+   body is kept only where it beats, on validation, the contact fitted alone with the
+   URDF's body (position RMSE; :func:`_kept`);
 5. ``train``: :func:`~residualsim.residual.train.run_training` from the kept calibration, with
-   the state noise and the spread fitted: the twin is the model written in ``DIR`` itself;
+   the table and pose noise from the rest phases where the recordings rest
+   (``observation_noise``: samples predict what the capture system records, so the 3-D
+   regions are not zero-height at rest), the state noise and the spread fitted: the twin is the model written in ``DIR`` itself;
 6. ``judge`` (the test split only): the default engine, the calibrated engine and the twin's
    mean (:func:`~residualsim.experiments.jobs.predict_dataset`), and the energy-score
    decomposition with the 50 / 90 % coverage of 32 samples
@@ -147,10 +151,25 @@ def _budgets(trajectories: dict, train_ids: list[str], substeps: int, links: int
             "rollout_s_estimate": rollout_s}
 
 
-def _validation_rmse(summary: dict, which: str) -> float | None:
-    figures = (summary.get("validation") or {}).get(which) or {}
-    value = figures.get("position_rmse_m")
-    return None if value is None else float(value)
+def _kept(fitted: dict, stages: Path) -> tuple[Path, str]:
+    """The calibration the twin keeps after the body stage, and why in words: the body
+    stage's held-out guard (:mod:`residualsim.sysid.held_out`) scored the identified body,
+    the URDF's body with the contact fitted beside it, the contact stage's fit (the contact
+    alone with the URDF's body) and the defaults on validation; the twin keeps its choice."""
+    choice = fitted.get("held_out_choice") or "calibrated"
+    figures = {label: f.get("position_rmse_m") for label, f in
+               (fitted.get("validation") or {}).items()}
+    scores = ", ".join(f"{label} {value:.4g} m" for label, value in figures.items()
+                       if value is not None)
+    if choice == "calibrated":
+        return stages / "body", f"the identified body is kept (validation position RMSE: {scores})"
+    if choice == "contact_fit":
+        return stages / "contact", (f"the URDF's body is kept with the contact fitted alone: "
+                                    f"the identified body did not beat it (validation "
+                                    f"position RMSE: {scores})")
+    return stages / "body", (f"the URDF's body is kept ({choice} set of the body stage: the "
+                             f"identified body did not win; validation position RMSE: "
+                             f"{scores})")
 
 
 def run_twin(data: str | Path, scene: str | Scene, out: str | Path, *, body: bool = False,
@@ -222,25 +241,19 @@ def _stages(run: "_Run", out: Path, data: Path, layout: Scene, body: bool,
         number += 1
         fitted = run.stage("body", number, total,
                            {"method": "lsq", "params": ["contact", "body", "joints"],
-                            "budget": budgets["body"]},
+                            "budget": budgets["body"], "guard_against": "contact"},
                            lambda: _calibrate(layout, data, ["contact", "body", "joints"],
-                                              stages / "body", budgets["body"], common))
-        with_body = _validation_rmse(fitted, fitted.get("held_out_choice") or "calibrated")
-        without = _validation_rmse(contact, contact.get("held_out_choice") or "calibrated")
-        if with_body is not None and without is not None and with_body < without:
-            chosen = stages / "body"
-            body_note = (f"the identified body is kept: validation position RMSE {with_body:.4g} m "
-                         f"against {without:.4g} m for the contact fitted with the URDF's body")
-        else:
-            body_note = (f"the URDF's body is kept: the identified body's validation RMSE "
-                         f"{with_body} m does not beat the contact-only fit's {without} m")
+                                              stages / "body", budgets["body"],
+                                              {**common, "guard_against": stages / "contact"}))
+        chosen, body_note = _kept(fitted, stages)
         _say(body_note)
     number += 1
     trained = run.stage("train", number, total, {"budget": budgets["train"],
                                                  "recordings": budgets["train_recordings"],
                                                  "calibration": chosen.name},
                         lambda: _train(layout, data, out, chosen, budgets["train"], n_workers,
-                                       seed, budgets["train_recordings"]))
+                                       seed, budgets["train_recordings"],
+                                       _rests(run.state["stages"]["contact"]["result"])))
     number += 1
     samples = budgets["samples"]
     judged = run.stage("judge", number, total, {"split": "test", "samples": samples},
@@ -254,7 +267,7 @@ def _stages(run: "_Run", out: Path, data: Path, layout: Scene, body: bool,
                "budgets": budgets, "calibration": {"contact": _brief(contact)},
                "kept_calibration": chosen.name, "body": body_note, "train": trained,
                "test": judged, "artefacts": reported,
-               "verdict": _verdict(body, chosen.name, judged)}
+               "verdict": _verdict(body_note if body else None, judged)}
     if body:
         summary["calibration"]["body"] = _brief(run.state["stages"]["body"]["result"])
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=1) + "\n")
@@ -300,14 +313,22 @@ def _brief(summary: dict) -> dict:
     return {k: summary.get(k) for k in keep if k in summary}
 
 
+def _rests(contact: dict) -> bool:
+    """Whether the recordings rest (the contact stage's ground stage set a table height
+    from them): then the twin also carries the pose noise those rest phases show."""
+    ground = contact.get("ground") or {}
+    return bool(ground) and "skipped" not in ground
+
+
 def _train(scene, data, out: Path, calibration: Path, budget: int, n_workers: int,
-           seed: int, recordings: int) -> dict:
+           seed: int, recordings: int, rests: bool) -> dict:
     from residualsim.residual.train import TrainingConfig, run_training
 
     config = TrainingConfig(budget=budget, hidden=(6,), seed=seed)
     figures = run_training(scene, data, out, calibration=calibration, config=config,
                            n_workers=n_workers, resume=True, command="twin",
-                           max_trajectories=recordings, uncertainty_recordings=recordings)
+                           max_trajectories=recordings, uncertainty_recordings=recordings,
+                           observation_noise=rests)
     return {k: v for k, v in figures.items() if isinstance(v, (int, float, str, bool))
             or v is None}
 
@@ -353,7 +374,8 @@ def _judge(layout: Scene, data, out: Path, n_workers: int, seed: int, samples: i
 def _report(layout: Scene, data, out: Path, calibration: Path, n_workers: int, seed: int,
             samples: int) -> dict:
     from residualsim.experiments.report import build_report
-    from residualsim.sysid.calibrate import export_calibrated_urdf, load_calibration
+    from residualsim.sysid.calibrate import export_calibrated_urdf
+    from residualsim.sysid.calibration_file import load_calibration
 
     build_report(out / "report.html", model=out, data=data, split="test", samples=samples,
                  seed=seed, n_workers=n_workers, progress=False, decomposition=False)
@@ -368,8 +390,9 @@ def _report(layout: Scene, data, out: Path, calibration: Path, n_workers: int, s
     return artefacts
 
 
-def _verdict(body: bool, kept: str, judged: dict) -> list[str]:
-    """Which parts earned their place, in words (the test split's figures)."""
+def _verdict(body_note: str | None, judged: dict) -> list[str]:
+    """Which parts earned their place, in words (the test split's figures; the body's
+    choice made on validation, ``body_note``, None without ``--body``)."""
     errors = judged["errors"]
     default = errors["default_engine"]["position_rmse_m"]
     engine = errors["calibrated_engine"]["position_rmse_m"]
@@ -377,10 +400,8 @@ def _verdict(body: bool, kept: str, judged: dict) -> list[str]:
     rows = list(judged["energy_score_rows"].values())
     words = [f"calibration: test position RMSE {engine:.4g} m against the default engine's "
              f"{default:.4g} m ({engine / default:.3f}x)"]
-    if body:
-        words.append("body: " + ("identified body kept (it won on validation)" if kept == "body"
-                                 else "the URDF's body kept (the identified one did not win "
-                                      "on validation)"))
+    if body_note is not None:
+        words.append(f"body: {body_note}")
     words.append(f"residual: the twin's mean {mean:.4g} m against the calibrated engine's "
                  f"{engine:.4g} m ({'earned its place' if mean < engine else 'no better'})")
     if len(rows) >= 2:
@@ -388,5 +409,9 @@ def _verdict(body: bool, kept: str, judged: dict) -> list[str]:
         words.append(f"spread: energy score of the final position {last:.4g} m sampled "
                      f"against {first:.4g} m deterministic "
                      f"({'earned its place' if last < first else 'no better'}); 90 % x-y "
-                     f"region holds {rows[-1]['coverage_xy_90']}")
+                     f"region holds {_percent(rows[-1]['coverage_xy_90'])} of the test recordings")
     return words
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"

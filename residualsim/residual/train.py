@@ -462,7 +462,7 @@ def run_training(scene: str | Scene, data: str | os.PathLike[str], out: str | os
     recordings only (default all; each costs an engine refit of its initial state).
     Returns the figures.
     """
-    from residualsim.sysid.calibrate import calibration_rate_hz, load_calibration
+    from residualsim.sysid.calibration_file import calibration_rate_hz, load_calibration
     from residualsim.data import load_trajectories
     from residualsim.data.splits import DEFAULT_FRACTIONS, check_split, split_recordings, split_rule
     from residualsim.sim.recordings import prepare_recordings

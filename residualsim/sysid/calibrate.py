@@ -23,14 +23,12 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from residualsim.atomic import (atomic_write_text, check_output, claim_output, path_for_file,
-                                path_from_file, read_json)
+from residualsim.atomic import atomic_write_text, check_output, claim_output, path_for_file
 from residualsim.errors import DataError, ParameterError
 from residualsim.sysid.bodyspace import default_budget, names_body
 from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
@@ -38,6 +36,7 @@ from residualsim.sysid.bootstrap import (DEFAULT_REPLICATES, bootstrap_about,
                                          default_covariance)
 from residualsim.sysid.calibrate_options import check_applicable, check_options
 from residualsim.sysid.calibration_data import load_calibration_data
+from residualsim.sysid.calibration_file import SUMMARY_FORMAT, load_calibration
 from residualsim.sysid.determined import urdf_note
 from residualsim.sysid.held_out import held_out_guard
 from residualsim.sysid.lsq import lsq_pilot
@@ -53,12 +52,12 @@ from residualsim.sysid.weighting import effective_weights, sandwich_calibration
 from residualsim.sim.scenes import (EngineParams, Scene, is_scene_path, make_scene, parse_params,
                                    scene_reference)
 from residualsim.sim.scenes import same_scene
-from residualsim.sim.scenes.body import BodyParams, check_body_matches
-from residualsim.sim.scenes.params import ObjectParams, body_of
+from residualsim.sim.scenes.body import check_body_matches
+from residualsim.sim.scenes.params import body_of
 from residualsim.parallel import current_backend
 
-__all__ = ["calibrate", "engine_from_option", "point_estimate", "Calibration", "load_calibration",
-           "is_calibration", "SUMMARY_FORMAT", "CUBE_CALIBRATED", "CUBE_CALIBRATION_BOUNDS"]
+__all__ = ["calibrate", "point_estimate", "export_calibrated_urdf", "CUBE_CALIBRATED",
+           "CUBE_CALIBRATION_BOUNDS"]
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +80,6 @@ DEFAULT_INITIAL_DRAWS = 4
 #: flight, velocities kept, averaged over its uncertainty with the initial draws). lsq: its
 #: noise misled the point and the held-out figures (train/README.md §22, issue 51).
 DEFAULT_RECORDED_START = {"lsq": "fit"}
-#: Format tag of ``summary.json``.
-SUMMARY_FORMAT = "residualsim.calibration/1"
 #: The cube's strong engine baseline: the parameters fitted for the shipped model (at 10
 #: substeps, nevergrad), with spinning and rolling friction bounded to plausible lengths (m).
 CUBE_CALIBRATED = ("lateral_friction", "restitution", "spinning_friction", "rolling_friction",
@@ -90,55 +87,6 @@ CUBE_CALIBRATED = ("lateral_friction", "restitution", "spinning_friction", "roll
 CUBE_CALIBRATION_BOUNDS = {"spinning_friction": (0.0, 0.1), "rolling_friction": (0.0, 0.05)}
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """A calibration as later stages use it: point parameters and the settings they hold at.
-
-    ``params`` are full engine parameters (uncalibrated ones at their base values);
-    ``substeps`` the internal steps per recorded sample they were fitted at.
-    """
-
-    scene: str
-    params: EngineParams
-    substeps: int
-    summary: dict[str, Any]
-    path: Path | None = None
-
-
-def is_calibration(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a calibration directory or its ``summary.json``."""
-    path = Path(path)
-    summary_path = path / "summary.json" if path.is_dir() else path
-    try:
-        content = json.loads(summary_path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(content, dict) and content.get("format") == SUMMARY_FORMAT
-
-
-def load_calibration(path: str | os.PathLike[str]) -> Calibration:
-    """Read a calibration directory (or its ``summary.json``)."""
-    path = Path(path)
-    summary_path = path / "summary.json" if path.is_dir() else path
-    summary = read_json(summary_path, missing=f"{summary_path}: no calibration summary here")
-    if not isinstance(summary, dict) or summary.get("format") != SUMMARY_FORMAT:
-        raise DataError(f"{summary_path}: not a residualsim calibration summary")
-    try:
-        params = EngineParams(**{k: float(v) for k, v in summary["params"].items()})
-        if isinstance(summary.get("body"), dict):
-            params = ObjectParams.of(params, BodyParams.from_json(summary["body"],
-                                                                  str(summary_path)))
-        scene = str(summary["scene"])
-        if is_scene_path(scene):  # stored relative to the summary (older: to the cwd)
-            scene = str(path_from_file(scene, summary_path.parent))
-        return Calibration(scene=scene, params=params,
-                           substeps=int(summary["settings"]["substeps"]), summary=summary,
-                           path=summary_path.parent)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{summary_path}: incomplete calibration summary ({exc})") from None
-
-
-# --- the calibration job ------------------------------------------------------------------------------
 def _data_fingerprint(ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]
 
@@ -163,7 +111,8 @@ def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[
               small_sample: str | None = None, covariance: str | None = None,
               bootstrap_replicates: int | None = None,
               base: EngineParams | Mapping[str, float] | str | None = None,
-              ground: bool = True, keep_calibrated: bool = False) -> dict[str, Any]:
+              ground: bool = True, keep_calibrated: bool = False,
+              guard_against: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Calibrate ``names`` of the scene's engine parameters on a data set; write ``out``.
 
     Parameters mirror ``residualsim calibrate`` (see its ``--help``); ``checkpoint_every``
@@ -232,7 +181,9 @@ def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[
     joint names were calibrated) and PyBullet's defaults: the summary's ``params``/``body``
     and ``export_urdf`` are the kept set, ``calibrated_params``/``calibrated_body`` the
     search's, ``held_out_choice`` says which; ``keep_calibrated`` keeps the calibrated set
-    (with a warning when it is worse).
+    (with a warning when it is worse). ``guard_against``: a contact-only calibration
+    directory of this scene and substep count, which the guard also scores
+    (:mod:`residualsim.sysid.held_out`, candidate ``contact_fit``).
     ``out`` holding another run, or this one without ``resume``, is refused before any work
     (:func:`residualsim.atomic.check_output`; ``run.json`` there names the run).
     Returns the summary written to ``out/summary.json``.
@@ -291,6 +242,7 @@ def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[
                                               rotation_weight=rotation_weight,
                                               fit_recorded=fit_recorded)
     settings = likelihood.settings
+    contact_fit = _contact_fit(guard_against, scene, settings.substeps)  # before the search
     claim_output(out, run, resume=resume, flag="out")
     fingerprint = {"scene": name, "data": _data_fingerprint(likelihood.ids),
                    "n_items": likelihood.n_items, "dt_s": settings.dt_s,
@@ -483,7 +435,8 @@ def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[
     else:  # the validation split and what --max-trajectories left out (split "all" too)
         params, guard, warnings = held_out_guard(
             scene, kind, recordings.held_out, params, space.names, settings.substeps,
-            n_workers, method=method, keep_calibrated=keep_calibrated, fit_starts=fit_recorded)
+            n_workers, method=method, keep_calibrated=keep_calibrated, fit_starts=fit_recorded,
+            contact_fit=contact_fit, contact_fit_source=str(guard_against or ""))
         held_out = guard.pop("validation")
         guard["held_out_counts"] = recordings.held_out_counts()
         for warning in warnings:
@@ -534,6 +487,27 @@ def calibrate(scene: str | Scene, data: str | os.PathLike[str], names: Sequence[
     return summary
 
 
+def _contact_fit(directory: str | os.PathLike[str] | None, scene: Scene, substeps: int
+                 ) -> EngineParams | None:
+    """The parameters of the contact-only calibration in ``directory`` for the held-out
+    guard; DataError when it is not one of ``scene`` at ``substeps`` (contact values do not
+    transfer across substep counts) or holds a body of its own."""
+    if directory is None:
+        return None
+    found = load_calibration(directory)
+    where = f"--guard-against {directory}"
+    if not same_scene(found.scene, scene):
+        raise DataError(f"{where}: a calibration of scene {found.scene!r}, not "
+                        f"{scene_reference(scene)!r}")
+    if found.substeps != substeps:
+        raise DataError(f"{where}: calibrated at {found.substeps} substeps, this run at "
+                        f"{substeps}: contact values do not transfer across substep counts")
+    if body_of(found.params) is not None:
+        raise DataError(f"{where}: holds a body of its own; the guard compares a contact-only "
+                        "fit with the URDF's body (calibrate --params contact)")
+    return found.params
+
+
 def export_calibrated_urdf(scene: str | Scene, params: EngineParams, out: str | os.PathLike[str],
                            note: str | None = None) -> Path:
     """Write the scene's URDF with ``params``' body (if any) and contact coefficients in
@@ -557,42 +531,3 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
-
-
-def calibration_rate_hz(path: str | os.PathLike[str] | None) -> float | None:
-    """The sample rate (Hz) a calibration was fitted at (``settings.dt_s`` of its summary),
-    the rate CSV recordings are resampled to when it is given; None when ``path`` is not a
-    calibration or does not say."""
-    if not path or not is_calibration(path):
-        return None
-    dt_s = load_calibration(path).summary.get("settings", {}).get("dt_s")
-    return 1.0 / float(dt_s) if isinstance(dt_s, (int, float)) and dt_s > 0 else None
-
-
-def engine_from_option(params: str | None, substeps: int | None, scene: str | Scene
-                       ) -> tuple[object, int | None, dict]:
-    """(EngineParams, substeps, provenance) from ``--params`` and ``--substeps``.
-
-    ``--params`` may name a calibration output (directory or its summary.json): its point
-    parameters are used at the substep count they were calibrated at, unless ``--substeps``
-    says otherwise (a warning then: parameters do not transfer across substep counts).
-    """
-    from residualsim.sim.scenes import parse_params
-
-    engine_params = parse_params(params)
-    provenance: dict = {"params": engine_params.as_json()}
-    if params:
-        if is_calibration(params):
-            calibration = load_calibration(params)
-            summary = calibration.path / "summary.json"
-            if not same_scene(calibration.scene, scene):
-                raise DataError(f"{summary}: calibrated for scene {calibration.scene!r}, "
-                                f"not {scene_reference(scene)!r}")
-            if substeps is not None and substeps != calibration.substeps:
-                logging.getLogger(__name__).warning(
-                    "%s was calibrated at %d substeps; running at %d", summary,
-                    calibration.substeps, substeps)
-            substeps = substeps or calibration.substeps
-            provenance["calibration"] = str(calibration.path)
-    provenance["substeps"] = substeps
-    return engine_params, substeps, provenance

@@ -10,6 +10,8 @@ validation split and keeps the best (issues 48 and 51):
 - ``"contact"``: the calibrated contact, solver and table parameters with the object's own
   URDF body (its body and joint values dropped); only when the calibration identified body
   or joint parameters;
+- ``"contact_fit"``: a contact-only calibration of its own (``calibrate --guard-against
+  DIR``: the contact fitted alone with the URDF's body), when given;
 - ``"default"``: :class:`~residualsim.sim.scenes.EngineParams` ``()``, PyBullet's defaults.
 
 A candidate with a body of its own rolls pose-only recordings out from starts fitted with
@@ -18,14 +20,14 @@ candidate rolls the recordings with recorded velocities out from first poses fit
 their free flight with its own parameters, not from the noisy recorded ones
 (train/README.md §22).
 
-What the guard does *not* compare (issue 67 asked for "the best contact-only fit"): a
-contact fitted alone with the URDF's body. The ``contact`` candidate keeps the contact
-fitted beside the body, which may have absorbed the body's error; a contact-only fit of its
-own is a second calibration (with lsq at least its contact stage, up to 12 (k + 1) sets of
-short rollouts of the training split; with MH a second chain), not run here. Where the
-``contact`` candidate is compared, the summary says so (``held_out_compared``, each
-candidate described, and ``held_out_not_compared``, the contact-only fit and how to run
-it), and so does :func:`held_out_note` on standard error.
+The ``contact`` candidate keeps the contact fitted beside the body, which may have absorbed
+the body's error; the best contact-only fit (issue 67) is a calibration of its own (with lsq
+its ``all`` stage on whole recordings, with MH a second chain), which the guard scores when
+it is given (``contact_fit``: ``calibrate --guard-against DIR``; ``residualsim twin --body``
+passes its contact stage). Without one, where the ``contact`` candidate is compared, the
+summary says what was not (``held_out_not_compared``: the contact-only fit and how to run
+it) beside each candidate described (``held_out_compared``), and so does
+:func:`held_out_note` on standard error.
 
 The score is the validation position RMSE (m) for trajectories and the RMSE of the planar
 post-impact velocities (dx, dy, k dtheta; m/s) for impacts; a tie (within
@@ -62,7 +64,7 @@ _DESCRIBED = {"calibrated": "the calibrated parameters",
 #: ``{names}``: the calibrated contact names.
 NOT_COMPARED = ("a contact-only fit with the URDF's body (the 'contact' candidate keeps the "
                 "contact fitted beside the body, not fitted alone): calibrate --params "
-                "{names} fits one, to compare its held-out figures with these")
+                "{names} fits one, and --guard-against that folder scores it here")
 
 
 def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str, EngineParams],
@@ -111,14 +113,18 @@ def held_out_figures(scene: str, kind: str, validation: Any, params: Mapping[str
     return figures
 
 
-def guard_candidates(params: EngineParams, names: Sequence[str]) -> dict[str, EngineParams]:
+def guard_candidates(params: EngineParams, names: Sequence[str],
+                     contact_fit: EngineParams | None = None) -> dict[str, EngineParams]:
     """The guard's candidates, in order of preference on a tie: ``calibrated`` (``params``),
     ``contact`` (``params`` without its body, so the URDF's own; contact, solver and
     ``table_height_m`` kept) when ``names`` hold body or joint names and ``params`` a body,
-    and ``default`` (PyBullet's)."""
+    ``contact_fit`` (a contact-only calibration's parameters) when given, and ``default``
+    (PyBullet's)."""
     candidates = {"calibrated": params}
     if body_of(params) is not None and any(is_body_name(n) for n in names):
         candidates["contact"] = ObjectParams.of(params, None)
+    if contact_fit is not None:
+        candidates["contact_fit"] = contact_fit
     candidates["default"] = EngineParams()
     return candidates
 
@@ -158,7 +164,8 @@ def _remedy(method: str) -> str:
 
 def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
                    names: Sequence[str], substeps: int | None, n_workers: int, *,
-                   method: str, keep_calibrated: bool = False, fit_starts: bool = False
+                   method: str, keep_calibrated: bool = False, fit_starts: bool = False,
+                   contact_fit: EngineParams | None = None, contact_fit_source: str = ""
                    ) -> tuple[EngineParams, dict[str, Any], list[str]]:
     """Score the candidates of :func:`guard_candidates` on ``validation``; (the kept
     parameters, the summary's entries, warnings).
@@ -168,8 +175,12 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
     the default's) and, when ``keep_calibrated`` kept a worse calibrated set,
     ``held_out_best``. The kept set is the best candidate, or the calibrated one with
     ``keep_calibrated`` (a warning either way when the calibrated set is not the best).
+    ``contact_fit``: a contact-only calibration's parameters (``contact_fit_source``: where
+    it comes from, for the summary's words), scored as the candidate ``contact_fit``.
     """
-    candidates = guard_candidates(params, names)
+    candidates = guard_candidates(params, names, contact_fit)
+    described = dict(_DESCRIBED, contact_fit=f"the contact fitted alone with the URDF's body "
+                                             f"({contact_fit_source or 'given'})")
     figures = held_out_figures(scene, kind, validation, candidates, substeps, n_workers,
                                fit_starts)  # fit_starts: see held_out_figures
     key = GUARD_KEYS[kind]
@@ -177,10 +188,10 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
     reference = figures["default"].get(key, math.nan)
     entry: dict[str, Any] = {
         "validation": figures,
-        "held_out_compared": {label: _DESCRIBED[label] for label in figures},
+        "held_out_compared": {label: described[label] for label in figures},
         **({"held_out_not_compared": NOT_COMPARED.format(names=",".join(
             n for n in names if not is_body_name(n)) or "<contact names>")}
-           if "contact" in figures else {}),
+           if "contact" in figures and "contact_fit" not in figures else {}),
         "held_out_ratio_to_default": {
             label: (f.get(key, math.nan) / reference if reference > 0 else
                     (1.0 if f.get(key) == reference else math.inf))
@@ -195,7 +206,7 @@ def held_out_guard(scene: str, kind: str, validation: Any, params: EngineParams,
                        for label, f in figures.items())
     better = [label for label in figures if _beats(figures, label, "calibrated", key)]
     text = (f"held-out guard: the calibrated parameters predict the validation split worse "
-            f"than {' and than '.join(_DESCRIBED[label] for label in better)} ({key}: "
+            f"than {' and than '.join(described[label] for label in better)} ({key}: "
             f"{scores}); ")
     if keep_calibrated:
         entry["held_out_choice"], entry["held_out_best"] = "calibrated", best

@@ -31,8 +31,9 @@ from typing import Any
 from residualsim.atomic import atomic_write_text, check_output, claim_output
 from residualsim.errors import ParameterError
 from residualsim.sim.scenes import EngineParams
-from residualsim.sysid.calibrate import (DEFAULT_TRAJECTORY_SUBSTEPS, SUMMARY_FORMAT,
-                                         _data_fingerprint, _json_safe, calibration_run)
+from residualsim.sysid.calibrate import (DEFAULT_TRAJECTORY_SUBSTEPS, _data_fingerprint,
+                                         _json_safe, calibration_run)
+from residualsim.sysid.calibration_file import SUMMARY_FORMAT
 from residualsim.sysid.calibration_data import load_calibration_data
 from residualsim.sysid.held_out import held_out_figures
 from residualsim.sysid.paramspace import ParamSpace
