@@ -55,6 +55,15 @@ def test_calibrate_and_train_read_the_scene_file_once(hinge_data, tmp_path, read
     assert reads == [HINGE]
 
 
+def test_simulate_and_data_info_read_the_scene_file_once(hinge_data, tmp_path, reads):
+    assert main(["simulate", "--scene", HINGE, "--data", str(hinge_data),
+                 "--out", str(tmp_path / "p.npz")]) == 0
+    assert reads == [HINGE]
+    reads.clear()
+    assert main(["data", "info", str(hinge_data), "--scene", HINGE]) == 0
+    assert reads == [HINGE]
+
+
 def test_engines_build_their_own_copy_of_one_scene():
     """Two engines of one resolved scene are two worlds; the object handed in stays unbuilt
     (so it pickles to workers) and is not read again."""

@@ -31,8 +31,10 @@ def cmd_data_info(args: argparse.Namespace) -> None:
     if args.scene:
         from residualsim.experiments.jobs import describe_for_scene
 
-        description = describe_for_scene(resolve_data(args.path), args.scene, body=args.body,
-                                         n_workers=args.workers)
+        from residualsim.cli.scene_option import scene_argument
+
+        description = describe_for_scene(resolve_data(args.path), scene_argument(args),
+                                         body=args.body, n_workers=args.workers)
     else:
         description = describe(resolve_data(args.path))
     body = description.pop("body_flight", None)

@@ -15,12 +15,13 @@ from residualsim.data.datasets import resolve_data
 
 def cmd_simulate(args: argparse.Namespace) -> None:
     from residualsim.evaluation import save_predictions
+    from residualsim.cli.scene_option import scene_argument
     from residualsim.experiments.jobs import simulate_dataset
 
     check_output(args.out, force=args.force)
     data = resolve_data(args.data, args.scene)
     start = time.perf_counter()
-    predictions, n = simulate_dataset(args.scene, data, args.params, args.workers,
+    predictions, n = simulate_dataset(scene_argument(args), data, args.params, args.workers,
                                       args.substeps, args.split, args.limit,
                                       **split_options(args))
     save_predictions(make_parent(args.out), predictions)

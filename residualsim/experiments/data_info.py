@@ -15,6 +15,7 @@ import numpy as np
 
 from residualsim.errors import DataError
 from residualsim.sim.recordings import load_recordings
+from residualsim.sim.scenes import Scene
 
 __all__ = ["describe_for_scene", "FIRST_CONTACT_WINDOW_S", "REST_GAP_NOTE_M"]
 
@@ -31,7 +32,7 @@ FIRST_CONTACT_WINDOW_S = 0.3
 REST_GAP_NOTE_M = 0.003
 
 
-def describe_for_scene(path: PathLike, scene: str, body: bool = False,
+def describe_for_scene(path: PathLike, scene: str | Scene, body: bool = False,
                        n_workers: int = 1) -> dict:
     """``data info DIR --scene FILE``: the data set's summary (:func:`residualsim.data.describe`)
     checked against the object, with its first contacts found on the object's own
@@ -54,6 +55,7 @@ def describe_for_scene(path: PathLike, scene: str, body: bool = False,
     from residualsim.sim.scenes import make_scene
     from residualsim.sysid.ground import rest_gap_m
 
+    scene = make_scene(scene)  # resolved once; the checks below take the object
     if body:  # refused before reading anything for a scene without body parameters
         from residualsim.sysid.flight_info import check_body_scene
 
@@ -62,7 +64,7 @@ def describe_for_scene(path: PathLike, scene: str, body: bool = False,
     if description.get("format") == "mcube":
         raise DataError(f"{path}: planar impacts; --scene is for trajectory recordings")
     recordings = load_recordings(path, scene)
-    layout = make_scene(scene)
+    layout = scene
     firsts, gaps = [], []
     files = {f["id"]: f for f in description.get("files", [])}
     with Engine(scene, settings=recording_settings(scene, recordings)) as engine:
