@@ -343,49 +343,84 @@ def _admit(world: _World, states: np.ndarray, numbers: range, n_steps: int,
     return particles
 
 
+class _Admission:
+    """The particles not yet on a copy, and their placing, as both loops (:func:`_loop`,
+    :func:`_compiled_loop`) do it: they come all at once, or run by run from the claims as
+    copies free up (:func:`_admit`), and each is placed by the lone loop's top (its first
+    check's flight, then the reset) until it steps or ends."""
+
+    def __init__(self, world: _World, states: np.ndarray, n_steps: int,
+                 correctors: list | None, claims: WorkClaims | None) -> None:
+        self.world, self.states, self.n_steps = world, states, n_steps
+        self.correctors = correctors
+        self.runs = iter([range(len(states))]) if claims is None else \
+            iter(claims.take, range(0))
+        self.more, self.particles, self.queue = True, [], deque()
+
+    @property
+    def pending(self) -> bool:
+        """Whether particles are still to be placed (queued, or runs still to claim)."""
+        return bool(self.queue) or self.more
+
+    def place(self, free: list, activate) -> None:
+        """Put queued particles on the ``free`` copies (popped from its end) until either
+        runs out; ``activate`` takes each placed particle."""
+        world, whole = self.world, self.correctors is not None
+        scene, cid, flight = world.scene, world.engine.client, world.flight
+        while free and self.pending:
+            if not self.queue:
+                numbers = next(self.runs, None)
+                if numbers is None:
+                    self.more = False
+                else:
+                    admitted = _admit(world, self.states, numbers, self.n_steps,
+                                      self.correctors)
+                    self.particles += admitted
+                    self.queue.extend(admitted)
+                continue
+            p = self.queue.popleft()
+            index = p.index
+            if not _prepare(p, flight, self.n_steps, first=not whole, fill=whole):
+                continue
+            if p.index != index:  # a (second) flight before its first step
+                p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
+            p.body, p.start, p.reset = free.pop(), p.place, False
+            p.first_raw = p.raws[-1]
+            _reset(cid, p.body, p.start)
+            activate(p)
+
+    def restart(self, particles: list, activate) -> None:
+        """A later flight's reset of each of ``particles`` (its copy has had a collision
+        pass), at its last sample; ``activate`` takes each."""
+        for p in particles:
+            _reset(self.world.engine.client, p.body,
+                   _placements(self.world.scene.raw_to_states(p.raws[-1:]))[0])
+            activate(p)
+
+
+def _reset(cid: int, body: int, place: tuple) -> None:
+    """Put ``body`` at ``place`` as the lone path resets its body: position (m), quaternion
+    (x, y, z, w), velocity (m/s) and angular velocity (rad/s), world frame."""
+    pb.resetBasePositionAndOrientation(body, *place[:2], physicsClientId=cid)
+    pb.resetBaseVelocity(body, *place[2:], physicsClientId=cid)
+
+
 def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
           correctors: list | None, claims: WorkClaims | None = None) -> list:
     scene, cid, flight = world.scene, world.engine.client, world.flight
     whole = correctors is not None
     limit = n_steps + 1 if whole else 1  # events after which a particle stops
-    reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
     get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
-    # the particles come all at once, or run by run from the claims as copies free up
-    runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
-    more, particles, queue = True, [], deque()
+    admission = _Admission(world, states, n_steps, correctors, claims)
     free, cooling = list(world.copies[:size]), []  # cooling: parked since the last pass
     active, waiting, replace = [], [], []  # waiting: parked for a reset; replace: cooled
     spacing2, every = guard.new_point_distance_m ** 2, guard.every_contact_step
     approach = guard.min_approach_mps
     longest = math.inf if whole else 4 * CHECK_EVERY  # raw records kept (a whole run: all)
     table, step, contacts_of = scene.static_body, pb.stepSimulation, pb.getContactPoints
-    while more or queue or active or waiting or replace:
-        while free and (queue or more):  # the lone loop's top until the particle steps or ends
-            if not queue:
-                numbers = next(runs, None)
-                if numbers is None:
-                    more = False
-                else:
-                    admitted = _admit(world, states, numbers, n_steps, correctors)
-                    particles += admitted
-                    queue.extend(admitted)
-                continue
-            p = queue.popleft()
-            index = p.index
-            if not _prepare(p, flight, n_steps, first=not whole, fill=whole):
-                continue
-            if p.index != index:  # a (second) flight before its first step
-                p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
-            p.body, p.start, p.reset = free.pop(), p.place, False
-            p.first_raw = p.raws[-1]
-            reset_pose(p.body, *p.start[:2], physicsClientId=cid)
-            reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
-            active.append(p)
-        for p in replace:  # a later flight's reset: its copy has had a collision pass
-            place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
-            reset_pose(p.body, *place[:2], physicsClientId=cid)
-            reset_velocity(p.body, *place[2:], physicsClientId=cid)
-            active.append(p)
+    while admission.pending or active or waiting or replace:
+        admission.place(free, active.append)  # the lone loop's top until each steps or ends
+        admission.restart(replace, active.append)  # a later flight's reset, after a pass
         if active:
             step(cid)
         else:
@@ -443,7 +478,7 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
             else:
                 still.append(p)
         active = still
-    return particles
+    return admission.particles
 
 
 def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
@@ -461,46 +496,20 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
     handle = client_handle(cid, world.copies[0])
     slots = Slots(world, size, n_steps, guard, whole)
     get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
-    reset_pose, reset_velocity = pb.resetBasePositionAndOrientation, pb.resetBaseVelocity
-    runs = iter([range(len(states))]) if claims is None else iter(claims.take, range(0))
-    more, particles, queue = True, [], deque()
+    admission = _Admission(world, states, n_steps, correctors, claims)
     free, cooling = list(world.copies[:size]), []
     waiting, replace = [], []
     exits, owner = slots.exits, slots.particle
-    while more or queue or slots.n_active or waiting or replace:
-        while free and (queue or more):
-            if not queue:
-                numbers = next(runs, None)
-                if numbers is None:
-                    more = False
-                else:
-                    admitted = _admit(world, states, numbers, n_steps, correctors)
-                    particles += admitted
-                    queue.extend(admitted)
-                continue
-            p = queue.popleft()
-            index = p.index
-            if not _prepare(p, flight, n_steps, first=not whole, fill=whole):
-                continue
-            if p.index != index:
-                p.place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
-            p.body, p.start, p.reset = free.pop(), p.place, False
-            p.first_raw = p.raws[-1]
-            reset_pose(p.body, *p.start[:2], physicsClientId=cid)
-            reset_velocity(p.body, *p.start[2:], physicsClientId=cid)
-            slots.activate(p)
-        for p in replace:
-            place = _placements(scene.raw_to_states(p.raws[-1:]))[0]
-            reset_pose(p.body, *place[:2], physicsClientId=cid)
-            reset_velocity(p.body, *place[2:], physicsClientId=cid)
-            slots.activate(p)
+    while admission.pending or slots.n_active or waiting or replace:
+        admission.place(free, slots.activate)
+        admission.restart(replace, slots.activate)
         if not slots.n_active:
             pb.performCollisionDetection(physicsClientId=cid)
             free += cooling
             cooling, replace, waiting = [], waiting, []
             continue
         # more than one step only while nothing waits for the top of the loop
-        longest = 1 if (waiting or (cooling and (queue or more))) else 1 << 30
+        longest = 1 if (waiting or (cooling and admission.pending)) else 1 << 30
         left = run_kernel(handle, slots, longest, cid)
         free += cooling
         cooling, replace, waiting = [], waiting, []
@@ -547,7 +556,7 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
                 slots.drop(s)
             world.park(p.body)
             cooling.append(p.body)
-    return particles
+    return admission.particles
 
 
 def _canonical(points: list, flip: bool) -> list:
