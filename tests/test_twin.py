@@ -50,6 +50,7 @@ def test_the_twin_is_judged_on_the_test_split_and_says_what_earned_its_place(twi
     words = " ".join(summary["verdict"])
     assert "calibration:" in words and "residual:" in words and "spread:" in words
     assert summary["budgets"]["contact"] <= CAPS["contact"]  # what each stage was given
+    assert summary["engine_parameter_draws"].startswith("not drawn: least squares")
     assert (out / "report.html").stat().st_size > 10_000
 
 
