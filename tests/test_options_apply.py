@@ -56,10 +56,13 @@ def _refusal(capsys, argv) -> str:
     (["--method", "lsq", "--init", "mpec"], "--init mpec applies to --method mh or sandwich"),
     (["--method", "mpec", "--weighting", "calibrated"], "not to --method mpec"),
     (["--scene", "arm-loop", "--weighting", "recording"], "not to --scene arm-loop"),
+    (["--method", "mpec", "--guard-against", "cal"],
+     "--guard-against cal applies to --method mh, sandwich, nevergrad, lsq"),
 ], ids=["weighting-lsq", "weighting-nevergrad", "small-sample-sandwich",
         "small-sample-raw-mh", "small-sample-delayed", "rugged-nevergrad",
         "weighting-with-noise", "small-sample-with-noise", "delayed-lsq", "optimizer-mh",
-        "checkpoint-sandwich", "init-mpec-lsq", "weighting-mpec", "weighting-arm-loop"])
+        "checkpoint-sandwich", "init-mpec-lsq", "weighting-mpec", "weighting-arm-loop",
+        "guard-against-mpec"])
 def test_calibrate_refuses_an_option_of_another_method(capsys, tmp_path, extra, message):
     out = tmp_path / "a" / "cal"
     line = _refusal(capsys, ["calibrate", "--data", SYNTHETIC, "--split", "all", "--quiet",

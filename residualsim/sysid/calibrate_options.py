@@ -31,7 +31,7 @@ WEIGHTINGS = ("recording", "calibrated", "effective")
 DEFAULT_WEIGHTING = "calibrated"
 #: The options that apply to some methods only (:func:`check_applicable`'s keywords).
 APPLICABLE = ("weighting", "small_sample", "rugged_weight", "delayed_acceptance", "optimizer",
-              "checkpoint_every")
+              "checkpoint_every", "guard_against")
 #: The methods :func:`~residualsim.sysid.calibrate.calibrate` runs on recordings.
 METHODS = ("mh", "sandwich", "nevergrad", "lsq")
 
@@ -41,13 +41,15 @@ def check_applicable(method: str, *, scene: str = "", noise: float | None = None
                      weighting: str | None = None, small_sample: str | None = None,
                      rugged_weight: float | None = None,
                      delayed_acceptance: float | None = None, optimizer: str | None = None,
-                     checkpoint_every: int | None = None) -> None:
+                     checkpoint_every: int | None = None,
+                     guard_against: object | None = None) -> None:
     """ParameterError when an option given (not None) does not apply to ``method`` (or the
     arm + loop's ``scene``): it would be accepted and have no effect. Each names what it
     applies to: ``--weighting`` MH (calibrated or effective: with the noise estimated),
     ``--small-sample`` and ``--rugged-weight`` MH's calibrated likelihood (the default MH,
     noise estimated), ``--delayed-acceptance`` MH, ``--optimizer`` nevergrad,
-    ``--checkpoint-every`` MH and nevergrad. ``impacts``: the data are impacts (MH samples
+    ``--checkpoint-every`` MH and nevergrad, ``--guard-against`` the methods
+    :func:`~residualsim.sysid.calibrate.calibrate` runs (its held-out guard). ``impacts``: the data are impacts (MH samples
     the raw likelihood there)."""
     mh = method == "mh" and scene != "arm-loop"
     estimated = noise is None and not impacts
@@ -68,7 +70,9 @@ def check_applicable(method: str, *, scene: str = "", noise: float | None = None
         ("--delayed-acceptance", delayed_acceptance, mh, "--method mh"),
         ("--optimizer", optimizer, method == "nevergrad", "--method nevergrad"),
         ("--checkpoint-every", checkpoint_every, mh or method == "nevergrad",
-         "--method mh or nevergrad"))
+         "--method mh or nevergrad"),
+        ("--guard-against", guard_against, method in METHODS and scene != "arm-loop",
+         f"--method {', '.join(METHODS)} (the held-out guard they run)"))
     for flag, value, applies, where in rules:
         if value is not None and not applies:
             raise ParameterError(f"{flag} {value} applies to {where}, not to {this}: it "
