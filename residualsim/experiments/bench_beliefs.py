@@ -153,7 +153,6 @@ def bench_beliefs(model, trajectories: Mapping[str, Trajectory], particles: int 
     the simulator's workers before each row; None: as the environment says).
     """
     from residualsim.belief.propagation import GaussianMixtureBelief
-    from residualsim.sim.scenes import make_scene
     from residualsim.belief.simulator import StochasticSimulator, default_initial_std
 
     check_methods(methods, reference_particles, batch_sizes, draws, loops)

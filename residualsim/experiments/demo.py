@@ -186,7 +186,7 @@ def run_demo(data_dir: Path, out_dir: Path, *, n_workers: int = 2, seed: int = 0
     from residualsim.evaluation.metrics import score_trajectories
     from residualsim.residual.model import ResidualModel
     from residualsim.sim.rollout import predict_trajectories
-    from residualsim.sim.scenes import EngineParams, make_scene
+    from residualsim.sim.scenes import EngineParams
 
     start = time.perf_counter()
     n_workers = _check_count("n_workers", n_workers, 1)

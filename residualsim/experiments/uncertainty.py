@@ -219,7 +219,6 @@ def uncertainty_decomposition(model_dir: PathLike | ResidualModel, data: str | N
     from residualsim.sim.recordings import load_recordings
     from residualsim.experiments.budget import probe_seconds
     from residualsim.sim.rollout import predict_trajectories
-    from residualsim.sim.scenes import make_scene
 
     if int(samples) != samples or samples < 2:
         raise DataError(f"the decomposition needs samples >= 2, got {samples!r}")
