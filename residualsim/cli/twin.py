@@ -18,7 +18,8 @@ def cmd_twin(args: argparse.Namespace) -> None:
     from residualsim.experiments.twin import run_twin
 
     tiny = os.environ.get("RESIDUALSIM_TINY", "") not in ("", "0")
-    summary = run_twin(args.data, scene_argument(args), args.out, body=args.body, n_workers=args.workers,
+    summary = run_twin(args.data, scene_argument(args), args.out, body=args.body,
+                       n_workers=args.workers,
                        minutes=args.minutes, resume=args.resume, seed=args.seed,
                        links=link_map(args.link), caps=TINY_CAPS if tiny else None)
     test = summary["test"]

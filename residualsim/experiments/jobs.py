@@ -137,7 +137,8 @@ def score_file(pred: PathLike, data: PathLike | None, scene: str | None = None, 
     return (score, predictions.meta) if with_meta else score
 
 
-def predict_dataset(model_dir: PathLike | ResidualModel, data: str | None, *, samples: int = 0, seed: int = 0,
+def predict_dataset(model_dir: PathLike | ResidualModel, data: str | None, *, samples: int = 0,
+                    seed: int = 0,
                     n_workers: int = 1, residual: bool = True, split: str = "all",
                     limit: int | None = None, fractions=None, lists=None, policy=None,
                     batch_size: int | None = 1, max_minutes: float | None = None,
@@ -312,7 +313,8 @@ def _check_rollout_size(samples: int, n_steps: int, state_size: int, particles: 
                                "--particles")
 
 
-def rollout_job(model_dir: PathLike | ResidualModel, out: PathLike, *, state: np.ndarray | None = None,
+def rollout_job(model_dir: PathLike | ResidualModel, out: PathLike, *,
+                state: np.ndarray | None = None,
                 toss: str | None = None, data: str | None = None,
                 horizon_s: float | None = None, samples: int = 64, particles: int = 1000,
                 events: int = 3, seed: int = 0, n_workers: int = 1, residual: bool = True,
@@ -427,7 +429,8 @@ def rollout_job(model_dir: PathLike | ResidualModel, out: PathLike, *, state: np
             "seconds": time.perf_counter() - start}
 
 
-def model_and_tosses(model_dir: PathLike | ResidualModel, data: str | None, split: str, n_tosses: int | None,
+def model_and_tosses(model_dir: PathLike | ResidualModel, data: str | None, split: str,
+                     n_tosses: int | None,
                      unseen: bool = False):
     """The model in ``model_dir`` and the first ``n_tosses`` (None: all) recordings of
     ``split``; with ``unseen``, only those the model was not trained on

@@ -432,7 +432,8 @@ def build_report(out: PathLike, *, model: PathLike | None = None,
     bar.update()
     sampled = None
     if loaded_model is not None:
-        means["residual"], _ = predict_dataset(loaded_model, str(path), n_workers=n_workers, **select)
+        means["residual"], _ = predict_dataset(loaded_model, str(path), n_workers=n_workers,
+                                               **select)
         commands["residual"] = [_cmd("predict", "--model", model, *where, "--out",
                                      "residual.npz")]
         bar.update()

@@ -17,7 +17,8 @@ The stages, each the stage command's own library function (nothing here redoes a
 5. ``train``: :func:`~residualsim.residual.train.run_training` from the kept calibration, with
    the table and pose noise from the rest phases where the recordings rest
    (``observation_noise``: samples predict what the capture system records, so the 3-D
-   regions are not zero-height at rest), the state noise and the spread fitted: the twin is the model written in ``DIR`` itself;
+   regions are not zero-height at rest), the state noise and the spread fitted: the twin is
+   the model written in ``DIR`` itself;
 6. ``judge`` (the test split only): the default engine, the calibrated engine and the twin's
    mean (:func:`~residualsim.experiments.jobs.predict_dataset`), and the energy-score
    decomposition with the 50 / 90 % coverage of 32 samples
@@ -167,7 +168,8 @@ def _kept(fitted: dict, stages: Path) -> tuple[Path, str]:
     scores = ", ".join(f"{label} {value:.4g} m" for label, value in figures.items()
                        if value is not None)
     if choice == "calibrated":
-        return stages / "body", f"the identified body is kept (validation position RMSE: {scores})"
+        return stages / "body", (f"the identified body is kept (validation position RMSE: "
+                                 f"{scores})")
     if choice == "contact_fit":
         return stages / "contact", (f"the URDF's body is kept with the contact fitted alone: "
                                     f"the identified body did not beat it (validation "

@@ -178,7 +178,8 @@ class ResidualModel:
         if policy.n_features != feature_width(planar, policy.spin, policy.contact_mode):
             raise DataError(f"{directory}: a policy with {policy.n_features} features cannot "
                             f"run the {'planar' if planar else '3D'} scene {scene!r}")
-        return cls(scene=scene, layout=layout, policy=policy, params=params, dt_s=dt_s, substeps=substeps,
+        return cls(scene=scene, layout=layout, policy=policy, params=params, dt_s=dt_s,
+                   substeps=substeps,
                    guard=guard, info=info, spread=spread, state_noise=state_noise,
                    sustained=sustained, observation_noise=observed)
 
