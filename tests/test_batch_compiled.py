@@ -15,6 +15,7 @@ subprocess, so that a wrong signature fails a test instead of killing pytest.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -32,9 +33,11 @@ FIELDS = ("n_events", "engine_gain", "max_penetration_m", "pre_states", "post_st
 pytest.importorskip("numba")
 
 
-def _in_subprocess(case: str, env: dict | None = None, timeout: float = 600) -> str:
-    """Run ``_case_<case>()`` of this module in a fresh interpreter; its standard error."""
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_batch_compiled as t; " \
+def _in_subprocess(case: str, env: dict | None = None, timeout: float = 600,
+                   module: str = "test_batch_compiled") -> str:
+    """Run ``_case_<case>()`` of test ``module`` (default: this one) in a fresh interpreter;
+    its standard error."""
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import {module} as t; " \
         f"t._case_{case}()"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})})
@@ -69,6 +72,23 @@ def _same(a, b) -> None:
         assert a.touching == b.touching
         for name in ("mass", "jacobian", "inverse_jt", "features", "centre"):
             assert np.array_equal(getattr(a.models, name), getattr(b.models, name)), name
+
+
+def equal_rollouts(a, b) -> None:
+    """Every field of two ResidualRollouts (and of their contact models) equal, bit for bit."""
+    for field in dataclasses.fields(a):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if dataclasses.is_dataclass(x):
+            equal_rollouts(x, y)
+        elif isinstance(x, (list, tuple)) and x and dataclasses.is_dataclass(x[0]):
+            assert len(x) == len(y), field.name
+            for u, v in zip(x, y):
+                equal_rollouts(u, v)
+        elif x is None or y is None:
+            assert x is None and y is None, field.name
+        else:
+            assert np.array_equal(np.asarray(x, float), np.asarray(y, float),
+                                  equal_nan=True), field.name
 
 
 def _cube():
@@ -110,8 +130,6 @@ def _case_whole_rollouts() -> None:
     """batched_rollouts (whole rollouts, events corrected on their copy as they happen)
     through the kernel: every field of every rollout equal to the Python loop's and to the
     lone residual_rollout's."""
-    import dataclasses
-
     from test_batch_rollout import _particles
 
     from residualsim.sim import batch, batch_compiled
@@ -132,28 +150,13 @@ def _case_whole_rollouts() -> None:
         finally:
             os.environ.pop("RESIDUALSIM_COMPILED")
 
-    def equal(a, b) -> None:
-        for field in dataclasses.fields(a):
-            x, y = getattr(a, field.name), getattr(b, field.name)
-            if dataclasses.is_dataclass(x):
-                equal(x, y)
-            elif isinstance(x, (list, tuple)) and x and dataclasses.is_dataclass(x[0]):
-                assert len(x) == len(y), field.name
-                for u, v in zip(x, y):
-                    equal(u, v)
-            elif x is None or y is None:
-                assert x is None and y is None, field.name
-            else:
-                assert np.array_equal(np.asarray(x, float), np.asarray(y, float),
-                                      equal_nan=True), field.name
-
     lone = [residual_rollout(engine, state, 300, policy, np.random.default_rng([5, i]),
                              model.guard) for i, state in enumerate(states)]
     for size in (3, 16):
         python, compiled = runs("0", size), runs("1", size)
         for a, b, c in zip(python, compiled, lone):
-            equal(a, b)
-            equal(c, b)
+            equal_rollouts(a, b)
+            equal_rollouts(c, b)
     assert calls and sum(r.n_events for r in lone) > 50
 
 

@@ -82,6 +82,7 @@ from residualsim.sim.contact import MEMORY_STEPS, far_from
 from residualsim.sim.corrector import EventCorrector, rollout_record
 from residualsim.sim.engine import Engine
 from residualsim.sim.batch_flight import flights
+from residualsim.sim.particle import Particle, body_first
 from residualsim.sim.skips import CHECK_EVERY
 
 __all__ = ["FirstEvents", "first_events", "batched_rollouts", "batch_unsupported",
@@ -215,21 +216,6 @@ def _world(engine: Engine, capacity: int) -> _World:
     return _CACHE[0]
 
 
-class _Particle:
-    """One particle's loop state (the lone loop's locals) while it goes to its event (or
-    its horizon); ``correct`` its event corrector in a whole rollout, else None."""
-
-    __slots__ = ("number", "index", "raws", "recent", "deepest", "rest", "body", "reset",
-                 "events", "event", "stepped", "start", "first_raw", "correct", "place")
-
-    def __init__(self, number: int, raws: list, rest, correct) -> None:
-        self.number, self.index, self.raws, self.rest = number, 0, raws, rest
-        self.recent: list = []
-        self.deepest, self.events, self.event, self.stepped = 0.0, 0, None, 0
-        self.body, self.reset, self.start, self.first_raw = None, False, None, None
-        self.correct, self.place = correct, None  # place: set_state's arguments at the reset
-
-
 def first_events(engine: Engine, states: np.ndarray, n_steps: int, policy, seeds, guard,
                  batch_size: int | None = None, claims: WorkClaims | None = None
                  ) -> FirstEvents:
@@ -292,7 +278,7 @@ def batched_rollouts(engine: Engine, states: np.ndarray, n_steps: int, policy, r
 
 def _run(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
          correctors: list | None, claims: WorkClaims | None = None) -> list:
-    """The particles (:class:`_Particle`) of ``states`` (those taken from ``claims``, when
+    """The particles (:class:`~.particle.Particle`) of ``states`` (those taken from ``claims``, when
     given) run to their first events (``correctors`` None) or, with an event corrector per
     state, over the whole horizon, through the compiled loop (:mod:`.batch_compiled`, the
     same particles bit for bit) where :func:`~residualsim.sim.capi.compiled_reason` allows
@@ -331,7 +317,7 @@ def _admit(world: _World, states: np.ndarray, numbers: range, n_steps: int,
         else [None] * len(raws0)
     particles = []
     for k, raw, tail, place in zip(numbers, raws0, flown, placements):
-        particle = _Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None,
+        particle = Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None,
                              correctors[k] if whole else None)
         particle.place = place
         if tail:  # the first check's flight: samples added, reset at the last one
@@ -451,14 +437,14 @@ def _loop(world: _World, states: np.ndarray, n_steps: int, guard, size: int,
                 if whole and (fresh or every):  # the lone loop's correction, on this copy
                     scene.use_body(body)
                     if p.correct(scene.raw_to_states([raws[-1]])[0],
-                                 _canonical(fresh or mine, flip), _canonical(mine, flip)):
+                                 body_first(fresh or mine, flip), body_first(mine, flip)):
                         p.events += 1
                         if p.correct.policy is not None:
                             raw = (get_pose(body, cid), get_velocity(body, cid))
                 elif not whole and ((fresh and _approaching(fresh, on, raws[-1], raw, approach))
                                     or every):
-                    p.events, p.event = 1, (_canonical(fresh or mine, flip),
-                                            _canonical(mine, flip))
+                    p.events, p.event = 1, (body_first(fresh or mine, flip),
+                                            body_first(mine, flip))
                 recent.append([q[on] for q in mine])
                 if len(recent) > MEMORY_STEPS:
                     del recent[0]
@@ -494,7 +480,8 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
     scene, cid, flight = world.scene, world.engine.client, world.flight
     whole = correctors is not None
     handle = client_handle(cid, world.copies[0])
-    slots = Slots(world, size, n_steps, guard, whole)
+    slots = Slots(world.copies[:size], scene.static_body, world.engine.dt_s, flight,
+                  world.rest, n_steps, guard, whole)
     get_pose, get_velocity = pb.getBasePositionAndOrientation, pb.getBaseVelocity
     admission = _Admission(world, states, n_steps, correctors, claims)
     free, cooling = list(world.copies[:size]), []
@@ -519,7 +506,7 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
             slots.unload(p, finished=code not in (CHECK, CORRECT))
             if code == EVENT:
                 fresh, mine, flip = slots.event_points(s)
-                p.events, p.event = 1, (_canonical(fresh or mine, flip), _canonical(mine, flip))
+                p.events, p.event = 1, (body_first(fresh or mine, flip), body_first(mine, flip))
             elif code == REST:  # the lone path fills the rest with the last sample
                 p.raws.extend([p.raws[-1]] * (n_steps - p.index))
                 p.index = n_steps
@@ -527,7 +514,7 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
                 fresh, mine, flip = slots.event_points(s)
                 scene.use_body(p.body)
                 if p.correct(scene.raw_to_states([p.raws[-2]])[0],
-                             _canonical(fresh or mine, flip), _canonical(mine, flip)):
+                             body_first(fresh or mine, flip), body_first(mine, flip)):
                     p.events += 1
                     if p.correct.policy is not None:
                         p.raws[-1] = (get_pose(p.body, cid), get_velocity(p.body, cid))
@@ -559,15 +546,6 @@ def _compiled_loop(world: _World, states: np.ndarray, n_steps: int, guard, size:
     return admission.particles
 
 
-def _canonical(points: list, flip: bool) -> list:
-    """Contact tuples as ``getContactPoints(body, table)`` gives them (the body as A, the
-    normal from the table into the body) from the world's listing, where the table may be A."""
-    if not flip:
-        return points
-    return [(q[0], q[2], q[1], q[4], q[3], q[6], q[5], (-q[7][0], -q[7][1], -q[7][2]),
-             *q[8:]) for q in points]
-
-
 def _placements(states: np.ndarray) -> list:
     """Per state (scene layout) the arguments :meth:`CubeScene.set_state` gives PyBullet:
     (position, quaternion x-y-z-w normalised as it normalises it, velocity, angular
@@ -579,7 +557,7 @@ def _placements(states: np.ndarray) -> list:
                     states[:, 7:10].tolist(), states[:, 10:13].tolist()))
 
 
-def _prepare(p: _Particle, flight, n_steps: int, first: bool = False,
+def _prepare(p: Particle, flight, n_steps: int, first: bool = False,
              fill: bool = False) -> bool:
     """The top of the lone loop (:func:`~residualsim.sim.rollout.residual_rollout`) for one
     particle: the flight and rest checks every ``CHECK_EVERY`` samples, until it is to step

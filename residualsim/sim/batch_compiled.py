@@ -351,11 +351,16 @@ _ERRORS = {-1: "a world step failed", -2: "the contact listing failed",
 class Slots:
     """The kernel's arrays for ``size`` copies of the world (one slot per copy)."""
 
-    def __init__(self, world, size: int, n_steps: int, guard, whole: bool = False) -> None:
-        flight, rest = world.flight, world.rest
-        self.bodies = list(world.copies[:size])
+    def __init__(self, bodies: list, static_body: int, dt_s: float, flight, rest: bool,
+                 n_steps: int, guard, whole: bool = False) -> None:
+        """Slots for the copies ``bodies`` (PyBullet body ids) stepping against
+        ``static_body`` at ``dt_s`` s a sample, with the closed-form ``flight`` (a
+        :class:`~residualsim.sim.skips.FreeFlight` or None) and rest detection (``rest``),
+        to ``n_steps`` samples; ``whole``: every sample logged, events corrected in Python."""
+        size = len(bodies)
+        self.bodies = list(bodies)
         self.slot = {body: s for s, body in enumerate(self.bodies)}
-        self.slot_of = np.full(max(self.bodies + [world.scene.static_body]) + 1, -1, np.int64)
+        self.slot_of = np.full(max(self.bodies + [static_body]) + 1, -1, np.int64)
         for body, s in self.slot.items():
             self.slot_of[body] = s
         self.ints = np.zeros((size, 10), np.int64)
@@ -377,14 +382,20 @@ class Slots:
         floats = flight._floats if flight is not None else (0.0,) * 7
         from residualsim.sim.skips import REST_SPEED_MPS, REST_SPIN_RADPS
 
-        dt = world.engine.dt_s
         self.cfg = np.array([guard.new_point_distance_m ** 2, guard.min_approach_mps,
-                             REST_SPEED_MPS * dt, 0.5 * REST_SPIN_RADPS * dt, *floats])
-        self.flags = np.array([world.scene.static_body, n_steps, flight is not None, rest,
+                             REST_SPEED_MPS * dt_s, 0.5 * REST_SPIN_RADPS * dt_s, *floats])
+        self.flags = np.array([static_body, n_steps, flight is not None, rest,
                                guard.every_contact_step, STATUS["step"], STATUS["state"],
                                STATUS["contacts"], MEMORY_STEPS, CHECK_EVERY, REST_CHECKS,
                                whole],
                               np.int64)
+
+    def horizon(self, n_steps: int) -> None:
+        """Run the slots' particles to ``n_steps`` samples from now on (a whole run's log
+        grown to hold them)."""
+        self.flags[1] = n_steps
+        if self.whole and self.log.shape[1] < n_steps + 2:
+            self.log = np.zeros((len(self.bodies), n_steps + 2, 13))
 
     @property
     def n_active(self) -> int:

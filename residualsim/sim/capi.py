@@ -215,7 +215,8 @@ def client_handle(client: int, body: int) -> int:
                                     "build)")
         pose = pb.getBasePositionAndOrientation(body, physicsClientId=client)
         velocity = pb.getBaseVelocity(body, physicsClientId=client)
-        if values.tolist() != [*pose[0], *pose[1], *velocity[0], *velocity[1]]:
+        if not np.array_equal(values, [*pose[0], *pose[1], *velocity[0], *velocity[1]],
+                              equal_nan=True):  # a body set to NaN reads NaN both ways
             raise CompiledPathError(f"physics client {client}: the C API read body {body}'s "
                                     "state otherwise than PyBullet")
         _CHECKED[client] = (handle, count)

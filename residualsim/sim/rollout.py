@@ -5,9 +5,9 @@ the recorded number of samples, at the recording rate. :func:`residual_rollout` 
 learned correction: at each contact event it computes the contact features x = (M_c, v_c),
 draws p_res from the policy (or takes its mean) and adds M⁻¹Jᵀp_res to the velocity the
 engine resolved, within physical limits (:class:`ContactGuard`). Batches are spread over
-worker processes; results come back in the order given, identical for any number of
-workers. The event corrector and the rollout record are in :mod:`.corrector`, shared with
-the batched loop of :mod:`.batch` (``batch_size``: a recording's samples, same results).
+worker processes, identical for any number of workers. The corrector and the record are
+:mod:`.corrector`'s, shared with the batched loop (:mod:`.batch`) and the compiled one
+(:mod:`.lone_compiled`, ``RESIDUALSIM_COMPILED``): the same rollouts bit for bit.
 """
 
 from __future__ import annotations
@@ -26,17 +26,18 @@ from residualsim.sim.corrector import (EventCorrector, ResidualRollout, event_co
                                        rollout_record)
 from residualsim.sim.skips import CHECK_EVERY
 from residualsim.sim.engine import Engine
+from residualsim.sim.lone_compiled import compiled_applies, compiled_rollout
 from residualsim.errors import DataError, ParameterError
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene, parse_params
 from residualsim.parallel import ShardedWorkers
 from residualsim.sim.pool import engine_workers
 
 __all__ = ["SimulatedTrajectory", "simulate_one", "simulate_trajectories", "simulation_items",
-           "recording_settings", "simulate_impact", "simulate_impacts",
-           "impact_settings", "ContactGuard", "ResidualRollout", "residual_rollout",
-           "RolloutRequest", "trajectory_items", "item_rollouts", "interleave",
-           "residual_errors", "predict_trajectories",
-           "residual_trajectories", "velocity_jump", "ENERGY_ROUNDING", "event_contact_model"]
+           "recording_settings", "simulate_impact", "simulate_impacts", "impact_settings",
+           "ContactGuard", "ResidualRollout", "residual_rollout", "RolloutRequest",
+           "trajectory_items", "item_rollouts", "interleave", "residual_errors",
+           "predict_trajectories", "residual_trajectories", "velocity_jump", "ENERGY_ROUNDING",
+           "event_contact_model"]
 
 #: The energy rule's allowance for floating-point rounding (:meth:`ContactGuard.energy_budget_j`),
 #: relative to the energy scale max(1 J, |E before|, |E after|): about 4500 double-precision
@@ -65,10 +66,8 @@ def recording_settings(scene: str, trajectories: Mapping[str, Trajectory],
                        substeps: int | None = None) -> EngineSettings:
     """The scene's solver settings with ``dt_s`` set to the recordings' sample period.
 
-    Raises DataError when the recordings do not share one (uniform) rate. CSV recordings
-    arrive uniform (resampled at load, :mod:`residualsim.data.timebase`); other formats
-    must be.
-    """
+    Raises DataError when the recordings do not share one (uniform) rate (CSV recordings
+    are resampled at load, :mod:`residualsim.data.timebase`; other formats must be)."""
     base = make_scene(scene).settings
     periods = []
     for traj in trajectories.values():
@@ -296,17 +295,15 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
     n_steps : int
         Recording periods to simulate; the result has ``n_steps + 1`` samples.
     policy : NumpyPolicy or None
-        The residual policy (:meth:`ResidualPolicy.numpy`); None runs the engine alone
-        through the same loop (events are still detected and counted).
+        The residual policy (:meth:`ResidualPolicy.numpy`); None: the engine alone through
+        the same loop (events still detected and counted).
     rng : numpy Generator or None
-        None: deterministic mode (the policy's mean). A generator: stochastic mode, one
-        sample of p_res per event.
+        None: the policy's mean. A generator: one sample of p_res per event.
     guard : ContactGuard
         Event definition and physical limits.
     stop_after_events : int or None
-        Stop right after the step of this many contact events (its residual applied): the
-        result is then shorter than ``n_steps + 1`` samples and ends at the post-event
-        state (how :mod:`residualsim.belief.propagation` goes from contact event to contact event).
+        Stop right after the step of this many contact events (its residual applied): a
+        shorter result, ending at the post-event state (how the belief step goes on).
     skips : bool
         Free flight in closed form and rest filled in (:mod:`residualsim.sim.skips`).
 
@@ -324,13 +321,16 @@ def residual_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, po
                             stop_after_events, skips, coefficients)
         finally:
             engine.scene.apply_params(engine.params)
+    if compiled_applies(engine.scene, policy, guard):  # the same rollout, stepped in C
+        return compiled_rollout(engine, initial_state, n_steps, policy, rng, guard,
+                                stop_after_events, skips)
     return _rollout(engine, initial_state, n_steps, policy, rng, guard, stop_after_events,
                     skips, None)
 
 
 def _sustained_features(engine: Engine, raw, touching: list[tuple]) -> np.ndarray:
-    """The contact features at the ``touching`` points in the current state (its velocity
-    from the raw reading ``raw``), then the number of touching points."""
+    """The contact features at the ``touching`` points now (velocity from ``raw``), then
+    the number of touching points."""
     state = engine.scene.raw_to_states([raw])[0]
     return np.append(event_contact_model(engine, state, touching).features, len(touching))
 
