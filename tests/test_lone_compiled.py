@@ -12,6 +12,7 @@ error both ways. Every case runs in a subprocess (a bad C call fails the test, n
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -99,6 +100,37 @@ def _case_real_tosses() -> None:
             equal_rollouts(python, compiled)
 
 
+def _case_pose_rollouts() -> None:
+    """The calibration's pose loop (pose_rollout against Engine.rollout_poses) and one
+    calibration likelihood (trajectory_errors over tosses and parameter sets)."""
+    from test_batch_rollout import _particles
+
+    from residualsim.data.contactnets import load_tosses
+    from residualsim.sim import batch_compiled
+    from residualsim.sim.lone_compiled import pose_rollout
+    from residualsim.sysid.likelihood import trajectory_errors
+
+    model, engine = _cube()
+    calls = []
+    run_kernel = batch_compiled.run_kernel
+    batch_compiled.run_kernel = lambda *a: calls.append(1) or run_kernel(*a)
+    for skips in (True, False):
+        for state in np.concatenate([_particles(0), _particles(2)]):
+            python, compiled = _both(lambda: pose_rollout(engine, state, 250, skips))
+            reference = engine.rollout_poses(state, 250, skips)
+            for a, b, c in zip(python, compiled, reference):
+                assert np.array_equal(a, b) and np.array_equal(a, c)
+    assert calls
+    tosses = load_tosses(ROOT / "data" / "samples" / "contactnets-cube")
+    batch = [model.params, dataclasses.replace(model.params, lateral_friction=0.2,
+                                               restitution=0.3)]
+    for traj in tosses.values():
+        state = model.layout.state_from_trajectory(traj, 0)
+        item = (state, traj.positions_m[1:], traj.quat_wxyz[1:], 0.05)
+        python, compiled = _both(lambda: trajectory_errors(engine, item, batch))
+        assert np.array_equal(python, compiled) and np.all(np.isfinite(python))
+
+
 def _case_python_loop_kept() -> None:
     """A sustained-contact policy, hidden-impact events and other scenes: the Python loop
     even with the switch on."""
@@ -166,6 +198,10 @@ def test_lone_rollouts_bit_identical():
 
 def test_real_tosses_bit_identical():
     _run("real_tosses")
+
+
+def test_pose_rollouts_and_likelihood_bit_identical():
+    _run("pose_rollouts")
 
 
 def test_other_rollouts_keep_the_python_loop():

@@ -4,34 +4,41 @@ in CPU time, the compiled and the Python loop side by side (issue 68, train/READ
     python train/lone_overhead.py --model data/pretrained/cube-contactnets-5substep \
         --tosses 4 --samples 16 --repeats 5 --loops compiled,python
 
-Each repeat rolls every validation toss out ``samples`` times with
-:func:`~residualsim.sim.rollout.residual_rollout` (the lone loop ``predict`` and training
-run: the residual drawn from ``default_rng([7, toss, sample])``), then once more each with
-the engine alone, once per loop (``RESIDUALSIM_COMPILED`` set before each; the loops give
-the same rollouts bit for bit), and replays the engine steps those rollouts took in a bare
-loop. The bare loop is exact: a recording pass (untimed) notes every run of consecutive
-engine steps the rollouts make (its first state, read before its first step, and its
-length; a run ends where Python set the state: a reset, a flight's handover, a residual's
-correction) and the bare loop sets each run's first state and calls ``stepSimulation``
-that many times, reading nothing. (Until session 14 the bare loop stepped each rollout's
-``engine_steps`` on from its first stepped state without the flights' resets and the
-corrections: it stepped the later flights with the engine, at ~5 µs a step, in place of
-contact steps at ~150 µs, so it was cheaper than the rollouts' own steps and the ratios
-came out high; ``--continuous`` keeps that bare loop for comparison.)
+Jobs, each over the first ``tosses`` validation tosses:
 
-Prints per loop the medians over the repeats of residual / bare, engine alone / bare and
-residual / engine alone, and each repeat's. ``--via-batch`` runs each rollout as a batch of
-one copy (:func:`~residualsim.sim.batch.batched_rollouts`, ``batch_size=1``).
+* ``residual``: ``samples`` lone :func:`~residualsim.sim.rollout.residual_rollout` per toss,
+  the residual drawn from ``default_rng([7, toss, sample])`` (``predict`` at batch size 1);
+* ``engine``: the same with the engine alone (the events still found and described);
+* ``likelihood``: one evaluation of the calibration likelihood
+  (:func:`~residualsim.sysid.likelihood.trajectory_errors`: the engine's pose loop,
+  :func:`~residualsim.sim.lone_compiled.pose_rollout`) at ``samples`` parameter sets;
+* ``training``: one training epoch's rollouts (:func:`~residualsim.sim.rollout.residual_errors`
+  for 4 candidate policies, the model's weights perturbed, ``samples`` draws each).
+
+Each job runs once per loop (``RESIDUALSIM_COMPILED`` set before it; the loops give the same
+rollouts bit for bit), and its engine steps are replayed in a bare loop. The bare loop is
+exact: a recording pass (untimed, Python loop) notes every run of consecutive engine steps
+the job makes (its first state, read before its first step, and its length; a run ends where
+Python set the state: a reset, a flight's handover, a residual's correction), and the bare
+loop sets each run's first state and calls ``stepSimulation`` that many times, reading
+nothing. (Until session 14 the bare loop stepped each rollout's ``engine_steps`` on from its
+first stepped state without the flights' resets and the corrections; ``--continuous``
+keeps that loop for the ``residual`` and ``engine`` jobs.)
+
+Prints per loop and job the median over the repeats of job / bare, and each repeat's.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
 
 import numpy as np
+
+JOBS = ("residual", "engine", "likelihood", "training")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -43,42 +50,62 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loops", default="compiled,python",
                         help="loops to time, comma-separated: compiled, python")
-    parser.add_argument("--via-batch", action="store_true",
-                        help="each rollout as a batch of one copy (batched_rollouts)")
+    parser.add_argument("--jobs", default=",".join(JOBS),
+                        help=f"jobs to time, comma-separated: {', '.join(JOBS)}")
     parser.add_argument("--continuous", action="store_true",
                         help="the old bare loop: engine_steps on from the first stepped state")
     args = parser.parse_args(argv)
-    loops = args.loops.split(",")
+    loops, jobs = args.loops.split(","), args.jobs.split(",")
     if not set(loops) <= {"compiled", "python"}:
         parser.error(f"--loops: compiled and/or python, got {args.loops!r}")
+    if not set(jobs) <= set(JOBS):
+        parser.error(f"--jobs: some of {', '.join(JOBS)}, got {args.jobs!r}")
 
     from residualsim.experiments.jobs import model_and_tosses
-    from residualsim.sim.batch import batched_rollouts
     from residualsim.sim.bullet import pb
     from residualsim.sim.engine import Engine
-    from residualsim.sim.rollout import residual_rollout
+    from residualsim.sim.rollout import (RolloutRequest, residual_errors, residual_rollout,
+                                         trajectory_items)
+    from residualsim.sysid.likelihood import trajectory_errors
 
     model, tosses = model_and_tosses(args.model, args.data, "validation", args.tosses)
     engine = Engine(model.scene, model.params, model.settings())
     policy, guard, scene = model.sampling_policy(), model.guard, engine.scene
     starts = [(k, scene.state_from_trajectory(traj, 0), len(traj.times_s) - 1)
               for k, traj in enumerate(tosses.values())]
+    radius = float(getattr(scene, "radius_of_gyration_m", 0.05))
+    errors_items = [(state, traj.positions_m[1:], traj.quat_wxyz[1:], radius)
+                    for (_, state, _), traj in zip(starts, tosses.values())]
+    rng = np.random.default_rng(3)
+    params = [model.params] + [dataclasses.replace(
+        model.params, lateral_friction=float(rng.uniform(0.1, 0.6)),
+        restitution=float(rng.uniform(0.0, 0.4))) for _ in range(args.samples - 1)]
+    flat = model.policy.get_flat()
+    candidates = tuple(model.policy.set_flat(flat + 0.05 * rng.standard_normal(flat.shape))
+                       .numpy(model.spread) for _ in range(4))
+    request = RolloutRequest(params=model.params, policies=candidates, samples=args.samples,
+                             seed=11, guard=guard)
+    items = trajectory_items(model.layout, tosses)
 
-    def rollouts(with_policy: bool) -> tuple[float, list]:
-        begin, runs = time.process_time(), []
+    def run(job: str) -> list:
+        runs = []
         for k, state, n_steps in starts:
-            for s in range(args.samples):
-                rng = np.random.default_rng([7, k, s]) if with_policy else None
-                chosen = policy if with_policy else None
-                if args.via_batch:
-                    runs.append(batched_rollouts(engine, state[None], n_steps, chosen, [rng],
-                                                 guard, batch_size=1)[0])
-                else:
-                    runs.append(residual_rollout(engine, state, n_steps, chosen, rng, guard))
-        return time.process_time() - begin, runs
+            if job == "likelihood":
+                runs.append(trajectory_errors(engine, errors_items[k], params))
+            elif job == "training":
+                runs.append(residual_errors(engine, items[k], request))
+            else:
+                for s in range(args.samples):
+                    chosen = policy if job == "residual" else None
+                    draws = np.random.default_rng([7, k, s]) if job == "residual" else None
+                    runs.append(residual_rollout(engine, state, n_steps, chosen, draws, guard))
+        if job == "likelihood" and engine.params != model.params:
+            engine.set_params(model.params)
+        return runs
 
-    def segments(with_policy: bool) -> list:
-        """The runs of consecutive engine steps the rollouts make (Python loop, recorded)."""
+    def segments(job: str) -> list:
+        """The runs of consecutive engine steps a job makes (Python loop, recorded), each
+        with the engine parameters it ran at."""
         os.environ["RESIDUALSIM_COMPILED"] = "0"
         found, last = [], [None]
         step = pb.stepSimulation
@@ -88,53 +115,56 @@ def main(argv: list[str] | None = None) -> dict:
             if last[0] is not None and np.array_equal(now, last[0]):
                 found[-1][1] += 1
             else:
-                found.append([now, 1])
+                found.append([now, 1, engine.params])
             step(*a, **k)
             last[0] = scene.get_state()
 
         pb.stepSimulation = recording_step
         try:
-            rollouts(with_policy)
+            run(job)
         finally:
             pb.stepSimulation = step
         return found
 
     def bare(runs: list) -> float:
         begin = time.process_time()
-        for start, count in runs:
+        for start, count, at in runs:
+            if engine.params != at:
+                engine.set_params(at)
             scene.set_state(start)
             for _ in range(count):
                 pb.stepSimulation(physicsClientId=engine.client)
-        return time.process_time() - begin
+        elapsed = time.process_time() - begin
+        engine.set_params(model.params)
+        return elapsed
 
-    exact = {True: segments(True), False: segments(False)}
-    rows: dict = {loop: [] for loop in loops}
+    def timed(job: str) -> tuple[float, list]:
+        begin = time.process_time()
+        runs = run(job)
+        return time.process_time() - begin, runs
+
+    exact = {job: segments(job) for job in jobs}
     for loop in loops:  # warm-up: libraries, caches, the kernel's compilation
         os.environ["RESIDUALSIM_COMPILED"] = "1" if loop == "compiled" else "0"
-        rollouts(True)
+        run("residual")
+    rows: dict = {(loop, job): [] for loop in loops for job in jobs}
     for _ in range(args.repeats):
         for loop in loops:
             os.environ["RESIDUALSIM_COMPILED"] = "1" if loop == "compiled" else "0"
-            residual_s, residual_runs = rollouts(True)
-            engine_s, engine_runs = rollouts(False)
-            if args.continuous:
-                references = [[(r.engine_start, int(r.engine_steps)) for r in runs
-                               if r.engine_steps] for runs in (residual_runs, engine_runs)]
-            else:
-                references = [exact[True], exact[False]]
-            rows[loop].append((residual_s, bare(references[0]), engine_s, bare(references[1])))
-    report: dict = {"command": "lone_overhead", "via_batch": args.via_batch,
+            for job in jobs:
+                seconds, runs = timed(job)
+                reference = exact[job]
+                if args.continuous and job in ("residual", "engine"):
+                    reference = [(r.engine_start, int(r.engine_steps), model.params)
+                                 for r in runs if r.engine_steps]
+                rows[loop, job].append(seconds / bare(reference))
+    report: dict = {"command": "lone_overhead",
                     "bare": "continuous" if args.continuous else "exact",
                     "tosses": len(starts), "samples": args.samples, "repeats": args.repeats,
-                    "engine_steps": int(sum(count for _, count in exact[True]))}
-    for loop, measured in rows.items():
-        table = np.array(measured)
-        ratios = {"residual_over_bare": table[:, 0] / table[:, 1],
-                  "engine_over_bare": table[:, 2] / table[:, 3],
-                  "residual_over_engine": table[:, 0] / table[:, 2]}
-        report[loop] = {**{name: round(float(np.median(v)), 3) for name, v in ratios.items()},
-                        **{f"{name}_repeats": [round(float(x), 3) for x in v]
-                           for name, v in ratios.items()}}
+                    "engine_steps": {job: int(sum(r[1] for r in exact[job])) for job in jobs}}
+    for (loop, job), ratios in rows.items():
+        report.setdefault(loop, {})[job] = {"median": round(float(np.median(ratios)), 3),
+                                            "repeats": [round(float(x), 3) for x in ratios]}
     print(json.dumps(report))
     return report
 

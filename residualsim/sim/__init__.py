@@ -51,7 +51,7 @@ _EXPORTS = {
     'simulate_impact': 'residualsim.sim.rollout',
     'simulate_impacts': 'residualsim.sim.rollout',
     'impact_settings': 'residualsim.sim.rollout',
-    'ContactGuard': 'residualsim.sim.rollout',
+    'ContactGuard': 'residualsim.sim.guard',
     'ResidualRollout': 'residualsim.sim.corrector',
     'EventCorrector': 'residualsim.sim.corrector',
     'residual_rollout': 'residualsim.sim.rollout',

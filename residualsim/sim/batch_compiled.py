@@ -134,7 +134,7 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, log, recent, rece
     step_done, state_done, contacts_done = flags[5], flags[6], flags[7]
     memory, every_n, rest_checks = flags[8], flags[9], flags[10]
     history = hist.shape[1] - 1
-    whole = flags[11]
+    whole, listing = flags[11], flags[12]
     spacing2, approach, step_m, step_q = cfg[0], cfg[1], cfg[2], cfg[3]
     c0, c1, c2, e0, e1, e2, level = cfg[4], cfg[5], cfg[6], cfg[7], cfg[8], cfg[9], cfg[10]
     words = scratch.view(np.int32)
@@ -146,11 +146,13 @@ def _kernel_impl(fns, handle, cfg, flags, ints, deepest, hist, log, recent, rece
         status = _call_u64_u64_u64(fns[1], handle, _call_u64_u64(fns[0], handle))
         if _call_i32_u64(fns[2], status) != step_done:
             return -1
-        status = _call_u64_u64_u64(fns[1], handle, _call_u64_u64(fns[5], handle))
-        if _call_i32_u64(fns[2], status) != contacts_done:
-            return -2
-        _call_void_u64_u64(fns[6], handle, scratch.ctypes.data)
-        n_points = words[0]
+        n_points = 0
+        if listing != 0:  # a pose rollout lists no contacts (reads change nothing)
+            status = _call_u64_u64_u64(fns[1], handle, _call_u64_u64(fns[5], handle))
+            if _call_i32_u64(fns[2], status) != contacts_done:
+                return -2
+            _call_void_u64_u64(fns[6], handle, scratch.ctypes.data)
+            n_points = words[0]
         if n_points > contacts.shape[0]:
             return -4
         if n_points > 0:
@@ -352,11 +354,12 @@ class Slots:
     """The kernel's arrays for ``size`` copies of the world (one slot per copy)."""
 
     def __init__(self, bodies: list, static_body: int, dt_s: float, flight, rest: bool,
-                 n_steps: int, guard, whole: bool = False) -> None:
+                 n_steps: int, guard, whole: bool = False, contacts: bool = True) -> None:
         """Slots for the copies ``bodies`` (PyBullet body ids) stepping against
         ``static_body`` at ``dt_s`` s a sample, with the closed-form ``flight`` (a
         :class:`~residualsim.sim.skips.FreeFlight` or None) and rest detection (``rest``),
-        to ``n_steps`` samples; ``whole``: every sample logged, events corrected in Python."""
+        to ``n_steps`` samples; ``whole``: every sample logged, events corrected in Python;
+        ``contacts`` False: no contact listing, no events (the engine's pose loop)."""
         size = len(bodies)
         self.bodies = list(bodies)
         self.slot = {body: s for s, body in enumerate(self.bodies)}
@@ -387,7 +390,7 @@ class Slots:
         self.flags = np.array([static_body, n_steps, flight is not None, rest,
                                guard.every_contact_step, STATUS["step"], STATUS["state"],
                                STATUS["contacts"], MEMORY_STEPS, CHECK_EVERY, REST_CHECKS,
-                               whole],
+                               whole, contacts],
                               np.int64)
 
     def horizon(self, n_steps: int) -> None:

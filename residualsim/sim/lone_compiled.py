@@ -23,10 +23,11 @@ from __future__ import annotations
 from residualsim.sim.capi import client_handle, compiled_reason
 from residualsim.sim.corrector import EventCorrector, ResidualRollout, rollout_record
 from residualsim.sim.engine import Engine
+from residualsim.sim.guard import ContactGuard
 from residualsim.sim.particle import Particle, body_first
 from residualsim.sim.skips import CHECK_EVERY
 
-__all__ = ["compiled_rollout", "compiled_applies"]
+__all__ = ["compiled_rollout", "compiled_applies", "pose_rollout"]
 
 _SLOTS: dict = {}  # the process's slots per (engine, settings): arrays reused across rollouts
 
@@ -89,17 +90,61 @@ def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, g
     return rollout_record(scene, p.raws, policy, correct, p.deepest, p.stepped, start)
 
 
-def _slots(engine: Engine, flight, rest: bool, n_steps: int, guard):
-    """The kernel's arrays for the engine's body, made once per engine, guard and skips."""
+def pose_rollout(engine: Engine, initial_state, n_steps: int, skips: bool = True):
+    """:meth:`Engine.rollout_poses` (the calibration likelihood's loop: the engine alone,
+    poses read, no contacts), through the compiled kernel where :func:`compiled_applies`
+    says so, else the Python loop; the same poses bit for bit: positions (n_steps + 1, 3) m
+    world and quaternions (n_steps + 1, 4) w-x-y-z body to world."""
+    if not compiled_applies(engine.scene, None, _NO_EVENTS):
+        return engine.rollout_poses(initial_state, n_steps, skips)
+    from residualsim.sim.batch_compiled import CHECK, GOING, REST, run_kernel
+
+    scene, cid = engine.scene, engine.client
+    flight = engine.free_flight(skips)
+    engine.reset(initial_state)
+    rest = engine.rest_detector(skips)
+    slots = _slots(engine, flight, rest is not None, n_steps, _NO_EVENTS, contacts=False)
+    handle = client_handle(cid, scene.body)
+    p = Particle(0, [scene.read_raw()], rest, None)
+    p.body = scene.body
+    while p.index < n_steps:
+        if p.index % CHECK_EVERY == 0:
+            added, resting = engine.skip_ahead(flight, rest, p.raws, n_steps - p.index)
+            if resting:
+                break
+            if added:
+                p.index += added
+                continue
+        slots.counts[0] = 0
+        slots.activate(p)
+        run_kernel(handle, slots, 1 << 30, cid)
+        code = int(slots.exits[0])
+        slots.exits[0] = GOING
+        slots.unload(p, finished=False)
+        if code == REST:  # as skip_ahead fills a body at rest
+            p.raws.extend([p.raws[-1]] * (n_steps - p.index))
+            break
+        if code != CHECK:  # the horizon
+            break
+    return scene.raw_to_poses([raw[0] for raw in p.raws])
+
+
+_NO_EVENTS = ContactGuard()  # the pose loop's kernel lists no contacts: no events to define
+
+
+def _slots(engine: Engine, flight, rest: bool, n_steps: int, guard, contacts: bool = True):
+    """The kernel's arrays for the engine's body, made once per engine, guard and skips
+    (``contacts`` False: the pose loop's, listing none)."""
     from residualsim.sim.batch_compiled import Slots
 
-    key = (id(engine), engine.client, engine.scene.body, engine.dt_s,
-           flight._floats if flight is not None else None, rest, guard)
+    key = (id(engine), engine.client, engine.scene.body, engine.scene.static_body, engine.dt_s,
+           flight._floats if flight is not None else None, rest, guard, contacts)
     slots = _SLOTS.get(key)
     if slots is None:
-        _SLOTS.clear()  # one engine at a time in a worker: keep no stale arrays
+        if len(_SLOTS) >= 4:  # a worker's engines come one at a time: keep few arrays
+            _SLOTS.clear()
         slots = Slots([engine.scene.body], engine.scene.static_body, engine.dt_s, flight,
-                      rest, n_steps, guard, whole=True)
+                      rest, n_steps, guard, whole=True, contacts=contacts)
         _SLOTS[key] = slots
     slots.horizon(n_steps)
     return slots

@@ -68,6 +68,7 @@ from residualsim.sim.engine import Engine
 from residualsim.sim.recordings import fit_starts, initial_state_draws, rollout_residuals
 from residualsim.sim.rotations import geodesic_angle
 from residualsim.errors import DataError, ParameterError
+from residualsim.sim.lone_compiled import pose_rollout
 from residualsim.sim.rollout import impact_settings, recording_settings, simulate_impact
 from residualsim.sim.scenes import EngineParams, EngineSettings, make_scene
 from residualsim.sim.scenes.params import body_of
@@ -96,7 +97,7 @@ def trajectory_errors(engine: Engine, item: tuple, batch: Sequence[EngineParams]
             states = engine.rollout(initial_state, len(positions), detect_contacts=False).states
             sim_positions, sim_quat, _, _ = engine.scene.rigid_motion(states)
         else:
-            sim_positions, sim_quat = engine.rollout_poses(initial_state, len(positions))
+            sim_positions, sim_quat = pose_rollout(engine, initial_state, len(positions))
         squared = np.sum((sim_positions[1:] - positions) ** 2, axis=1)
         squared += (radius * geodesic_angle(sim_quat[1:], quat)) ** 2
         if joint_item:
