@@ -26,7 +26,9 @@ Whole rollouts (:func:`~residualsim.sim.batch.batched_rollouts`: ``predict --sam
 every sample is logged, and a copy whose step touches new points (or every contact step)
 goes back to Python, where the lone loop's :class:`~residualsim.sim.corrector.EventCorrector`
 corrects it on its copy (the approach test is the corrector's own) and the corrected state
-is read back; a body at rest is filled to the horizon there.
+is read back; a body at rest is filled to the horizon there. Lone rollouts
+(:mod:`.lone_compiled`) run it with one slot, the engine's own body, in the engine's world;
+the calibration's pose loop without the contact listing (``contacts=False``).
 """
 
 from __future__ import annotations

@@ -47,19 +47,46 @@ def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, g
     policy or hidden-impact events) with the steps in the compiled kernel; the same
     arguments, the same rollout bit for bit. Raises
     :class:`~residualsim.sim.capi.CompiledPathError` naming a failed C call."""
-    from residualsim.sim.batch_compiled import CHECK, CORRECT, GOING, REST, run_kernel
-
-    scene, cid = engine.scene, engine.client
+    scene = engine.scene
     flight, rest = engine.free_flight(skips), engine.rest_detector(skips)
     engine.reset(initial_state)
     correct = EventCorrector(engine, policy, rng, guard)
     slots = _slots(engine, flight, rest is not None, n_steps, guard)
-    handle = client_handle(cid, scene.body)
     p = Particle(0, [scene.read_raw()], rest, correct)
-    p.body, start = scene.body, None
+    start = _drive(engine, p, slots, n_steps, flight, stop_after_events)
+    return rollout_record(scene, p.raws, policy, correct, p.deepest, p.stepped, start)
+
+
+def pose_rollout(engine: Engine, initial_state, n_steps: int, skips: bool = True):
+    """:meth:`Engine.rollout_poses` (the calibration likelihood's loop: the engine alone,
+    poses read, no contacts), through the compiled kernel where :func:`compiled_applies`
+    says so, else the Python loop; the same poses bit for bit: positions (n_steps + 1, 3) m
+    world and quaternions (n_steps + 1, 4) w-x-y-z body to world."""
+    if not compiled_applies(engine.scene, None, _NO_EVENTS):
+        return engine.rollout_poses(initial_state, n_steps, skips)
+    flight = engine.free_flight(skips)
+    engine.reset(initial_state)
+    rest = engine.rest_detector(skips)
+    slots = _slots(engine, flight, rest is not None, n_steps, _NO_EVENTS, contacts=False)
+    p = Particle(0, [engine.scene.read_raw()], rest, None)
+    _drive(engine, p, slots, n_steps, flight, None)
+    return engine.scene.raw_to_poses([raw[0] for raw in p.raws])
+
+
+def _drive(engine: Engine, p: Particle, slots, n_steps: int, flight,
+           stop_after_events: int | None):
+    """The lone loop from ``p`` (its engine reset to its one raw record) to ``n_steps``
+    samples: the top in Python (:meth:`Engine.skip_ahead`), the steps in the kernel, each
+    event corrected by ``p.correct`` (None: the kernel lists no contacts, no events). Returns
+    the raw record the engine first stepped from (None: it never stepped)."""
+    from residualsim.sim.batch_compiled import CHECK, CORRECT, GOING, REST, run_kernel
+
+    scene, cid = engine.scene, engine.client
+    handle = client_handle(cid, scene.body)
+    p.body, start, correct = scene.body, None, p.correct
     while p.index < n_steps:
         if p.index % CHECK_EVERY == 0:
-            added, resting = engine.skip_ahead(flight, rest, p.raws, n_steps - p.index)
+            added, resting = engine.skip_ahead(flight, p.rest, p.raws, n_steps - p.index)
             if resting:
                 break
             if added:
@@ -78,7 +105,7 @@ def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, g
             if correct(scene.raw_to_states([p.raws[-2]])[0], body_first(fresh or mine, flip),
                        body_first(mine, flip)):
                 p.events += 1
-                if policy is not None:
+                if correct.policy is not None:
                     p.raws[-1] = scene.read_raw()
                 if stop_after_events is not None and p.events >= stop_after_events:
                     break
@@ -87,46 +114,7 @@ def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, g
             break
         elif code != CHECK:  # the horizon
             break
-    return rollout_record(scene, p.raws, policy, correct, p.deepest, p.stepped, start)
-
-
-def pose_rollout(engine: Engine, initial_state, n_steps: int, skips: bool = True):
-    """:meth:`Engine.rollout_poses` (the calibration likelihood's loop: the engine alone,
-    poses read, no contacts), through the compiled kernel where :func:`compiled_applies`
-    says so, else the Python loop; the same poses bit for bit: positions (n_steps + 1, 3) m
-    world and quaternions (n_steps + 1, 4) w-x-y-z body to world."""
-    if not compiled_applies(engine.scene, None, _NO_EVENTS):
-        return engine.rollout_poses(initial_state, n_steps, skips)
-    from residualsim.sim.batch_compiled import CHECK, GOING, REST, run_kernel
-
-    scene, cid = engine.scene, engine.client
-    flight = engine.free_flight(skips)
-    engine.reset(initial_state)
-    rest = engine.rest_detector(skips)
-    slots = _slots(engine, flight, rest is not None, n_steps, _NO_EVENTS, contacts=False)
-    handle = client_handle(cid, scene.body)
-    p = Particle(0, [scene.read_raw()], rest, None)
-    p.body = scene.body
-    while p.index < n_steps:
-        if p.index % CHECK_EVERY == 0:
-            added, resting = engine.skip_ahead(flight, rest, p.raws, n_steps - p.index)
-            if resting:
-                break
-            if added:
-                p.index += added
-                continue
-        slots.counts[0] = 0
-        slots.activate(p)
-        run_kernel(handle, slots, 1 << 30, cid)
-        code = int(slots.exits[0])
-        slots.exits[0] = GOING
-        slots.unload(p, finished=False)
-        if code == REST:  # as skip_ahead fills a body at rest
-            p.raws.extend([p.raws[-1]] * (n_steps - p.index))
-            break
-        if code != CHECK:  # the horizon
-            break
-    return scene.raw_to_poses([raw[0] for raw in p.raws])
+    return start
 
 
 _NO_EVENTS = ContactGuard()  # the pose loop's kernel lists no contacts: no events to define
