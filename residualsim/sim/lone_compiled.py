@@ -13,12 +13,17 @@ listings and state reads through Bullet's C API), so the rollout is the Python l
 for bit (``tests/test_lone_compiled.py``). A batch world (:mod:`.batch`) would park copies
 and stage each start: at one copy that cost more than it saved (train/README.md §10).
 
+:func:`pose_rollout` is the calibration likelihood's loop (:meth:`Engine.rollout_poses`: the
+engine alone, poses read) on the same driver, the kernel's contact listing off.
+
 Supported where the batch is (:func:`~residualsim.sim.batch.batch_unsupported`: the cube
 scenes, without a sustained-contact policy or hidden-impact events); the caller keeps the
 Python loop elsewhere.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from residualsim.sim.capi import client_handle, compiled_reason
 from residualsim.sim.corrector import EventCorrector, ResidualRollout, rollout_record
@@ -32,7 +37,7 @@ __all__ = ["compiled_rollout", "compiled_applies", "pose_rollout"]
 _SLOTS: dict = {}  # the process's slots per (engine, settings): arrays reused across rollouts
 
 
-def compiled_applies(scene, policy, guard) -> bool:
+def compiled_applies(scene, policy, guard: ContactGuard) -> bool:
     """Whether a lone rollout of ``scene`` with ``policy`` and ``guard`` takes the compiled
     loop: the switch allows it (:func:`~residualsim.sim.capi.compiled_reason`) and the
     kernel supports them (:func:`~residualsim.sim.batch.batch_unsupported`)."""
@@ -41,7 +46,8 @@ def compiled_applies(scene, policy, guard) -> bool:
     return batch_unsupported(scene, policy, guard) is None and compiled_reason() is None
 
 
-def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, guard,
+def compiled_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, policy,
+                     rng: np.random.Generator | None, guard: ContactGuard,
                      stop_after_events: int | None, skips: bool) -> ResidualRollout:
     """:func:`~residualsim.sim.rollout.residual_rollout`'s loop (without a sustained-contact
     policy or hidden-impact events) with the steps in the compiled kernel; the same
@@ -57,7 +63,8 @@ def compiled_rollout(engine: Engine, initial_state, n_steps: int, policy, rng, g
     return rollout_record(scene, p.raws, policy, correct, p.deepest, p.stepped, start)
 
 
-def pose_rollout(engine: Engine, initial_state, n_steps: int, skips: bool = True):
+def pose_rollout(engine: Engine, initial_state: np.ndarray, n_steps: int, skips: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`Engine.rollout_poses` (the calibration likelihood's loop: the engine alone,
     poses read, no contacts), through the compiled kernel where :func:`compiled_applies`
     says so, else the Python loop; the same poses bit for bit: positions (n_steps + 1, 3) m
