@@ -318,7 +318,7 @@ def _admit(world: _World, states: np.ndarray, numbers: range, n_steps: int,
     particles = []
     for k, raw, tail, place in zip(numbers, raws0, flown, placements):
         particle = Particle(k, [raw], RestDetector(world.engine.dt_s) if world.rest else None,
-                             correctors[k] if whole else None)
+                            correctors[k] if whole else None)
         particle.place = place
         if tail:  # the first check's flight: samples added, reset at the last one
             particle.index, particle.raws = tail[0], [raw] + tail[1]
