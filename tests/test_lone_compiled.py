@@ -73,7 +73,7 @@ def _case_bit_identical() -> None:
              (policy, True, model.guard, None, False)]
     events = 0
     for case, (chosen, sampled, guard, stop, skips) in enumerate(cases):
-        for i, state in enumerate(states if case == 0 else states[:40]):  # 40: one of each
+        for i, state in enumerate(states if case == 0 else states[:40]):  # 40: every kind of start
             python, compiled = _both(lambda: residual_rollout(
                 engine, state, 300, chosen, np.random.default_rng([5, i]) if sampled else None,
                 guard, stop_after_events=stop, skips=skips))
