@@ -18,8 +18,8 @@ as everywhere else.
 error, not a fallback), ``auto`` runs it where it can and otherwise warns once per process,
 on one line saying why, and runs the Python loop; unset, :data:`DEFAULT` applies (off in
 this version: a process's first compiled rollout costs ~1 s, numba's import and the cached
-kernel, and lone rollouts gain ~5-10 %, so ``predict`` over 30 tosses with 2 workers took
-as long either way; train/README.md §10).
+kernel, and lone rollouts gain 2-6 % of CPU time, so ``predict`` over 30 tosses with 2
+workers took as long either way; train/README.md §10).
 :func:`client_handle` checks a handle before any C call uses it (non-null, accepting
 commands, holding as many bodies as PyBullet's Python says, a state read equal to
 PyBullet's), so that a bad client id or a changed module is a :class:`CompiledPathError`,
