@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     policy, guard, scene = model.sampling_policy(), model.guard, engine.scene
     starts = [(k, scene.state_from_trajectory(traj, 0), len(traj.times_s) - 1)
               for k, traj in enumerate(tosses.values())]
-    radius = float(getattr(scene, "radius_of_gyration_m", 0.05))
+    radius = scene.radius_of_gyration_m  # m: weighs the rotation error as the likelihood does
     errors_items = [(state, traj.positions_m[1:], traj.quat_wxyz[1:], radius)
                     for (_, state, _), traj in zip(starts, tosses.values())]
     rng = np.random.default_rng(3)
